@@ -1,0 +1,99 @@
+#include "dispatch.h"
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+
+#include "x86/x86.h"
+
+namespace tct {
+namespace {
+
+std::atomic<int> g_forced{-1};
+
+Isa initial_isa() {
+  if (const char* env = std::getenv("TORCH_CONVTRANSPOSE_ISA")) {
+    if (*env) {
+      const Isa isa = parse_isa(env);
+      if (isa_supported(isa)) return isa;
+    }
+  }
+  return detected_isa();
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Reference: return "reference";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(const std::string& name) {
+  std::string l;
+  for (char c : name) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "reference") return Isa::Reference;
+  if (l == "avx2") return Isa::Avx2;
+  if (l == "avx512") return Isa::Avx512;
+  throw ProblemError("isa must be one of reference, avx2, avx512, got '" + name + "'");
+}
+
+bool isa_supported(Isa isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  switch (isa) {
+    case Isa::Reference: return true;
+    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::Avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+#else
+  return isa == Isa::Reference;
+#endif
+}
+
+Isa detected_isa() {
+  if (isa_supported(Isa::Avx512)) return Isa::Avx512;
+  if (isa_supported(Isa::Avx2)) return Isa::Avx2;
+  return Isa::Reference;
+}
+
+Isa active_isa() {
+  int v = g_forced.load(std::memory_order_relaxed);
+  if (v < 0) {
+    static const Isa initial = initial_isa();
+    return initial;
+  }
+  return static_cast<Isa>(v);
+}
+
+void set_active_isa(Isa isa) {
+  if (!isa_supported(isa))
+    throw ProblemError(std::string("isa '") + isa_name(isa) + "' is not supported by this CPU");
+  g_forced.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
+                      float* dst, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference && x86::forward_f32(isa, p, src, w, bias, dst, nthreads);
+}
+
+bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
+                            float* diff_src, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference && x86::backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads);
+}
+
+bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
+                               WeightsView diff_w, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference &&
+         x86::backward_weights_f32(isa, p, src, diff_dst, diff_w, nthreads);
+}
+
+}  // namespace tct

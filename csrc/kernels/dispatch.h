@@ -1,0 +1,35 @@
+// Run-time choice of the kernel implementation from the CPU's features.
+#pragma once
+
+#include <string>
+
+#include "kernels.h"
+
+namespace tct {
+
+enum class Isa { Reference, Avx2, Avx512 };
+
+const char* isa_name(Isa isa);
+// Parses "reference", "avx2", "avx512" (any case); throws ProblemError otherwise.
+Isa parse_isa(const std::string& name);
+// The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA too).
+Isa detected_isa();
+bool isa_supported(Isa isa);
+// The ISA in use: TORCH_CONVTRANSPOSE_ISA when set (read once), else detected_isa().
+Isa active_isa();
+// Forces an ISA for this process (tests, reproducibility); throws ProblemError
+// naming the value when the CPU lacks it.
+void set_active_isa(Isa isa);
+
+// f32 fast paths over dense channels-last activations: (N, X0, X1, X2, C)
+// contiguous, C the full channel count. Weights in any layout; the kernel
+// packs them. Each returns false when the active ISA has no kernel for the
+// problem, and the caller then runs the reference kernel.
+bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
+                      float* dst, int nthreads);
+bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
+                            float* diff_src, int nthreads);
+bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
+                               WeightsView diff_w, int nthreads);
+
+}  // namespace tct

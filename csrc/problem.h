@@ -1,0 +1,103 @@
+// Problem resolution for the ConvTranspose family: attributes and shapes in,
+// one validated, canonical problem out. No torch headers: the CPU kernels, the
+// meta kernels and the GoogleTest units all use this one source of truth.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tct {
+
+// Every validation failure throws this; the message names the argument and value.
+class ProblemError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class DataFormat { NXC, NCX };
+enum class WeightsFormat { IOX, XOI, OIX, XIO };
+enum class AutoPad { None, SameUpper, SameLower, Valid };
+
+DataFormat parse_data_format(const std::string& value);
+// arg_name is "weights_format" or "filter_format" (used in the error message).
+WeightsFormat parse_weights_format(const std::string& value, const char* arg_name = "weights_format");
+AutoPad parse_auto_pad(const std::string& value);  // any letter case
+const char* to_string(DataFormat f);
+const char* to_string(WeightsFormat f);
+
+using Shape = std::vector<int64_t>;
+
+struct Attributes {
+  std::vector<int64_t> strides, pads_begin, pads_end, dilations;
+  std::vector<int64_t> output_padding;  // empty = zeros
+  AutoPad auto_pad = AutoPad::None;
+  int64_t groups = 1;
+  DataFormat data_format = DataFormat::NXC;
+  WeightsFormat weights_format = WeightsFormat::XOI;
+};
+
+// Parses the string attributes; list attributes are copied as given and
+// validated by the resolve_* functions.
+Attributes make_attributes(std::vector<int64_t> strides, std::vector<int64_t> pads_begin,
+                           std::vector<int64_t> pads_end, std::vector<int64_t> dilations,
+                           const std::string& auto_pad, std::vector<int64_t> output_padding,
+                           int64_t groups, const std::string& data_format,
+                           const std::string& weights_format,
+                           const char* weights_format_arg = "weights_format");
+
+constexpr int kAxes = 3;  // canonical spatial axes: a 1D/2D problem has leading axes of size 1
+
+// A resolved problem. "src" is the small tensor (forward input), "dst" the
+// large one. Spatial arrays are canonical: axis kAxes-S.. hold the real axes,
+// the leading ones are size 1, stride 1, dilation 1, no pads.
+struct ConvProblem {
+  int spatial_rank = 0;  // S: 1, 2 or 3
+  int64_t N = 0, G = 1, ICg = 0, OCg = 0;
+  std::array<int64_t, kAxes> I{1, 1, 1};   // src spatial
+  std::array<int64_t, kAxes> O{1, 1, 1};   // dst spatial
+  std::array<int64_t, kAxes> K{1, 1, 1};   // kernel
+  std::array<int64_t, kAxes> s{1, 1, 1};   // strides
+  std::array<int64_t, kAxes> d{1, 1, 1};   // dilations (1 = dense)
+  std::array<int64_t, kAxes> pb{0, 0, 0};  // pads_begin after auto_pad
+  std::array<int64_t, kAxes> pe{0, 0, 0};  // pads_end after auto_pad
+  std::array<int64_t, kAxes> op{0, 0, 0};  // output_padding that makes O consistent with I
+
+  int64_t IC() const { return G * ICg; }
+  int64_t OC() const { return G * OCg; }
+  int64_t src_spatial() const { return I[0] * I[1] * I[2]; }
+  int64_t dst_spatial() const { return O[0] * O[1] * O[2]; }
+  int64_t taps() const { return K[0] * K[1] * K[2]; }
+  // Useful multiply-adds of every pass: N * IC * OCg * taps * src pixels.
+  double macs() const;
+  // Real (non-canonical) spatial values, for shapes and messages.
+  std::vector<int64_t> spatial(const std::array<int64_t, kAxes>& a) const;
+};
+
+// Resolution. Shapes are the tensors' own shapes, in the layouts named by
+// attrs.data_format / attrs.weights_format. Throws ProblemError.
+ConvProblem resolve_forward(const Shape& src, const Shape& weights,
+                            const std::optional<Shape>& bias, const Attributes& attrs);
+// src_shape: the full shape of diff_src in data_format layout (rank S+2), or
+// only its S spatial sizes; absent: inferred from diff_dst.
+ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
+                                  const std::optional<Shape>& src_shape,
+                                  const Attributes& attrs);
+// weights_shape in weights_format layout.
+ConvProblem resolve_backward_weights(const Shape& src, const Shape& diff_dst,
+                                     const Shape& weights_shape, const Attributes& attrs);
+
+// Logical order of an activation is (N, C, X1..XS); of weights (IC, OCg, K1..KS).
+// These return, for each logical dim, the dim of the tensor in the given layout.
+std::vector<int> activation_dims(DataFormat f, int spatial_rank);
+std::vector<int> weights_dims(WeightsFormat f, int spatial_rank);
+
+// Shapes of the results in their layouts.
+Shape src_shape(const ConvProblem& p, DataFormat f);
+Shape dst_shape(const ConvProblem& p, DataFormat f);
+Shape weights_shape(const ConvProblem& p, WeightsFormat f);
+
+}  // namespace tct
