@@ -1,0 +1,286 @@
+// CPU and Meta kernels of the graph:: ops: attributes and tensors -> resolved
+// problem (problem.h) -> layouts and dtypes -> a kernel (kernels/).
+#include <ATen/Parallel.h>
+
+#include <functional>
+#include <string>
+
+#include "../kernels/dispatch.h"
+#include "../kernels/kernels.h"
+#include "../problem.h"
+#include "common.h"
+#include "ops.h"
+
+namespace tct {
+namespace ops {
+namespace {
+
+// Result shape with the caller's (possibly symbolic) batch size.
+std::vector<c10::SymInt> with_batch(const Shape& shape, const c10::SymInt& batch) {
+  std::vector<c10::SymInt> out(shape.begin(), shape.end());
+  out[0] = batch;
+  return out;
+}
+
+DType dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::F32;
+    case at::kDouble: return DType::F64;
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::F16;
+    default: break;
+  }
+  TORCH_CHECK(false, "unreachable dtype");
+}
+
+void check_tensor(const char* name, const Tensor& t, const Tensor& ref, const char* ref_name) {
+  const auto st = t.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kBFloat16 || st == at::kHalf,
+              "conv_transpose: ", name, " must be float32, bfloat16, float16 or float64, got ",
+              st);
+  TORCH_CHECK(&t == &ref || st == ref.scalar_type(), "conv_transpose: ", name, " has dtype ", st,
+              " but ", ref_name, " has dtype ", ref.scalar_type(),
+              "; all floating tensors must share one dtype");
+  TORCH_CHECK(t.device() == ref.device(), "conv_transpose: ", name, " is on ", t.device(),
+              " but ", ref_name, " is on ", ref.device());
+}
+
+ActView act_view(const Tensor& t, DataFormat f, int S) {
+  auto dims = activation_dims(f, S);
+  ActView v{t.data_ptr(), t.stride(dims[0]), t.stride(dims[1]), {0, 0, 0}};
+  for (int i = 0; i < S; ++i) v.sx[kAxes - S + i] = t.stride(dims[2 + i]);
+  return v;
+}
+
+WeightsView weights_view(const Tensor& t, WeightsFormat f, int S) {
+  auto dims = weights_dims(f, S);
+  WeightsView v{t.data_ptr(), t.stride(dims[0]), t.stride(dims[1]), {0, 0, 0}};
+  for (int i = 0; i < S; ++i) v.sk[kAxes - S + i] = t.stride(dims[2 + i]);
+  return v;
+}
+
+// The activation as a dense channels-last (N, X..., C) tensor: a view when
+// it already is one (NXC data, or NCX data in channels_last memory format).
+Tensor dense_nxc(const Tensor& t, DataFormat f) {
+  const int S = static_cast<int>(t.dim()) - 2;
+  auto dims = activation_dims(f, S);
+  std::vector<int64_t> perm{dims[0]};
+  for (int i = 0; i < S; ++i) perm.push_back(dims[2 + i]);
+  perm.push_back(dims[1]);
+  return t.permute(perm).contiguous();
+}
+
+// A result in data_format layout computed through a channels-last buffer:
+// writes straight into `out` when its NXC view is dense, else copies back.
+void through_nxc(const Tensor& out, DataFormat f, const std::function<bool(float*)>& run,
+                 const std::function<void()>& fallback) {
+  const int S = static_cast<int>(out.dim()) - 2;
+  auto dims = activation_dims(f, S);
+  std::vector<int64_t> perm{dims[0]};
+  for (int i = 0; i < S; ++i) perm.push_back(dims[2 + i]);
+  perm.push_back(dims[1]);
+  Tensor view = out.permute(perm);
+  if (view.is_contiguous()) {
+    if (!run(view.data_ptr<float>())) fallback();
+    return;
+  }
+  Tensor tmp = at::empty(view.sizes(), out.options());
+  if (run(tmp.data_ptr<float>()))
+    view.copy_(tmp);
+  else
+    fallback();
+}
+
+bool use_fast_f32(const Tensor& t) {
+  return t.scalar_type() == at::kFloat && active_isa() != Isa::Reference;
+}
+
+Shape shape_from_input(const Tensor& t) {
+  TORCH_CHECK(t.dim() == 1 && !at::isFloatingType(t.scalar_type()) &&
+                  !at::isComplexType(t.scalar_type()) && t.scalar_type() != at::kBool,
+              "conv_transpose_backward_weights: weights_shape_input must be a 1-D integer "
+              "tensor, got dtype ",
+              t.scalar_type(), " and shape ", t.sizes());
+  TORCH_CHECK(t.device().is_cpu(),
+              "conv_transpose_backward_weights: weights_shape_input must be a CPU tensor to be "
+              "read; on meta/fake tensors pass the weights_shape attribute");
+  Tensor c = t.to(at::kLong).contiguous();
+  return Shape(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- forward
+
+Plan plan_forward(TCT_CONV_TRANSPOSE_ARGS) {
+  check_tensor("src", src, src, "src");
+  check_tensor("weights", weights, src, "src");
+  if (bias) check_tensor("bias", *bias, src, "src");
+  return checked([&] {
+    Plan plan;
+    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
+                            groups, data_format, weights_format);
+    std::optional<Shape> bias_shape;
+    if (bias) bias_shape = concrete_shape(*bias);
+    plan.p = resolve_forward(concrete_shape(src), concrete_shape(weights), bias_shape, plan.attrs);
+    return plan;
+  });
+}
+
+Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
+  auto plan = plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations, auto_pad,
+                           output_padding, groups, data_format, weights_format);
+  const ConvProblem& p = plan.p;
+  const DataFormat df = plan.attrs.data_format;
+  const int S = p.spatial_rank;
+  Tensor dst = at::empty(dst_shape(p, df), src.options());
+  if (dst.numel() == 0) return dst;
+  Tensor b = bias ? bias->contiguous() : Tensor();
+  const int nt = at::get_num_threads();
+  const WeightsView wv = weights_view(weights, plan.attrs.weights_format, S);
+  auto reference = [&] {
+    reference_forward(p, dtype_of(src.scalar_type()), act_view(src, df, S), wv,
+                      b.defined() ? b.data_ptr() : nullptr, act_view(dst, df, S), nt);
+  };
+  if (!use_fast_f32(src)) {
+    reference();
+    return dst;
+  }
+  Tensor x = dense_nxc(src, df);
+  through_nxc(
+      dst, df,
+      [&](float* y) {
+        return fast_forward_f32(p, x.data_ptr<float>(), wv,
+                                b.defined() ? b.data_ptr<float>() : nullptr, y, nt);
+      },
+      reference);
+  return dst;
+}
+
+Tensor conv_transpose_meta(TCT_CONV_TRANSPOSE_ARGS) {
+  auto plan = plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations, auto_pad,
+                           output_padding, groups, data_format, weights_format);
+  return at::empty_symint(with_batch(dst_shape(plan.p, plan.attrs.data_format), src.sym_size(0)),
+                          src.options());
+}
+
+// ---------------------------------------------------------- backward data
+
+Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS) {
+  check_tensor("diff_dst", diff_dst, diff_dst, "diff_dst");
+  check_tensor("weights", weights, diff_dst, "diff_dst");
+  return checked([&] {
+    Plan plan;
+    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
+                            groups, data_format, weights_format);
+    std::optional<Shape> ss;
+    if (src_shape) ss = concrete(*src_shape);
+    plan.p = resolve_backward_data(concrete_shape(diff_dst), concrete_shape(weights), ss,
+                                   plan.attrs);
+    return plan;
+  });
+}
+
+Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
+  auto plan = plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
+                                 auto_pad, output_padding, groups, data_format, weights_format,
+                                 src_shape);
+  const ConvProblem& p = plan.p;
+  const DataFormat df = plan.attrs.data_format;
+  const int S = p.spatial_rank;
+  Tensor diff_src = at::empty(tct::src_shape(p, df), diff_dst.options());
+  if (diff_src.numel() == 0) return diff_src;
+  const int nt = at::get_num_threads();
+  const WeightsView wv = weights_view(weights, plan.attrs.weights_format, S);
+  auto reference = [&] {
+    reference_backward_data(p, dtype_of(diff_dst.scalar_type()), act_view(diff_dst, df, S), wv,
+                            act_view(diff_src, df, S), nt);
+  };
+  if (!use_fast_f32(diff_dst)) {
+    reference();
+    return diff_src;
+  }
+  Tensor dy = dense_nxc(diff_dst, df);
+  through_nxc(
+      diff_src, df,
+      [&](float* dx) { return fast_backward_data_f32(p, dy.data_ptr<float>(), wv, dx, nt); },
+      reference);
+  return diff_src;
+}
+
+Tensor backward_data_meta(TCT_BACKWARD_DATA_ARGS) {
+  auto plan = plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
+                                 auto_pad, output_padding, groups, data_format, weights_format,
+                                 src_shape);
+  const Shape shape = tct::src_shape(plan.p, plan.attrs.data_format);
+  if (src_shape && src_shape->size() == shape.size())
+    return at::empty_symint(*src_shape, diff_dst.options());
+  return at::empty_symint(with_batch(shape, diff_dst.sym_size(0)), diff_dst.options());
+}
+
+Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayRef strides,
+                     IntArrayRef pads_begin, IntArrayRef pads_end, IntArrayRef dilations,
+                     string_view auto_pad, IntArrayRef output_padding, int64_t groups,
+                     string_view data_format, string_view filter_format,
+                     at::OptionalSymIntArrayRef src_shape) {
+  // Validate filter_format here so that its error names the argument.
+  checked([&] { return parse_weights_format(std::string(filter_format), "filter_format"); });
+  return call_backward_data(output_delta, filter, strides, pads_begin, pads_end, dilations,
+                            auto_pad, output_padding, groups, data_format, filter_format,
+                            src_shape);
+}
+
+// ------------------------------------------------------- backward weights
+
+Plan plan_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS) {
+  check_tensor("src", src, src, "src");
+  check_tensor("diff_dst", diff_dst, src, "src");
+  // The input wins over the attribute; a meta/fake input cannot be read, and
+  // then the attribute (if given) stands in for it.
+  Shape wshape;
+  if (weights_shape_input && (weights_shape_input->device().is_cpu() || weights_shape.empty()))
+    wshape = shape_from_input(*weights_shape_input);
+  else
+    wshape = concrete(weights_shape);
+  return checked([&] {
+    Plan plan;
+    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
+                            groups, data_format, weights_format);
+    plan.p = resolve_backward_weights(concrete_shape(src), concrete_shape(diff_dst), wshape,
+                                      plan.attrs);
+    return plan;
+  });
+}
+
+Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
+  auto plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
+                                    pads_end, dilations, auto_pad, output_padding, groups,
+                                    data_format, weights_format, weights_shape);
+  const ConvProblem& p = plan.p;
+  const DataFormat df = plan.attrs.data_format;
+  const int S = p.spatial_rank;
+  Tensor diff_w = at::empty(tct::weights_shape(p, plan.attrs.weights_format), src.options());
+  if (diff_w.numel() == 0) return diff_w;
+  const int nt = at::get_num_threads();
+  const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
+  if (use_fast_f32(src)) {
+    Tensor x = dense_nxc(src, df), dy = dense_nxc(diff_dst, df);
+    if (fast_backward_weights_f32(p, x.data_ptr<float>(), dy.data_ptr<float>(), wv, nt))
+      return diff_w;
+  }
+  reference_backward_weights(p, dtype_of(src.scalar_type()), act_view(src, df, S),
+                             act_view(diff_dst, df, S), wv, nt);
+  return diff_w;
+}
+
+Tensor backward_weights_meta(TCT_BACKWARD_WEIGHTS_ARGS) {
+  auto plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
+                                    pads_end, dilations, auto_pad, output_padding, groups,
+                                    data_format, weights_format, weights_shape);
+  TORCH_SYM_CHECK(src.sym_size(0).sym_eq(diff_dst.sym_size(0)),
+                  "conv_transpose_backward_weights: src and diff_dst batch sizes differ");
+  return at::empty(tct::weights_shape(plan.p, plan.attrs.weights_format), src.options());
+}
+
+}  // namespace ops
+}  // namespace tct

@@ -1,0 +1,120 @@
+// Schemas (SPEC §1) and the kernels behind each dispatch key. Everything is
+// registered in C++, so a LibTorch-only process has all of it.
+#include <torch/library.h>
+
+#include "kernels/dispatch.h"
+#include "kernels/x86/peak.h"
+#include "ops/common.h"
+#include "ops/ops.h"
+
+namespace tct {
+namespace ops {
+
+namespace {
+c10::OperatorHandle op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+}  // namespace
+
+Tensor call_conv_transpose(TCT_CONV_TRANSPOSE_ARGS) {
+  static auto handle = op("graph::conv_transpose").typed<decltype(conv_transpose_cpu)>();
+  return handle.call(src, weights, bias, strides, pads_begin, pads_end, dilations, auto_pad,
+                     output_padding, groups, data_format, weights_format);
+}
+
+Tensor call_backward_data(TCT_BACKWARD_DATA_ARGS) {
+  static auto handle =
+      op("graph::conv_transpose_backward_data").typed<decltype(backward_data_cpu)>();
+  return handle.call(diff_dst, weights, strides, pads_begin, pads_end, dilations, auto_pad,
+                     output_padding, groups, data_format, weights_format, src_shape);
+}
+
+Tensor call_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS) {
+  static auto handle =
+      op("graph::conv_transpose_backward_weights").typed<decltype(backward_weights_cpu)>();
+  return handle.call(src, diff_dst, weights_shape_input, strides, pads_begin, pads_end, dilations,
+                     auto_pad, output_padding, groups, data_format, weights_format,
+                     weights_shape);
+}
+
+namespace {
+
+void set_isa(c10::string_view name) {
+  checked([&] {
+    set_active_isa(parse_isa(std::string(name)));
+    return 0;
+  });
+}
+
+std::string get_isa() { return isa_name(active_isa()); }
+
+std::vector<std::string> available_isas() {
+  std::vector<std::string> out;
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512})
+    if (isa_supported(isa)) out.emplace_back(isa_name(isa));
+  return out;
+}
+
+double fma_peak_gflops(int64_t nthreads, double seconds) {
+  TORCH_CHECK(nthreads >= 1, "fma_peak_gflops: nthreads must be >= 1, got ", nthreads);
+  return x86::fma_peak_gflops(active_isa(), static_cast<int>(nthreads), seconds);
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace tct
+
+TORCH_LIBRARY(graph, m) {
+  m.def(
+      "conv_transpose(Tensor src, Tensor weights, Tensor? bias=None, *, int[] strides, "
+      "int[] pads_begin, int[] pads_end, int[] dilations, str auto_pad=\"None\", "
+      "int[] output_padding=[], int groups=1, str data_format=\"NXC\", "
+      "str weights_format=\"XOI\") -> Tensor");
+  m.def(
+      "conv_transpose_backward_data(Tensor diff_dst, Tensor weights, *, int[] strides, "
+      "int[] pads_begin, int[] pads_end, int[] dilations, str auto_pad=\"None\", "
+      "int[] output_padding=[], int groups=1, str data_format=\"NXC\", "
+      "str weights_format=\"XOI\", SymInt[]? src_shape=None) -> Tensor");
+  m.def(
+      "conv_transpose_backprop_data(Tensor output_delta, Tensor filter, *, int[] strides, "
+      "int[] pads_begin, int[] pads_end, int[] dilations, str auto_pad=\"None\", "
+      "int[] output_padding=[], int groups=1, str data_format=\"NXC\", "
+      "str filter_format=\"XIO\", SymInt[]? src_shape=None) -> Tensor");
+  m.def(
+      "conv_transpose_backward_weights(Tensor src, Tensor diff_dst, "
+      "Tensor? weights_shape_input=None, *, int[] strides, int[] pads_begin, int[] pads_end, "
+      "int[] dilations, str auto_pad=\"None\", int[] output_padding=[], int groups=1, "
+      "str data_format=\"NXC\", str weights_format=\"XOI\", SymInt[] weights_shape=[]) "
+      "-> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(graph, CPU, m) {
+  m.impl("conv_transpose", &tct::ops::conv_transpose_cpu);
+  m.impl("conv_transpose_backward_data", &tct::ops::backward_data_cpu);
+  m.impl("conv_transpose_backward_weights", &tct::ops::backward_weights_cpu);
+}
+
+TORCH_LIBRARY_IMPL(graph, Meta, m) {
+  m.impl("conv_transpose", &tct::ops::conv_transpose_meta);
+  m.impl("conv_transpose_backward_data", &tct::ops::backward_data_meta);
+  m.impl("conv_transpose_backward_weights", &tct::ops::backward_weights_meta);
+}
+
+TORCH_LIBRARY_IMPL(graph, Autograd, m) {
+  m.impl("conv_transpose", &tct::ops::conv_transpose_autograd);
+  m.impl("conv_transpose_backward_data", &tct::ops::backward_data_autograd);
+  m.impl("conv_transpose_backward_weights", &tct::ops::backward_weights_autograd);
+}
+
+// The older name is a thin alias: autograd, meta and CPU come from the op it calls.
+TORCH_LIBRARY_IMPL(graph, CompositeImplicitAutograd, m) {
+  m.impl("conv_transpose_backprop_data", &tct::ops::backprop_data);
+}
+
+// Kernel selection and the machine's FMA peak, for tests and benchmarks.
+TORCH_LIBRARY(torch_convtranspose, m) {
+  m.def("set_isa(str isa) -> ()", &tct::ops::set_isa);
+  m.def("get_isa() -> str", &tct::ops::get_isa);
+  m.def("available_isas() -> str[]", &tct::ops::available_isas);
+  m.def("fma_peak_gflops(int nthreads, float seconds) -> float", &tct::ops::fma_peak_gflops);
+}

@@ -1,0 +1,37 @@
+"""oneDNN Graph ConvTranspose ops for PyTorch on CPU.
+
+Importing this package registers the dispatcher ops ``torch.ops.graph.conv_transpose``,
+``conv_transpose_backward_data``, ``conv_transpose_backprop_data`` and
+``conv_transpose_backward_weights`` (CPU, Meta and Autograd kernels, all in C++).
+"""
+
+from . import _library  # noqa: F401  (loads the extension, registers the ops)
+from ._library import available_isas, fma_peak_gflops, get_isa, set_isa, use_isa
+from .functional import (
+    conv_transpose,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+    conv_transpose_backprop_data,
+    conv_transpose_backward_data,
+    conv_transpose_backward_weights,
+)
+from .modules import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+
+__all__ = [
+    "conv_transpose",
+    "conv_transpose_backward_data",
+    "conv_transpose_backprop_data",
+    "conv_transpose_backward_weights",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "available_isas",
+    "get_isa",
+    "set_isa",
+    "use_isa",
+    "fma_peak_gflops",
+]

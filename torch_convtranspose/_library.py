@@ -1,0 +1,58 @@
+"""Loads the C++ extension and wraps its kernel-selection utilities."""
+
+import contextlib
+import glob
+import os
+from typing import Iterator, List, Optional
+
+import torch
+
+
+def _load() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "_C*.so")))
+    if not found:
+        raise ImportError(
+            f"torch_convtranspose: the compiled extension (_C*.so) is missing in {here}; "
+            "build it with `pip install --no-build-isolation -e .` (see README)"
+        )
+    torch.ops.load_library(found[0])
+    return found[0]
+
+
+LIBRARY_PATH = _load()
+
+
+def available_isas() -> List[str]:
+    """Kernel implementations this CPU can run, e.g. ['reference', 'avx2', 'avx512']."""
+    return list(torch.ops.torch_convtranspose.available_isas())
+
+
+def get_isa() -> str:
+    """The implementation in use for f32 (other dtypes always run 'reference')."""
+    return torch.ops.torch_convtranspose.get_isa()
+
+
+def set_isa(name: str) -> None:
+    """Forces an implementation for this process ('reference', 'avx2', 'avx512').
+
+    The environment variable TORCH_CONVTRANSPOSE_ISA sets the initial choice."""
+    torch.ops.torch_convtranspose.set_isa(name)
+
+
+@contextlib.contextmanager
+def use_isa(name: str) -> Iterator[None]:
+    """Context manager: run with the given implementation, then restore the previous one."""
+    previous = get_isa()
+    set_isa(name)
+    try:
+        yield
+    finally:
+        set_isa(previous)
+
+
+def fma_peak_gflops(nthreads: Optional[int] = None, seconds: float = 0.2) -> float:
+    """f32 FMA peak of this machine in GFLOP/s, measured now with the active ISA
+    (0.0 for 'reference'). nthreads defaults to torch.get_num_threads()."""
+    n = torch.get_num_threads() if nthreads is None else nthreads
+    return float(torch.ops.torch_convtranspose.fma_peak_gflops(n, seconds))
