@@ -206,7 +206,7 @@ WeightsFormat parse_weights_format(const std::string& value, const char* arg_nam
 
 AutoPad parse_auto_pad(const std::string& value) {
   const std::string u = upper(value);
-  if (u == "NONE" || u == "NOTSET" || u.empty()) return AutoPad::None;
+  if (u == "NONE") return AutoPad::None;
   if (u == "SAME_UPPER") return AutoPad::SameUpper;
   if (u == "SAME_LOWER") return AutoPad::SameLower;
   if (u == "VALID") return AutoPad::Valid;
