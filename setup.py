@@ -31,16 +31,19 @@ class CMakeBuild(build_ext):
             f"-DTCT_BUILD_TESTS={os.environ.get('TCT_BUILD_TESTS', 'ON')}",
         ]
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
-            configure += ["-G", "Ninja"] if self._have("ninja") else []
+            ninja = self._find_ninja()
+            if ninja:
+                configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         subprocess.check_call(configure)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs])
 
     @staticmethod
-    def _have(tool):
+    def _find_ninja():
         from shutil import which
 
-        return which(tool) is not None
+        beside_python = os.path.join(os.path.dirname(sys.executable), "ninja")
+        return which("ninja") or (beside_python if os.path.exists(beside_python) else None)
 
 
 setup(
