@@ -142,31 +142,41 @@ def _tuple(value: _IntOrSeq, n: int, name: str) -> List[int]:
     return out
 
 
-def _conv_transpose_nd(
-    n: int,
+def _conv_transpose_ncx(
     input: Tensor,
     weight: Tensor,
     bias: Optional[Tensor],
-    stride: _IntOrSeq,
-    padding: _IntOrSeq,
-    output_padding: _IntOrSeq,
+    stride: List[int],
+    padding: List[int],
+    output_padding: List[int],
     groups: int,
-    dilation: _IntOrSeq,
+    dilation: List[int],
+    spatial_dims: int,
 ) -> Tensor:
+    """torch.nn.functional.conv_transpose{1,2,3}d semantics on the graph op (NCX data,
+    IOX weights, symmetric padding, unbatched input allowed). Scriptable."""
+    unbatched = input.dim() == spatial_dims + 1
+    if unbatched:
+        input = input.unsqueeze(0)
+    out = torch.ops.graph.conv_transpose(
+        input, weight, bias, strides=stride, pads_begin=padding, pads_end=padding,
+        dilations=dilation, output_padding=output_padding, groups=groups,
+        data_format="NCX", weights_format="IOX",
+    )
+    if unbatched:
+        out = out.squeeze(0)
+    return out
+
+
+def _conv_transpose_nd(n, input, weight, bias, stride, padding, output_padding, groups,
+                       dilation):
     if isinstance(padding, str):
         raise ValueError(f"padding must be an int or {n} ints for transposed convolution, "
                          f"got {padding!r}")
-    unbatched = input.dim() == n + 1
-    if unbatched:
-        input = input.unsqueeze(0)
-    pads = _tuple(padding, n, "padding")
-    out = torch.ops.graph.conv_transpose(
-        input, weight, bias, strides=_tuple(stride, n, "stride"), pads_begin=pads,
-        pads_end=pads, dilations=_tuple(dilation, n, "dilation"),
-        output_padding=_tuple(output_padding, n, "output_padding"), groups=groups,
-        data_format="NCX", weights_format="IOX",
+    return _conv_transpose_ncx(
+        input, weight, bias, _tuple(stride, n, "stride"), _tuple(padding, n, "padding"),
+        _tuple(output_padding, n, "output_padding"), groups, _tuple(dilation, n, "dilation"), n,
     )
-    return out.squeeze(0) if unbatched else out
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
