@@ -2,20 +2,26 @@
 //   diff_W[g*ICg+a, b, k] = sum_n sum_i src[n, i, g*ICg+a] * diff_dst[n, i*s-pb+k*d, g*OCg+b].
 // Per kernel tap this is a GEMM C[m][n] += sum_p A[p][m] * B[p][n] whose
 // reduction runs over the src pixels p whose tapped dst position is inside
-// diff_dst. One side is broadcast (m), the other is the vector side (n): src
-// channels x diff_dst channels or the transpose, whichever the output layout
-// and the channel counts favour. Per tap the valid pixels form a box, walked
-// as runs along the innermost axis; there is no im2col buffer.
+// diff_dst (per tap a box of src positions). One side is broadcast (m), the
+// other is the vector side (n): src channels x diff_dst channels or the
+// transpose, whichever the output layout and the channel counts favour.
+// There is no im2col buffer: a block of pixels gets, per tap, a list of
+// (A row, B row) pointer pairs, and register-tile micro-kernels (see
+// bwd_weights_f32.h) reduce over that list into an accumulator tile in memory.
+// Depthwise (ICg == OCg == 1) vectorizes over the groups instead.
 //
-// Threads: work items (tap, group, n-block, m-block) are split between the
-// threads of a pixel partition; pixels are split into P partitions only when
-// the items alone cannot keep the threads balanced. Partition 0 accumulates
-// into the output itself when its layout has the vector side contiguous (else
-// into one scratch copy); partitions 1..P-1 into scratch copies, summed at the
-// end. Extra memory: at most P (<= nthreads) copies of the weight gradient.
+// Work items are the tiles (tap, group, n-block, m-block). Threads split the
+// items (no extra memory; every thread reads all pixels), or, when that is
+// unbalanced, low in arithmetic intensity, or the weight gradient is small,
+// split the pixels into P = nthreads partitions with a copy of the gradient
+// each, summed at the end. Partition 0 accumulates straight into the output
+// when its layout has the vector side contiguous (XOI, XIO), else into a
+// scratch copy that is written out in the output's strides. Extra memory: at
+// most P copies of the weight gradient, plus small per-thread pixel lists.
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -28,7 +34,7 @@ namespace tct {
 namespace x86 {
 namespace {
 
-using bww::Run;
+using bww::Pix;
 using bww::TileArgs;
 
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -38,6 +44,7 @@ struct Item {
   int64_t tap, g, m0, n0;
   int rows, cols;
   double cost;
+  int groups = 1;  // grouped kernel: consecutive groups g.. in one vector
 };
 
 // Where the tiles of one pixel partition accumulate: element (tap, g, m, n)
@@ -131,6 +138,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   const int* rows_of = avx512 ? bww::kAvx512Rows : bww::kAvx2Rows;
   void (*gemm_tile)(const TileArgs&) = avx512 ? bww::gemm_tile_avx512 : bww::gemm_tile_avx2;
   void (*dw_tile)(const TileArgs&) = avx512 ? bww::dw_tile_avx512 : bww::dw_tile_avx2;
+  void (*grouped_tile)(const TileArgs&) =
+      avx512 ? bww::grouped_tile_avx512 : bww::grouped_tile_avx2;
 
   // Shape of the GEMMs. vec_b: n = diff_dst channel b, m = src channel a
   // (A = src); else n = a, m = b (A = diff_dst). Depthwise (ICg == OCg == 1):
@@ -141,9 +150,21 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   auto gemm_cost = [&](int64_t Mg, int64_t Ng) {
     return static_cast<double>(vecs(Ng) * Mg) + 0.25 * Mg;
   };
-  bool vec_b = true, direct = false;
+  // Grouped with few channels per group: the vector side holds 2, 4 (or 8
+  // on AVX-512) channels of each of several groups, the other side at most
+  // as many; the plain GEMM would leave most lanes idle.
+  auto grouped_ok = [&](int64_t m, int64_t n) {
+    return G > 1 && (n == 2 || n == 4 || (n == 8 && avx512)) && m <= n;
+  };
+  bool vec_b = true, direct = false, grouped = false;
   if (depthwise) {
     direct = si == 1 || G == 1;
+  } else if (grouped_ok(ICg, OCg) || grouped_ok(OCg, ICg)) {
+    grouped = true;
+    const bool ok_b = grouped_ok(ICg, OCg), ok_a = grouped_ok(OCg, ICg);
+    if (ok_b && (so == 1 || !ok_a)) vec_b = true;
+    else vec_b = false;
+    direct = vec_b ? so == 1 : si == 1;
   } else {
     const double cost_b = gemm_cost(ICg, OCg), cost_a = gemm_cost(OCg, ICg);
     const bool direct_b = so == 1 || OCg == 1, direct_a = si == 1 || ICg == 1;
@@ -158,52 +179,80 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   }
   const int64_t Mg = vec_b ? ICg : OCg, Ng = vec_b ? OCg : ICg;
 
-  // Work items, tap-major; within a tap the m-blocks of one n-block are
-  // adjacent, so the B panel of that n-block stays in L1 across them.
+  // Work items. GEMM: tap-major; within a tap the m-blocks of one n-block
+  // are adjacent, so the B panel of that n-block stays in L1 across them.
+  // Depthwise: channel-block-major, so a block's pixels of those channels stay
+  // in L1 across the taps. Grouped: per tap, runs of consecutive groups.
+  // n-blocks: the whole group when it fits one tile (up to 6x64 on AVX-512),
+  // else 2 vectors (14x32 tiles: half the B panel of 6x64, so a longer pixel
+  // block stays in L1; both measured alike on wide layers).
+  const int gemm_vecs = vecs(Ng) <= max_vecs ? static_cast<int>(vecs(Ng)) : std::min(max_vecs, 2);
+  // One m-blocking for all n-blocks (rows_of shrinks with the vectors, so the
+  // narrower tail n-block takes these rows too).
+  const int rows_main = rows_of[std::min<int64_t>(gemm_vecs, vecs(Ng))];
+  const int64_t mblocks = (Mg + rows_main - 1) / rows_main;
   std::vector<Item> items;
   int max_cols = 0;
-  for (int64_t t = 0; t < taps; ++t) {
-    if (depthwise) {
-      const int64_t width = static_cast<int64_t>(lanes) * bww::kDwMaxVecs;
-      for (int64_t c0 = 0; c0 < G; c0 += width) {
-        const int cols = static_cast<int>(std::min(width, G - c0));
+  if (depthwise) {
+    const int64_t width =
+        static_cast<int64_t>(lanes) * (avx512 ? bww::kAvx512DwVecs : bww::kAvx2DwVecs);
+    for (int64_t c0 = 0; c0 < G; c0 += width) {
+      const int cols = static_cast<int>(std::min(width, G - c0));
+      for (int64_t t = 0; t < taps; ++t)
         items.push_back({t, c0, 0, 0, 1, cols, tap_pixels[t] * (2.0 * vecs(cols) + 1.0)});
-        max_cols = std::max(max_cols, cols);
-      }
-      continue;
+      max_cols = std::max(max_cols, cols);
     }
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t n0 = 0; n0 < Ng;) {
-        const int64_t left = Ng - n0;
-        const int nv = static_cast<int>(std::min<int64_t>(max_vecs, vecs(left)));
-        const int cols = static_cast<int>(std::min<int64_t>(left, int64_t{nv} * lanes));
-        // m-blocks of nearly equal size, at most rows_of[nv] each.
-        const int64_t mblocks = (Mg + rows_of[nv] - 1) / rows_of[nv];
-        for (int64_t j = 0; j < mblocks; ++j) {
-          const int64_t m0 = part_start(Mg, mblocks, j);
-          const int rows = static_cast<int>(part_start(Mg, mblocks, j + 1) - m0);
-          items.push_back({t, g, m0, n0, rows, cols, tap_pixels[t] * (rows * nv + 2.0)});
-        }
-        max_cols = std::max(max_cols, cols);
-        n0 += cols;
+  } else if (grouped) {
+    const int64_t per_vec = lanes / Ng;
+    const int64_t per_call = per_vec * (avx512 ? (Mg <= 4 ? 4 : 2) : 1);
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t g0 = 0; g0 < G; g0 += per_call) {
+        const int64_t ng = std::min(per_call, G - g0);
+        Item it{t, g0, 0, 0, static_cast<int>(Mg), static_cast<int>(Ng),
+                tap_pixels[t] * (1.5 * Mg + 1.0) * vecs(ng * Ng)};
+        it.groups = static_cast<int>(ng);
+        items.push_back(it);
       }
+    max_cols = 4 * lanes;
+  } else {
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t n0 = 0; n0 < Ng;) {
+          const int64_t left = Ng - n0;
+          const int nv = static_cast<int>(std::min<int64_t>(gemm_vecs, vecs(left)));
+          const int cols = static_cast<int>(std::min<int64_t>(left, int64_t{nv} * lanes));
+          for (int64_t j = 0; j < mblocks; ++j) {  // m-blocks of nearly equal size
+            const int64_t m0 = part_start(Mg, mblocks, j);
+            const int rows = static_cast<int>(part_start(Mg, mblocks, j + 1) - m0);
+            items.push_back({t, g, m0, n0, rows, cols, tap_pixels[t] * (rows * nv + 3.0)});
+          }
+          max_cols = std::max(max_cols, cols);
+          n0 += cols;
+        }
   }
 
-  // Pixel partitions: P = 1 unless splitting pixels beats the item split.
+  // Pixel partitions. Splitting the items over threads (P = 1) needs no
+  // extra memory, but every thread then reads all pixels once per chunk of
+  // items. Split the pixels too (P = nthreads, each partition with its own
+  // copy of the weight gradient, summed at the end) when
+  //  - the items alone cannot be balanced over the threads, or
+  //  - the layer does few multiply-adds per byte of activations, so the
+  //    repeated reads would dominate, or
+  //  - the copies are small (they stay in L2).
+  // Measured on 2-core Sapphire Rapids; the thresholds are rough.
   const int64_t F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
   const int64_t wsize = taps * G * Mg * Ng;
-  std::vector<int64_t> bounds;
   int P = 1;
-  {
-    const double est1 = split_items(items, nt, bounds) + (direct ? 0.0 : wsize / 8.0 / nt);
-    double best = est1;
-    for (int q = 2; q <= nt; ++q) {
-      if (nt % q != 0 || q > F) continue;
-      std::vector<int64_t> b;
-      const double est = split_items(items, nt / q, b) / q + wsize * 2.0 * q / 16.0 / nt;
-      if (est < 0.85 * est1 && est < best) best = est, P = q;
-    }
-    if (P > 1) split_items(items, nt / P, bounds);
+  if (nt > 1 && F >= nt) {
+    std::vector<int64_t> b;
+    const double total = split_items(items, 1, b);
+    const double worst = split_items(items, nt, b);
+    const double act_bytes = 4.0 * (static_cast<double>(F) * IC +
+                                    static_cast<double>(p.N) * p.dst_spatial() * OC);
+    const bool unbalanced = worst > 1.15 * total / nt;
+    const bool low_intensity = p.macs() < 100.0 * act_bytes;
+    const bool small_copies = 4.0 * wsize * nt <= 512.0 * 1024;
+    if (unbalanced || low_intensity || small_copies) P = nt;
   }
   const int per_part = nt / P;
 
@@ -228,11 +277,36 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     }
   }
 
-  // Pixel block size: the B panel of a tile (block pixels x max_cols) stays
-  // within about 32 KiB of L1.
-  const int64_t block =
-      std::clamp<int64_t>(32768 / (4 * std::max(max_cols, 1)), 64, 1024);
-  std::vector<Run> runs_all(static_cast<size_t>(nt) * block);
+  // Pixel block size. GEMM: one tile call reads a line of A and max_cols
+  // floats of B per pixel; keep those of a block within ~24 KiB of L1.
+  // Depthwise: the block's src and tapped diff_dst rows of one channel block.
+  int64_t block = depthwise ? 16384 / (4 * max_cols) : 24576 / (64 + 4 * max_cols);
+  block = std::clamp<int64_t>(block, 16, 1024);
+
+  // Tasks: (pixel partition, chunk of items), claimed dynamically, so that a
+  // thread that starts late (shared machine) or runs slow takes fewer. Two
+  // chunks per thread of a partition keep the tail short; each chunk re-reads
+  // the partition's pixels, so a partition of one thread is one chunk.
+  const int nchunks = per_part == 1 ? 1
+                                    : static_cast<int>(std::max<int64_t>(
+                                          1, std::min<int64_t>(items.size(), 2 * per_part)));
+  std::vector<int64_t> chunk;
+  split_items(items, nchunks, chunk);
+  const int64_t ntasks = static_cast<int64_t>(P) * nchunks;
+  // Per thread: a pixel list per tap (of its chunk's tap span) of a block.
+  int64_t max_span = 1;
+  for (int c = 0; c < nchunks; ++c) {
+    int64_t lo_t = taps, hi_t = -1;
+    for (int64_t i = chunk[c]; i < chunk[c + 1]; ++i)
+      lo_t = std::min(lo_t, items[i].tap), hi_t = std::max(hi_t, items[i].tap);
+    max_span = std::max(max_span, hi_t - lo_t + 1);
+  }
+  // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts).
+  block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
+  std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
+
+  std::vector<float> gbufs(grouped ? static_cast<size_t>(nt) * 4 * lanes * lanes : 0);
+  std::vector<int64_t> pix_count(static_cast<size_t>(taps) * nt);
   struct Seg {
     int64_t n, i0, i1, x0, x1;
   };
@@ -240,25 +314,55 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 
   const bool a_is_src = vec_b || depthwise;
   const int64_t src_step = IC, dst_step = p.s[2] * OC;
-  const int64_t a_step = a_is_src ? src_step : dst_step, b_step = a_is_src ? dst_step : src_step;
   const int64_t a_gstride = a_is_src ? ICg : OCg, b_gstride = a_is_src ? OCg : ICg;
   const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2];
   const int64_t O0 = p.O[0], O1 = p.O[1], O2 = p.O[2];
 
-  // One virtual thread: its items over its pixel partition.
-  auto work = [&](int vt) {
-    const int part = vt / per_part, local = vt % per_part;
-    const int64_t ib = bounds[local], ie = bounds[local + 1];
+  // One task: items [ib, ie) over the pixels of partition `part`, by thread tid.
+  auto work = [&](int tid, int part, int64_t ib, int64_t ie) {
     if (ib >= ie) return;
     const Target& tg = targets[part];
+    // Items are tap-ordered within a chunk (depthwise: per channel block).
+    int64_t tap_lo = taps, tap_hi = -1;
+    for (int64_t i = ib; i < ie; ++i)
+      tap_lo = std::min(tap_lo, items[i].tap), tap_hi = std::max(tap_hi, items[i].tap);
     for (int64_t i = ib; i < ie; ++i) {  // tiles start at zero
-      float* c = tg.tile(items[i]);
-      for (int r = 0; r < items[i].rows; ++r)
-        std::memset(c + r * tg.m_stride, 0, sizeof(float) * items[i].cols);
+      for (int gl = 0; gl < items[i].groups; ++gl) {
+        float* c = tg.tile(items[i]) + gl * tg.g_stride;
+        for (int r = 0; r < items[i].rows; ++r)
+          std::memset(c + r * tg.m_stride, 0, sizeof(float) * items[i].cols);
+      }
     }
+    float* gbuf = gbufs.data() + static_cast<size_t>(tid) * 4 * lanes * lanes;
     const int64_t f_end = part_start(F, P, part + 1);
-    Run* runs = runs_all.data() + static_cast<size_t>(vt) * block;
-    Seg* segs = segs_all.data() + static_cast<size_t>(vt) * block;
+    Pix* pix = pix_all.data() + static_cast<size_t>(tid) * max_span * block;
+    int64_t* count = pix_count.data() + static_cast<size_t>(tid) * taps;
+    Seg* segs = segs_all.data() + static_cast<size_t>(tid) * block;
+    // The (A, B) pixel pairs of the block's pixels for one tap.
+    auto build = [&](int64_t tap, int64_t nseg) {
+      const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
+                    k2 = tap % p.K[2];
+      Pix* out_pix = pix + (tap - tap_lo) * block;
+      int64_t n = 0;
+      for (int64_t s = 0; s < nseg; ++s) {
+        const Seg& sg = segs[s];
+        if (sg.i0 < lo[0][k0] || sg.i0 >= hi[0][k0] || sg.i1 < lo[1][k1] || sg.i1 >= hi[1][k1])
+          continue;
+        const int64_t x0 = std::max(sg.x0, lo[2][k2]), x1 = std::min(sg.x1, hi[2][k2]);
+        if (x0 >= x1) continue;
+        const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
+        const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
+        const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
+        const float* sp = src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + x0) * IC;
+        const float* dp = diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
+        if (a_is_src) {
+          for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {sp, dp};
+        } else {
+          for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {dp, sp};
+        }
+      }
+      count[tap] = n;
+    };
     for (int64_t f = part_start(F, P, part); f < f_end;) {
       // Next block of pixels: row pieces totalling at most `block` pixels.
       int64_t nseg = 0, total = 0;
@@ -269,61 +373,87 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         total += len;
         f += len;
       }
-      for (int64_t i = ib; i < ie;) {
-        const int64_t tap = items[i].tap;
-        int64_t j = i;
-        while (j < ie && items[j].tap == tap) ++j;
-        const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
-                      k2 = tap % p.K[2];
-        int64_t nruns = 0;
-        for (int64_t s = 0; s < nseg; ++s) {
-          const Seg& sg = segs[s];
-          if (sg.i0 < lo[0][k0] || sg.i0 >= hi[0][k0] || sg.i1 < lo[1][k1] ||
-              sg.i1 >= hi[1][k1])
-            continue;
-          const int64_t x0 = std::max(sg.x0, lo[2][k2]), x1 = std::min(sg.x1, hi[2][k2]);
-          if (x0 >= x1) continue;
-          const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
-          const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
-          const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
-          const float* sp = src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + x0) * IC;
-          const float* dp = diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
-          runs[nruns++] = a_is_src ? Run{sp, dp, x1 - x0} : Run{dp, sp, x1 - x0};
+      for (int64_t t = tap_lo; t <= tap_hi; ++t) count[t] = -1;
+      // Prefetch the next block's src pixels and the diff_dst range its taps
+      // reach into L2, spread over this block's tile calls: a layer with few
+      // taps reads each pixel a few times only, and the strided first touch
+      // of every line would otherwise wait on memory.
+      const char* pf[2] = {nullptr, nullptr};
+      const char* pf_end[2] = {nullptr, nullptr};
+      if (!depthwise && f < f_end) {
+        const int64_t g0 = f, g1 = std::min(f_end, f + block) - 1;
+        pf[0] = reinterpret_cast<const char*>(src + g0 * IC);
+        pf_end[0] = reinterpret_cast<const char*>(src + (g1 + 1) * IC);
+        const int64_t r0 = g0 / I2, r1 = g1 / I2;
+        const int64_t lo_flat =
+            ((r0 / (I0 * I1) * O0 + std::clamp<int64_t>((r0 / I1) % I0 * p.s[0] - p.pb[0], 0, O0 - 1)) * O1 +
+             std::clamp<int64_t>(r0 % I1 * p.s[1] - p.pb[1], 0, O1 - 1)) * O2;
+        const int64_t hi_flat =
+            ((r1 / (I0 * I1) * O0 + std::clamp<int64_t>((r1 / I1) % I0 * p.s[0] - p.pb[0] + (p.K[0] - 1) * p.d[0], 0, O0 - 1)) * O1 +
+             std::clamp<int64_t>(r1 % I1 * p.s[1] - p.pb[1] + (p.K[1] - 1) * p.d[1], 0, O1 - 1) + 1) * O2;
+        if ((hi_flat - lo_flat) * OC <= 4 * (g1 + 1 - g0) * IC) {
+          pf[1] = reinterpret_cast<const char*>(diff_dst + lo_flat * OC);
+          pf_end[1] = reinterpret_cast<const char*>(diff_dst + hi_flat * OC);
         }
-        if (nruns > 0) {
-          for (int64_t it = i; it < j; ++it) {
-            const Item& item = items[it];
-            TileArgs ta;
-            ta.runs = runs;
-            ta.nruns = nruns;
-            ta.a_step = a_step;
-            ta.b_step = b_step;
-            ta.c = tg.tile(item);
-            ta.ldc = tg.m_stride;
-            ta.rows = item.rows;
-            ta.cols = item.cols;
-            if (depthwise) {
-              ta.a_off = ta.b_off = item.g;
-              dw_tile(ta);
-            } else {
-              ta.a_off = item.g * a_gstride + item.m0;
-              ta.b_off = item.g * b_gstride + item.n0;
-              gemm_tile(ta);
-            }
+      }
+      const int64_t pf_lines = ((pf_end[0] - pf[0]) + (pf_end[1] - pf[1])) / 64;
+      const int64_t pf_quota = pf_lines / std::max<int64_t>(1, ie - ib) + 1;
+      int pf_r = pf[0] ? 0 : 2;  // range being prefetched; 2 = done
+      for (int64_t i = ib; i < ie; ++i) {
+        for (int64_t q = 0; q < pf_quota && pf_r < 2; ++q) {
+          __builtin_prefetch(pf[pf_r], 0, 2);
+          pf[pf_r] += 64;
+          if (pf[pf_r] >= pf_end[pf_r]) pf_r = (pf_r == 0 && pf[1]) ? 1 : 2;
+        }
+        const Item& item = items[i];
+        if (count[item.tap] < 0) build(item.tap, nseg);
+        if (count[item.tap] == 0) continue;
+        TileArgs ta{};
+        ta.pix = pix + (item.tap - tap_lo) * block;
+        ta.npix = count[item.tap];
+        ta.c = tg.tile(item);
+        ta.ldc = tg.m_stride;
+        ta.rows = item.rows;
+        ta.cols = item.cols;
+        if (depthwise) {
+          ta.b_off = item.g;
+          dw_tile(ta);
+        } else if (grouped) {
+          ta.a_off = item.g * a_gstride;
+          ta.b_off = item.g * b_gstride;
+          ta.c = gbuf;
+          ta.ldc = lanes;
+          ta.groups = item.groups;
+          grouped_tile(ta);
+          const int per_vec = lanes / item.cols;
+          for (int gl = 0; gl < item.groups; ++gl) {
+            float* c = tg.tile(item) + gl * tg.g_stride;
+            const float* sums =
+                gbuf + (gl / per_vec) * item.rows * lanes + (gl % per_vec) * item.cols;
+            for (int r = 0; r < item.rows; ++r)
+              for (int n = 0; n < item.cols; ++n) c[r * tg.m_stride + n] += sums[r * lanes + n];
           }
+        } else {
+          ta.a_off = item.g * a_gstride + item.m0;
+          ta.b_off = item.g * b_gstride + item.n0;
+          gemm_tile(ta);
         }
-        i = j;
       }
     }
   };
 
+  std::atomic<int64_t> next_task{0};
   const int64_t out_rows = taps * G * Mg;  // rows (tap, g, m) of Ng elements
   const float* scr = scratch.get();
 #pragma omp parallel num_threads(nt)
   {
-    // A runtime that grants fewer threads runs several virtual threads each.
-    const int tid = omp_get_thread_num(), got = omp_get_num_threads();
-    for (int vt = tid; vt < nt; vt += got) work(vt);
+    const int tid = omp_get_thread_num();
+    for (;;) {
+      const int64_t k = next_task.fetch_add(1, std::memory_order_relaxed);
+      if (k >= ntasks) break;
+      const int64_t c = k / P;
+      work(tid, static_cast<int>(k % P), chunk[c], chunk[c + 1]);
+    }
     if (P > 1 || !direct) {
 #pragma omp barrier
       // Sum the partitions into the output.

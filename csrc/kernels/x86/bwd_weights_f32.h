@@ -1,0 +1,70 @@
+// Backward-weights f32 micro-kernels (AVX-512, AVX2) and their common data.
+// The driver (bwd_weights_f32_common.cpp) turns the problem into GEMM tiles per
+// kernel tap: C[m][n] += sum over pixels p of A[p][m] * B[p][n], where A and B
+// are rows of the channels-last activations (src or diff_dst). Only plain data
+// and function declarations here: the ISA files must not share inline code.
+#pragma once
+
+#include <cstdint>
+
+namespace tct {
+namespace x86 {
+namespace bww {
+
+// One reduction step: the A and B pixel rows (pointers at channel 0) of a
+// src pixel and the diff_dst pixel it taps. A flat list of these, rather
+// than runs along rows, keeps the inner loop free of short trip counts.
+struct Pix {
+  const float* a;
+  const float* b;
+};
+
+// One accumulator tile, accumulated in place (C must hold valid sums):
+//   C[m*ldc + n] += sum_i pix[i].a[a_off + m] * pix[i].b[b_off + n],
+//   for m < rows, n < cols.
+// Depthwise kernels ignore rows/a_off: C[n] += sum pix[i].a[b_off + n] * pix[i].b[b_off + n].
+// (Packing the A or B panels into contiguous buffers was tried: faster in
+// isolation, slower in the driver on every layer measured.)
+struct TileArgs {
+  const Pix* pix;
+  int64_t npix;
+  int64_t a_off, b_off;  // channel offsets added to every pixel pointer
+  float* c;
+  int64_t ldc;
+  int rows, cols;
+  int groups;  // grouped kernels only
+};
+
+// Register tiles: rows per tile for a tile of v vectors (index v, 1..kMaxVecs).
+constexpr int kAvx512Lanes = 16;
+constexpr int kAvx512MaxVecs = 4;
+constexpr int kAvx512Rows[kAvx512MaxVecs + 1] = {0, 14, 14, 8, 6};
+constexpr int kAvx2Lanes = 8;
+constexpr int kAvx2MaxVecs = 2;
+constexpr int kAvx2Rows[kAvx2MaxVecs + 1] = {0, 8, 6};
+// Depthwise kernels take up to this many vectors of channels: whole pixel
+// rows of up to 256 (AVX-512) / 64 (AVX2) channels stream through in order.
+constexpr int kAvx512DwVecs = 16;
+constexpr int kAvx2DwVecs = 8;
+
+// GEMM tile: cols <= lanes*kMaxVecs, rows <= Rows[ceil(cols/lanes)].
+void gemm_tile_avx512(const TileArgs& t);
+void gemm_tile_avx2(const TileArgs& t);
+// Grouped, few channels per group: cols in {2, 4, 8} (AVX2: {2, 4})
+// channels per group on the n side, rows <= cols on the m side; a vector
+// holds the n side of L/cols consecutive groups (L = lanes), and a call takes
+// `groups` groups (AVX-512: at most 4 vectors for rows <= 4, else 2; AVX2:
+// 1). Per pixel one load brings a vector's worth of groups' A channels and a
+// lane permute lines them up with their B channels, so all lanes work.
+// Writes fresh sums (c is not accumulated): group gl, row m, column n at
+// c[(v*rows + m)*L + l] with v = gl / (L/cols), l = (gl % (L/cols))*cols + n.
+// a_off/b_off point at the first group's channels.
+void grouped_tile_avx512(const TileArgs& t);
+void grouped_tile_avx2(const TileArgs& t);
+// Depthwise (ICg == OCg == 1): cols <= lanes*k*DwVecs channels.
+void dw_tile_avx512(const TileArgs& t);
+void dw_tile_avx2(const TileArgs& t);
+
+}  // namespace bww
+}  // namespace x86
+}  // namespace tct

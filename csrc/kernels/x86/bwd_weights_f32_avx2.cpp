@@ -1,0 +1,192 @@
+// AVX2 micro-kernels of the f32 backward-weights pass (see bwd_weights_f32.h).
+// Leaf functions over raw pointers only: this file is compiled with AVX2
+// flags, so it must not instantiate anything that other files also define.
+#include <immintrin.h>
+
+#include "bwd_weights_f32.h"
+
+namespace tct {
+namespace x86 {
+namespace bww {
+namespace {
+
+// Lane mask of the first n (1..8) lanes, for maskload/maskstore.
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The last vector of a tail tile is masked so that no lane past the channel
+// range is read or written.
+template <int J, int NV, bool MASK>
+inline __m256 load_vec(const float* p, __m256i tail) {
+  if constexpr (MASK && J == NV - 1) return _mm256_maskload_ps(p + 8 * J, tail);
+  else return _mm256_loadu_ps(p + 8 * J);
+}
+
+template <int J, int NV, bool MASK>
+inline void store_vec(float* p, __m256 v, __m256i tail) {
+  if constexpr (MASK && J == NV - 1) _mm256_maskstore_ps(p + 8 * J, tail, v);
+  else _mm256_storeu_ps(p + 8 * J, v);
+}
+
+// Individually named accumulators (c<row>_<vec>): GCC 12 spills arrays of
+// vectors in this loop. Unused names are dead code for small tiles.
+#define BWW_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+#define BWW_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
+
+#define BWW_LOAD(i)                                                   \
+  if constexpr (i < MR) {                                             \
+    const float* cr = t.c + (i) * t.ldc;                              \
+    c##i##_0 = load_vec<0, NV, MASK>(cr, tail);                       \
+    if constexpr (NV > 1) c##i##_1 = load_vec<1, NV, MASK>(cr, tail); \
+  }
+
+#define BWW_FMA(i)                                                      \
+  if constexpr (i < MR) {                                               \
+    const __m256 av = _mm256_broadcast_ss(a + (i));                     \
+    c##i##_0 = _mm256_fmadd_ps(av, b0, c##i##_0);                       \
+    if constexpr (NV > 1) c##i##_1 = _mm256_fmadd_ps(av, b1, c##i##_1); \
+  }
+
+#define BWW_STORE(i)                                                  \
+  if constexpr (i < MR) {                                             \
+    float* cr = t.c + (i) * t.ldc;                                    \
+    store_vec<0, NV, MASK>(cr, c##i##_0, tail);                       \
+    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail); \
+  }
+
+// MR x (8*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
+template <int MR, int NV, bool MASK>
+void gemm_kernel(const TileArgs& t) {
+  const __m256i tail = lane_mask(t.cols - 8 * (NV - 1));
+  BWW_FOR_ROWS(BWW_DECL)
+  BWW_FOR_ROWS(BWW_LOAD)
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.a_off;
+    const float* b = px[i].b + t.b_off;
+    const __m256 b0 = load_vec<0, NV, MASK>(b, tail);
+    __m256 b1;
+    if constexpr (NV > 1) b1 = load_vec<1, NV, MASK>(b, tail);
+    BWW_FOR_ROWS(BWW_FMA)
+  }
+  BWW_FOR_ROWS(BWW_STORE)
+}
+
+template <int NV>
+void gemm_by_rows(const TileArgs& t, bool mask) {
+  constexpr int kMax = kAvx2Rows[NV];
+  switch (t.rows) {
+#define BWW_CASE(r)                                                         \
+  case r + 1:                                                               \
+    if constexpr (r + 1 <= kMax) {                                          \
+      if (mask) gemm_kernel<r + 1, NV, true>(t);                            \
+      else gemm_kernel<r + 1, NV, false>(t);                                \
+    }                                                                       \
+    return;
+    BWW_FOR_ROWS(BWW_CASE)
+#undef BWW_CASE
+    default: return;
+  }
+}
+
+// Depthwise: C[n] += sum A[n] * B[n] over NV vectors of channels. Named
+// accumulators d<j> (no array, see above).
+#define BWW_DW_VECS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define BWW_DW_DECL(j) __m256 d##j = _mm256_setzero_ps();
+#define BWW_DW_LOAD(j) \
+  if constexpr (j < NV) d##j = load_vec<j, NV, MASK>(t.c, tail);
+#define BWW_DW_FMA(j)                                                                      \
+  if constexpr (j < NV)                                                                    \
+    d##j = _mm256_fmadd_ps(load_vec<j, NV, MASK>(a, tail), load_vec<j, NV, MASK>(b, tail), d##j);
+#define BWW_DW_STORE(j) \
+  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail);
+
+template <int NV, bool MASK>
+void dw_kernel(const TileArgs& t) {
+  const __m256i tail = lane_mask(t.cols - 8 * (NV - 1));
+  BWW_DW_VECS(BWW_DW_DECL)
+  BWW_DW_VECS(BWW_DW_LOAD)
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.b_off;
+    const float* b = px[i].b + t.b_off;
+    BWW_DW_VECS(BWW_DW_FMA)
+  }
+  BWW_DW_VECS(BWW_DW_STORE)
+}
+
+// Grouped with few channels: MG rows (A channels per group), ng = cols B
+// channels per group, 8/ng groups in one vector. Lane l belongs to group
+// l/ng; its A value for row j is chunk[(l/ng)*MG + j], brought in by a
+// permute. Accumulators g<j>.
+template <int MG>
+void grouped_kernel(const TileArgs& t) {
+  const int ng = t.cols;
+  const int shift = ng == 2 ? 1 : 2;
+  const __m256i bm = lane_mask(t.groups * ng), am = lane_mask(t.groups * MG);
+  const __m256i grp = _mm256_mullo_epi32(
+      _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), shift), _mm256_set1_epi32(MG));
+  const __m256i idx0 = grp, idx1 = _mm256_add_epi32(grp, _mm256_set1_epi32(1)),
+                idx2 = _mm256_add_epi32(grp, _mm256_set1_epi32(2)),
+                idx3 = _mm256_add_epi32(grp, _mm256_set1_epi32(3));
+  __m256 g0 = _mm256_setzero_ps(), g1 = _mm256_setzero_ps(), g2 = _mm256_setzero_ps(),
+         g3 = _mm256_setzero_ps();
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const __m256 av = _mm256_maskload_ps(px[i].a + t.a_off, am);
+    const __m256 bv = _mm256_maskload_ps(px[i].b + t.b_off, bm);
+    g0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(av, idx0), bv, g0);
+    if constexpr (MG > 1) g1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(av, idx1), bv, g1);
+    if constexpr (MG > 2) g2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(av, idx2), bv, g2);
+    if constexpr (MG > 3) g3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(av, idx3), bv, g3);
+  }
+  _mm256_storeu_ps(t.c, g0);
+  if constexpr (MG > 1) _mm256_storeu_ps(t.c + 8, g1);
+  if constexpr (MG > 2) _mm256_storeu_ps(t.c + 16, g2);
+  if constexpr (MG > 3) _mm256_storeu_ps(t.c + 24, g3);
+}
+
+}  // namespace
+
+void gemm_tile_avx2(const TileArgs& t) {
+  if (t.rows <= 0 || t.cols <= 0) return;
+  const int nv = (t.cols + 7) / 8;
+  const bool mask = (t.cols % 8) != 0;
+  switch (nv) {
+    case 1: gemm_by_rows<1>(t, mask); break;
+    case 2: gemm_by_rows<2>(t, mask); break;
+    default: break;
+  }
+}
+
+void grouped_tile_avx2(const TileArgs& t) {
+  switch (t.rows) {
+    case 1: grouped_kernel<1>(t); break;
+    case 2: grouped_kernel<2>(t); break;
+    case 3: grouped_kernel<3>(t); break;
+    case 4: grouped_kernel<4>(t); break;
+    default: break;
+  }
+}
+
+void dw_tile_avx2(const TileArgs& t) {
+  if (t.cols <= 0) return;
+  const int nv = (t.cols + 7) / 8;
+  const bool mask = (t.cols % 8) != 0;
+#define BWW_DW(n)                    \
+  case n:                            \
+    if (mask) dw_kernel<n, true>(t); \
+    else dw_kernel<n, false>(t);     \
+    break;
+  switch (nv) {
+    BWW_DW(1) BWW_DW(2) BWW_DW(3) BWW_DW(4) BWW_DW(5) BWW_DW(6) BWW_DW(7) BWW_DW(8)
+    default: break;
+  }
+#undef BWW_DW
+}
+
+}  // namespace bww
+}  // namespace x86
+}  // namespace tct

@@ -1,0 +1,243 @@
+// AVX-512 micro-kernels of the f32 backward-weights pass (see bwd_weights_f32.h).
+// Leaf functions over raw pointers only: this file is compiled with AVX-512
+// flags, so it must not instantiate anything that other files also define.
+#include <immintrin.h>
+
+#include "bwd_weights_f32.h"
+
+namespace tct {
+namespace x86 {
+namespace bww {
+namespace {
+
+// Load vector J of a row; the last vector of a tail tile is masked so that no
+// lane past the channel range is read.
+template <int J, int NV, bool MASK>
+inline __m512 load_vec(const float* p, __mmask16 tail) {
+  if constexpr (MASK && J == NV - 1) return _mm512_maskz_loadu_ps(tail, p + 16 * J);
+  else return _mm512_loadu_ps(p + 16 * J);
+}
+
+template <int J, int NV, bool MASK>
+inline void store_vec(float* p, __m512 v, __mmask16 tail) {
+  if constexpr (MASK && J == NV - 1) _mm512_mask_storeu_ps(p + 16 * J, tail, v);
+  else _mm512_storeu_ps(p + 16 * J, v);
+}
+
+// The accumulators are individually named variables (c<row>_<vec>), not an
+// array: GCC 12 spills arrays of vectors in this loop. Unused names are dead
+// code for small tiles.
+#define BWW_FOR_ROWS(X) \
+  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+#define BWW_DECL(i)                                                                   \
+  __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps(),              \
+         c##i##_2 = _mm512_setzero_ps(), c##i##_3 = _mm512_setzero_ps();
+
+#define BWW_LOAD(i)                                                    \
+  if constexpr (i < MR) {                                              \
+    const float* cr = t.c + (i) * t.ldc;                               \
+    c##i##_0 = load_vec<0, NV, MASK>(cr, tail);                        \
+    if constexpr (NV > 1) c##i##_1 = load_vec<1, NV, MASK>(cr, tail);  \
+    if constexpr (NV > 2) c##i##_2 = load_vec<2, NV, MASK>(cr, tail);  \
+    if constexpr (NV > 3) c##i##_3 = load_vec<3, NV, MASK>(cr, tail);  \
+  }
+
+#define BWW_FMA(i)                                                 \
+  if constexpr (i < MR) {                                          \
+    const __m512 av = _mm512_set1_ps(a[i]);                        \
+    c##i##_0 = _mm512_fmadd_ps(av, b0, c##i##_0);                  \
+    if constexpr (NV > 1) c##i##_1 = _mm512_fmadd_ps(av, b1, c##i##_1); \
+    if constexpr (NV > 2) c##i##_2 = _mm512_fmadd_ps(av, b2, c##i##_2); \
+    if constexpr (NV > 3) c##i##_3 = _mm512_fmadd_ps(av, b3, c##i##_3); \
+  }
+
+#define BWW_STORE(i)                                                        \
+  if constexpr (i < MR) {                                                   \
+    float* cr = t.c + (i) * t.ldc;                                          \
+    store_vec<0, NV, MASK>(cr, c##i##_0, tail);                             \
+    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail);       \
+    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail);       \
+    if constexpr (NV > 3) store_vec<3, NV, MASK>(cr, c##i##_3, tail);       \
+  }
+
+// MR x (16*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
+template <int MR, int NV, bool MASK>
+void gemm_kernel(const TileArgs& t) {
+  const int last = t.cols - 16 * (NV - 1);  // lanes of the last vector, 1..16
+  const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
+  BWW_FOR_ROWS(BWW_DECL)
+  BWW_FOR_ROWS(BWW_LOAD)
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.a_off;
+    const float* b = px[i].b + t.b_off;
+    const __m512 b0 = load_vec<0, NV, MASK>(b, tail);
+    __m512 b1, b2, b3;
+    if constexpr (NV > 1) b1 = load_vec<1, NV, MASK>(b, tail);
+    if constexpr (NV > 2) b2 = load_vec<2, NV, MASK>(b, tail);
+    if constexpr (NV > 3) b3 = load_vec<3, NV, MASK>(b, tail);
+    BWW_FOR_ROWS(BWW_FMA)
+  }
+  BWW_FOR_ROWS(BWW_STORE)
+}
+
+template <int NV>
+void gemm_by_rows(const TileArgs& t, bool mask) {
+  constexpr int kMax = kAvx512Rows[NV];
+  switch (t.rows) {
+#define BWW_CASE(r)                                                         \
+  case r + 1:                                                               \
+    if constexpr (r + 1 <= kMax) {                                          \
+      if (mask) gemm_kernel<r + 1, NV, true>(t);                            \
+      else gemm_kernel<r + 1, NV, false>(t);                                \
+    }                                                                       \
+    return;
+    BWW_FOR_ROWS(BWW_CASE)
+#undef BWW_CASE
+    default: return;
+  }
+}
+
+// Depthwise: C[n] += sum A[n] * B[n] over NV vectors of channels. Named
+// accumulators d<j> (no array, see above).
+#define BWW_DW_VECS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define BWW_DW_DECL(j) __m512 d##j = _mm512_setzero_ps();
+#define BWW_DW_LOAD(j) \
+  if constexpr (j < NV) d##j = load_vec<j, NV, MASK>(t.c, tail);
+#define BWW_DW_FMA(j)                                                                      \
+  if constexpr (j < NV)                                                                    \
+    d##j = _mm512_fmadd_ps(load_vec<j, NV, MASK>(a, tail), load_vec<j, NV, MASK>(b, tail), d##j);
+#define BWW_DW_STORE(j) \
+  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail);
+
+template <int NV, bool MASK>
+void dw_kernel(const TileArgs& t) {
+  const int last = t.cols - 16 * (NV - 1);
+  const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
+  BWW_DW_VECS(BWW_DW_DECL)
+  BWW_DW_VECS(BWW_DW_LOAD)
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.b_off;
+    const float* b = px[i].b + t.b_off;
+    BWW_DW_VECS(BWW_DW_FMA)
+  }
+  BWW_DW_VECS(BWW_DW_STORE)
+}
+
+// Grouped with few channels: MG rows (A channels per group), ng = cols B
+// channels per group, gpv = 16/ng groups per vector, NVG vectors of groups.
+// Lane l of vector v belongs to group v*gpv + l/ng; its A value for row j is
+// chunk_v[(l/ng)*MG + j], brought in by a permute. Accumulators g<j>_<v>.
+#define BWW_G_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <int MG, int NVG>
+void grouped_kernel(const TileArgs& t) {
+  const int ng = t.cols, gpv = 16 / ng;
+  const int shift = ng == 2 ? 1 : ng == 4 ? 2 : 3;
+  __mmask16 am[4], bm[4];  // per vector of groups; read-only in the loop
+  for (int v = 0; v < 4; ++v) {
+    const int gv = t.groups - v * gpv < 0 ? 0 : t.groups - v * gpv > gpv ? gpv : t.groups - v * gpv;
+    bm[v] = static_cast<__mmask16>((1u << (gv * ng)) - 1u);
+    am[v] = static_cast<__mmask16>((1u << (gv * MG)) - 1u);
+  }
+  const __mmask16 am0 = am[0], am1 = am[1], am2 = am[2], am3 = am[3];
+  const __mmask16 bm0 = bm[0], bm1 = bm[1], bm2 = bm[2], bm3 = bm[3];
+  const __m512i grp = _mm512_mullo_epi32(
+      _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                        shift),
+      _mm512_set1_epi32(MG));
+#define BWW_G_DECL(j)                                                              \
+  const __m512i idx##j = _mm512_add_epi32(grp, _mm512_set1_epi32(j < MG ? j : 0)); \
+  __m512 g##j##_0 = _mm512_setzero_ps(), g##j##_1 = _mm512_setzero_ps(),           \
+         g##j##_2 = _mm512_setzero_ps(), g##j##_3 = _mm512_setzero_ps();
+  BWW_G_ROWS(BWW_G_DECL)
+  const int64_t a_step = static_cast<int64_t>(gpv) * MG;  // A floats per vector of groups
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.a_off;
+    const float* b = px[i].b + t.b_off;
+    const __m512 a0 = _mm512_maskz_loadu_ps(am0, a), b0 = _mm512_maskz_loadu_ps(bm0, b);
+    __m512 a1, b1, a2, b2, a3, b3;
+    if constexpr (NVG > 1) a1 = _mm512_maskz_loadu_ps(am1, a + a_step), b1 = _mm512_maskz_loadu_ps(bm1, b + 16);
+    if constexpr (NVG > 2) a2 = _mm512_maskz_loadu_ps(am2, a + 2 * a_step), b2 = _mm512_maskz_loadu_ps(bm2, b + 32);
+    if constexpr (NVG > 3) a3 = _mm512_maskz_loadu_ps(am3, a + 3 * a_step), b3 = _mm512_maskz_loadu_ps(bm3, b + 48);
+#define BWW_G_FMA(j)                                                                           \
+  if constexpr (j < MG) {                                                                      \
+    g##j##_0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx##j, a0), b0, g##j##_0);               \
+    if constexpr (NVG > 1) g##j##_1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx##j, a1), b1, g##j##_1); \
+    if constexpr (NVG > 2) g##j##_2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx##j, a2), b2, g##j##_2); \
+    if constexpr (NVG > 3) g##j##_3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx##j, a3), b3, g##j##_3); \
+  }
+    BWW_G_ROWS(BWW_G_FMA)
+  }
+#define BWW_G_STORE(j)                                                              \
+  if constexpr (j < MG) {                                                           \
+    _mm512_storeu_ps(t.c + 16 * j, g##j##_0);                                       \
+    if constexpr (NVG > 1) _mm512_storeu_ps(t.c + 16 * (MG + j), g##j##_1);         \
+    if constexpr (NVG > 2) _mm512_storeu_ps(t.c + 16 * (2 * MG + j), g##j##_2);     \
+    if constexpr (NVG > 3) _mm512_storeu_ps(t.c + 16 * (3 * MG + j), g##j##_3);     \
+  }
+  BWW_G_ROWS(BWW_G_STORE)
+}
+
+template <int MG>
+void grouped_by_vectors(const TileArgs& t) {
+  const int nvg = (t.groups * t.cols + 15) / 16;
+  if constexpr (MG <= 4) {
+    switch (nvg) {
+      case 1: grouped_kernel<MG, 1>(t); break;
+      case 2: grouped_kernel<MG, 2>(t); break;
+      case 3: grouped_kernel<MG, 3>(t); break;
+      default: grouped_kernel<MG, 4>(t); break;
+    }
+  } else {
+    if (nvg == 1) grouped_kernel<MG, 1>(t);
+    else grouped_kernel<MG, 2>(t);
+  }
+}
+
+}  // namespace
+
+void gemm_tile_avx512(const TileArgs& t) {
+  if (t.rows <= 0 || t.cols <= 0) return;
+  const int nv = (t.cols + 15) / 16;
+  const bool mask = (t.cols % 16) != 0;
+  switch (nv) {
+    case 1: gemm_by_rows<1>(t, mask); break;
+    case 2: gemm_by_rows<2>(t, mask); break;
+    case 3: gemm_by_rows<3>(t, mask); break;
+    case 4: gemm_by_rows<4>(t, mask); break;
+    default: break;
+  }
+}
+
+void grouped_tile_avx512(const TileArgs& t) {
+  switch (t.rows) {
+#define BWW_G_CASE(j) \
+  case j + 1: grouped_by_vectors<j + 1>(t); break;
+    BWW_G_ROWS(BWW_G_CASE)
+#undef BWW_G_CASE
+    default: break;
+  }
+}
+
+void dw_tile_avx512(const TileArgs& t) {
+  if (t.cols <= 0) return;
+  const int nv = (t.cols + 15) / 16;
+  const bool mask = (t.cols % 16) != 0;
+#define BWW_DW(n)                    \
+  case n:                            \
+    if (mask) dw_kernel<n, true>(t); \
+    else dw_kernel<n, false>(t);     \
+    break;
+  switch (nv) {
+    BWW_DW(1) BWW_DW(2) BWW_DW(3) BWW_DW(4) BWW_DW(5) BWW_DW(6) BWW_DW(7) BWW_DW(8) BWW_DW(9) BWW_DW(10) BWW_DW(11) BWW_DW(12) BWW_DW(13) BWW_DW(14) BWW_DW(15) BWW_DW(16)
+    default: break;
+  }
+#undef BWW_DW
+}
+
+}  // namespace bww
+}  // namespace x86
+}  // namespace tct

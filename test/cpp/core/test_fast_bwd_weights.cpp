@@ -1,0 +1,300 @@
+// x86::backward_weights_f32 against reference_backward_weights, per ISA the CPU
+// has. Data are small integers, so every sum is exact and the compare is ==.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+#include "kernels/x86/x86.h"
+#include "problem.h"
+
+namespace tct {
+namespace {
+
+struct Case {
+  int S = 2;
+  int64_t N = 1, G = 1, ICg = 1, OCg = 1;
+  std::vector<int64_t> I, K, s, d, pb, pe, op;
+  WeightsFormat wf = WeightsFormat::IOX;
+};
+
+std::string describe(const Case& c) {
+  auto list = [](const std::vector<int64_t>& v) {
+    std::ostringstream o;
+    o << "[";
+    for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+    o << "]";
+    return o.str();
+  };
+  std::ostringstream o;
+  o << "S=" << c.S << " N=" << c.N << " G=" << c.G << " ICg=" << c.ICg << " OCg=" << c.OCg
+    << " I=" << list(c.I) << " K=" << list(c.K) << " s=" << list(c.s) << " d=" << list(c.d)
+    << " pb=" << list(c.pb) << " pe=" << list(c.pe) << " op=" << list(c.op)
+    << " wf=" << to_string(c.wf);
+  return o.str();
+}
+
+// Dense NXC view in the logical (N, C, X0, X1, X2) order.
+ActView nxc_view(const ConvProblem& p, const std::array<int64_t, kAxes>& sp, int64_t C,
+                 float* data) {
+  ActView v;
+  v.data = data;
+  v.sc = 1;
+  v.sx[2] = C;
+  v.sx[1] = sp[2] * C;
+  v.sx[0] = sp[1] * sp[2] * C;
+  v.sn = sp[0] * sp[1] * sp[2] * C;
+  return v;
+}
+
+// Contiguous weights in layout wf, seen as logical IOX strides.
+WeightsView weights_view(const ConvProblem& p, WeightsFormat wf, float* data) {
+  const int S = p.spatial_rank;
+  const Shape shape = weights_shape(p, wf);
+  std::vector<int64_t> stride(shape.size());
+  int64_t st = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    stride[i] = st;
+    st *= shape[i];
+  }
+  const std::vector<int> dims = weights_dims(wf, S);
+  WeightsView w;
+  w.data = data;
+  w.si = stride[dims[0]];
+  w.so = stride[dims[1]];
+  for (int ax = 0; ax < kAxes; ++ax) w.sk[ax] = 0;
+  for (int i = 0; i < S; ++i) w.sk[kAxes - S + i] = stride[dims[2 + i]];
+  return w;
+}
+
+// Runs one case for every supported ISA; records a failure on any mismatch.
+void check_case(const Case& c, int nthreads, std::mt19937& rng) {
+  SCOPED_TRACE(describe(c));
+  const int S = c.S;
+  Attributes a;
+  a.strides = c.s;
+  a.dilations = c.d;
+  a.pads_begin = c.pb;
+  a.pads_end = c.pe;
+  a.groups = c.G;
+  a.data_format = DataFormat::NXC;
+  a.weights_format = c.wf;
+  Shape src_shape{c.N}, dst_shape{c.N}, w_shape;
+  for (int i = 0; i < S; ++i) {
+    src_shape.push_back(c.I[i]);
+    const int64_t O = c.s[i] * (c.I[i] - 1) + c.d[i] * (c.K[i] - 1) + 1 + c.op[i] - c.pb[i] -
+                      c.pe[i];
+    dst_shape.push_back(O);
+  }
+  src_shape.push_back(c.G * c.ICg);
+  dst_shape.push_back(c.G * c.OCg);
+  {
+    ConvProblem q;
+    q.spatial_rank = S;
+    q.G = c.G;
+    q.ICg = c.ICg;
+    q.OCg = c.OCg;
+    for (int i = 0; i < S; ++i) q.K[kAxes - S + i] = c.K[i];
+    w_shape = weights_shape(q, c.wf);
+  }
+  const ConvProblem p = resolve_backward_weights(src_shape, dst_shape, w_shape, a);
+
+  std::uniform_int_distribution<int> val(-3, 3);
+  std::vector<float> src(static_cast<size_t>(p.N * p.src_spatial() * p.IC()));
+  std::vector<float> dd(static_cast<size_t>(p.N * p.dst_spatial() * p.OC()));
+  for (float& v : src) v = static_cast<float>(val(rng));
+  for (float& v : dd) v = static_cast<float>(val(rng));
+  const size_t wn = static_cast<size_t>(p.IC() * p.OCg * p.taps());
+  std::vector<float> expect(wn, -1.f);
+  reference_backward_weights(p, DType::F32, nxc_view(p, p.I, p.IC(), src.data()),
+                             nxc_view(p, p.O, p.OC(), dd.data()),
+                             weights_view(p, c.wf, expect.data()), nthreads);
+  for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
+    if (!isa_supported(isa)) continue;
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> got(wn, std::nanf(""));  // every element must be written
+    const bool ok = x86::backward_weights_f32(isa, p, src.data(), dd.data(),
+                                              weights_view(p, c.wf, got.data()), nthreads);
+    ASSERT_TRUE(ok) << "not covered";
+    size_t bad = 0, first = wn;
+    for (size_t i = 0; i < wn; ++i)
+      if (!(got[i] == expect[i])) {
+        if (!bad) first = i;
+        ++bad;
+      }
+    ASSERT_EQ(bad, 0u) << "first mismatch at " << first << ": got " << got[first]
+                       << " expected " << expect[first];
+  }
+}
+
+const WeightsFormat kFormats[] = {WeightsFormat::IOX, WeightsFormat::XOI, WeightsFormat::OIX,
+                                  WeightsFormat::XIO};
+
+// A random valid case: per axis the output padding is below max(s, d) and
+// the dst size positive.
+Case random_case(std::mt19937& rng, int S, int64_t G, int64_t ICg, int64_t OCg, int64_t N,
+                 int64_t max_i) {
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  Case c;
+  c.S = S;
+  c.N = N;
+  c.G = G;
+  c.ICg = ICg;
+  c.OCg = OCg;
+  c.wf = kFormats[uni(0, 3)];
+  for (int i = 0; i < S; ++i) {
+    for (;;) {
+      const int64_t I = uni(1, max_i), K = uni(1, S == 3 ? 3 : 4), s = uni(1, 3),
+                    d = uni(1, 100) < 70 ? 1 : uni(2, 3);
+      const int64_t ek = d * (K - 1) + 1;
+      const int64_t pb = uni(0, ek), pe = uni(0, ek), op = uni(0, std::max(s, d) - 1);
+      if (s * (I - 1) + ek + op - pb - pe < 1) continue;
+      c.I.push_back(I), c.K.push_back(K), c.s.push_back(s), c.d.push_back(d);
+      c.pb.push_back(pb), c.pe.push_back(pe), c.op.push_back(op);
+      break;
+    }
+  }
+  return c;
+}
+
+Case simple_case(int S, int64_t N, int64_t G, int64_t ICg, int64_t OCg, int64_t I, int64_t K,
+                 int64_t s, int64_t pad, WeightsFormat wf) {
+  Case c;
+  c.S = S;
+  c.N = N;
+  c.G = G;
+  c.ICg = ICg;
+  c.OCg = OCg;
+  c.wf = wf;
+  for (int i = 0; i < S; ++i) {
+    c.I.push_back(I), c.K.push_back(K), c.s.push_back(s), c.d.push_back(1);
+    c.pb.push_back(pad), c.pe.push_back(pad), c.op.push_back(0);
+  }
+  return c;
+}
+
+TEST(FastBackwardWeights, RealisticLayers) {
+  std::mt19937 rng(1);
+  for (WeightsFormat wf : kFormats) {
+    check_case(simple_case(2, 2, 1, 64, 32, 12, 4, 2, 1, wf), 2, rng);   // k4 s2 p1
+    check_case(simple_case(2, 2, 1, 48, 40, 9, 3, 1, 1, wf), 2, rng);    // tails both sides
+    check_case(simple_case(2, 1, 1, 96, 80, 7, 3, 2, 1, wf), 2, rng);    // 6x64 + 14x16
+    check_case(simple_case(1, 3, 1, 33, 70, 50, 5, 3, 2, wf), 2, rng);   // 1D
+    check_case(simple_case(3, 2, 1, 20, 17, 5, 3, 2, 1, wf), 2, rng);    // 3D
+    check_case(simple_case(2, 1, 1, 16, 16, 6, 1, 1, 0, wf), 2, rng);    // 1x1
+    check_case(simple_case(2, 2, 4, 8, 8, 7, 3, 1, 1, wf), 2, rng);      // grouped
+    check_case(simple_case(2, 2, 37, 1, 1, 9, 3, 2, 1, wf), 2, rng);     // depthwise
+    check_case(simple_case(2, 2, 70, 1, 1, 6, 4, 2, 1, wf), 2, rng);     // depthwise, > 64 ch
+    check_case(simple_case(2, 2, 6, 1, 3, 6, 3, 1, 1, wf), 2, rng);      // channel multiplier
+    check_case(simple_case(2, 2, 5, 3, 1, 6, 3, 1, 1, wf), 2, rng);
+  }
+}
+
+TEST(FastBackwardWeights, GroupedFewChannels) {
+  // Several groups per vector (2, 4, 8 channels), tails of groups, both sides.
+  std::mt19937 rng(8);
+  const int64_t shapes[][3] = {{13, 2, 2}, {7, 4, 4}, {5, 1, 8}, {9, 2, 8}, {6, 8, 4},
+                               {3, 8, 8},  {17, 1, 2}, {4, 4, 2}, {11, 3, 4}};
+  for (const auto& sh : shapes)
+    for (WeightsFormat wf : kFormats) {
+      check_case(simple_case(2, 2, sh[0], sh[1], sh[2], 6, 3, 2, 1, wf), 2, rng);
+      check_case(simple_case(1, 1, sh[0], sh[1], sh[2], 9, 2, 1, 0, wf), 1, rng);
+    }
+}
+
+TEST(FastBackwardWeights, DilationsAsymmetricPadsOutputPadding) {
+  std::mt19937 rng(9);
+  for (WeightsFormat wf : kFormats) {
+    Case c = simple_case(2, 2, 1, 21, 35, 7, 3, 2, 0, wf);
+    c.d = {2, 3};
+    c.pb = {0, 4};
+    c.pe = {3, 1};
+    c.op = {1, 2};  // below max(s, d)
+    check_case(c, 2, rng);
+    Case c3 = simple_case(3, 1, 3, 5, 6, 4, 2, 1, 0, wf);
+    c3.d = {2, 1, 3};
+    c3.pb = {1, 0, 2};
+    c3.pe = {0, 1, 0};
+    check_case(c3, 2, rng);
+  }
+}
+
+TEST(FastBackwardWeights, StridesLargerThanKernel) {
+  std::mt19937 rng(2);
+  for (WeightsFormat wf : kFormats) {
+    check_case(simple_case(2, 2, 1, 17, 19, 5, 2, 4, 0, wf), 2, rng);
+    check_case(simple_case(1, 2, 1, 5, 23, 9, 1, 3, 0, wf), 2, rng);
+  }
+}
+
+TEST(FastBackwardWeights, BatchZeroWritesZeros) {
+  std::mt19937 rng(3);
+  for (WeightsFormat wf : kFormats) {
+    check_case(simple_case(2, 0, 1, 20, 24, 5, 3, 1, 1, wf), 2, rng);
+    check_case(simple_case(1, 0, 8, 1, 1, 5, 3, 2, 1, wf), 2, rng);
+  }
+}
+
+TEST(FastBackwardWeights, PadsHideEveryTap) {
+  // Large pads: some taps never reach diff_dst and must come out zero.
+  std::mt19937 rng(4);
+  Case c = simple_case(1, 2, 1, 5, 7, 3, 5, 1, 0, WeightsFormat::XOI);
+  c.pb = {4};  // dst size 3 + 5 - 1 - 4 = 3: taps 0 and 1 hit nothing
+  c.pe = {0};
+  check_case(c, 2, rng);
+}
+
+TEST(FastBackwardWeights, ThreadCounts) {
+  std::mt19937 rng(5);
+  // A weight gradient large enough that the threads split the items (not the
+  // pixels), several chunks per thread; in the output and in scratch.
+  for (int nt : {2, 3})
+    for (WeightsFormat wf : {WeightsFormat::XOI, WeightsFormat::IOX})
+      check_case(simple_case(2, 1, 1, 64, 128, 5, 4, 1, 1, wf), nt, rng);
+  for (int nt : {1, 2, 3, 4}) {
+    check_case(simple_case(2, 3, 1, 16, 16, 5, 1, 1, 0, WeightsFormat::IOX), nt, rng);
+    check_case(simple_case(2, 3, 1, 30, 50, 6, 3, 2, 1, WeightsFormat::XOI), nt, rng);
+    check_case(simple_case(2, 1, 20, 1, 1, 6, 3, 2, 1, WeightsFormat::XIO), nt, rng);
+  }
+}
+
+TEST(FastBackwardWeights, RandomDense) {
+  std::mt19937 rng(6);
+  for (int it = 0; it < 200; ++it) {
+    const int S = 1 + it % 3;
+    auto uni = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int64_t ICg = uni(1, 70), OCg = uni(1, 70), N = uni(1, 3);
+    const int64_t max_i = S == 1 ? 40 : S == 2 ? 9 : 5;
+    check_case(random_case(rng, S, 1, ICg, OCg, N, max_i), 1 + it % 2, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(FastBackwardWeights, RandomGrouped) {
+  std::mt19937 rng(7);
+  for (int it = 0; it < 200; ++it) {
+    const int S = 1 + it % 3;
+    auto uni = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int64_t kind = it % 4;
+    const int64_t G = kind == 0 ? uni(2, 80) : uni(2, 6);
+    const int64_t ICg = kind == 0 ? 1 : kind == 1 ? uni(1, 4) : uni(1, 24);
+    const int64_t OCg = kind == 0 ? 1 : kind == 1 ? uni(1, 4) : uni(1, 24);
+    const int64_t max_i = S == 1 ? 30 : S == 2 ? 8 : 4;
+    check_case(random_case(rng, S, G, ICg, OCg, uni(1, 3), max_i), 2, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace tct
