@@ -49,9 +49,9 @@ double fma_peak_gflops(Isa isa, int nthreads, double seconds) {
   // Warm-up (clock ramp, AVX frequency licence, thread wake-up) then the timed window.
   const double warmup = std::min(0.05, 0.25 * seconds);
 
+  // Zero for threads the runtime doesn't start.
   std::vector<double> thread_iters(static_cast<size_t>(nthreads), 0.0);
   double wall = 0.0;
-  int team = 1;
   // Multiplier just below 1 and a small addend: the chains converge to
   // add/(1-mul) and stay normal (no denormal or overflow slow-downs).
   const float mul = 0.999999f, add = 1e-6f;
@@ -63,12 +63,7 @@ double fma_peak_gflops(Isa isa, int nthreads, double seconds) {
     const auto warm_end = Clock::now() + std::chrono::duration<double>(warmup);
     while (Clock::now() < warm_end) sink += chunk(kChunkIters, mul, add);
 #pragma omp barrier
-    Clock::time_point t0;
-#pragma omp master
-    {
-      team = omp_get_num_threads();
-    }
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     const auto end = t0 + std::chrono::duration<double>(seconds);
     long iters = 0;
     do {
@@ -85,7 +80,7 @@ double fma_peak_gflops(Isa isa, int nthreads, double seconds) {
     g_sink = g_sink + sink;
   }
   double total = 0.0;
-  for (int t = 0; t < team && t < nthreads; ++t) total += thread_iters[static_cast<size_t>(t)];
+  for (double it : thread_iters) total += it;
   if (!(wall > 0.0)) return 0.0;
   return total * flops_per_iter / wall * 1e-9;
 }
