@@ -3,6 +3,7 @@ against the installed torch. Install torch==2.13.0 first, then
 `pip install --no-build-isolation -e .` (see README)."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -22,11 +23,14 @@ class CMakeBuild(build_ext):
         import torch.utils  # the torch this package is built against
 
         out = os.path.abspath(self.get_ext_fullpath(ext.name))
+        # CMake always writes the library into the source package, so that
+        # `cmake --build build/main` alone refreshes an editable install.
+        in_source = os.path.join(ROOT, *ext.name.split(".")[:-1], os.path.basename(out))
         build_dir = os.environ.get("TCT_BUILD_DIR", os.path.join(ROOT, "build", "main"))
         configure = [
             "cmake", "-S", ROOT, "-B", build_dir,
             f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
-            f"-DTCT_OUTPUT_FILE={out}",
+            f"-DTCT_OUTPUT_FILE={in_source}",
             f"-DCMAKE_BUILD_TYPE={os.environ.get('TCT_BUILD_TYPE', 'Release')}",
             f"-DTCT_BUILD_TESTS={os.environ.get('TCT_BUILD_TESTS', 'ON')}",
         ]
@@ -37,6 +41,9 @@ class CMakeBuild(build_ext):
         subprocess.check_call(configure)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs])
+        if os.path.abspath(in_source) != out:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            shutil.copyfile(in_source, out)
 
     @staticmethod
     def _find_ninja():

@@ -164,13 +164,14 @@ void check_groups_channels(const ConvProblem& p, int64_t ic, int64_t w_i, const 
 
 // Backward passes: diff_dst size must match the forward formula for an
 // output_padding in [0, max(s, d)); records that output_padding in p.op.
-void check_consistent(ConvProblem& p, const char* what) {
+void check_consistent(ConvProblem& p, const char* what, const char* src_name) {
   for (int ax = kAxes - p.spatial_rank; ax < kAxes; ++ax) {
     const int64_t base = forward_size(p, ax, 0);
     const int64_t r = p.O[ax] - base;
     if (r < 0 || r >= std::max(p.s[ax], p.d[ax]))
       fail(std::string(what) + ": diff_dst spatial size " + join(p.spatial(p.O)) +
-           " is inconsistent with src spatial size " + join(p.spatial(p.I)) +
+           " is inconsistent with the src spatial size " + join(p.spatial(p.I)) + " (" +
+           src_name + ")" +
            " (a forward pass gives " + std::to_string(base) + " + output_padding in [0, " +
            std::to_string(std::max(p.s[ax], p.d[ax])) + ") on axis " +
            std::to_string(ax - (kAxes - p.spatial_rank)) + ")");
@@ -378,7 +379,7 @@ ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
       if (p.I[ax] < 1) fail("src_shape must have positive spatial sizes, got " + join(ss));
       check_extent(p, ax, a);
     }
-    check_consistent(p, what);
+    check_consistent(p, what, "from src_shape");
   } else {
     for (int ax = kAxes - S; ax < kAxes; ++ax) {
       const int64_t num = p.O[ax] + p.pb[ax] + p.pe[ax] - eff_k(p, ax);
@@ -436,7 +437,7 @@ ConvProblem resolve_backward_weights(const Shape& src, const Shape& diff_dst,
            join(src) + " and diff_dst " + join(diff_dst));
     check_extent(p, ax, a);
   }
-  check_consistent(p, what);
+  check_consistent(p, what, "from src");
   return p;
 }
 

@@ -121,8 +121,9 @@ Plan plan_forward(TCT_CONV_TRANSPOSE_ARGS) {
     plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
                             groups, data_format, weights_format);
     std::optional<Shape> bias_shape;
-    if (bias) bias_shape = concrete_shape(*bias);
-    plan.p = resolve_forward(concrete_shape(src), concrete_shape(weights), bias_shape, plan.attrs);
+    if (bias) bias_shape = concrete(bias->sym_sizes());
+    plan.p = resolve_forward(concrete_activation(src.sym_sizes(), nullptr), concrete(weights.sym_sizes()),
+                             bias_shape, plan.attrs);
     return plan;
   });
 }
@@ -173,10 +174,18 @@ Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS) {
     Plan plan;
     plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
                             groups, data_format, weights_format);
+    bool dd_symbolic = false, ss_symbolic = false;
+    const Shape dd = concrete_activation(diff_dst.sym_sizes(), &dd_symbolic);
     std::optional<Shape> ss;
-    if (src_shape) ss = concrete(*src_shape);
-    plan.p = resolve_backward_data(concrete_shape(diff_dst), concrete_shape(weights), ss,
-                                   plan.attrs);
+    if (src_shape && diff_dst.dim() > 0 && src_shape->size() == diff_dst.dim()) {
+      ss = concrete_activation(*src_shape, &ss_symbolic);
+      if (dd_symbolic || ss_symbolic)
+        same_batch(diff_dst.sym_size(0), (*src_shape)[0], dd, *ss,
+                   "conv_transpose_backward_data: the batch of src_shape differs from diff_dst's");
+    } else if (src_shape) {
+      ss = concrete(*src_shape);
+    }
+    plan.p = resolve_backward_data(dd, concrete(weights.sym_sizes()), ss, plan.attrs);
     return plan;
   });
 }
@@ -225,9 +234,15 @@ Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayR
                      at::OptionalSymIntArrayRef src_shape) {
   // Validate filter_format here so that its error names the argument.
   checked([&] { return parse_weights_format(std::string(filter_format), "filter_format"); });
-  return call_backward_data(output_delta, filter, strides, pads_begin, pads_end, dilations,
-                            auto_pad, output_padding, groups, data_format, filter_format,
-                            src_shape);
+  try {
+    return call_backward_data(output_delta, filter, strides, pads_begin, pads_end, dilations,
+                              auto_pad, output_padding, groups, data_format, filter_format,
+                              src_shape);
+  } catch (const c10::Error& e) {
+    // Name this op's arguments: its errors come from conv_transpose_backward_data.
+    TORCH_CHECK(false, "conv_transpose_backprop_data (output_delta is diff_dst, filter is "
+                "weights, filter_format is weights_format): ", e.what_without_backtrace());
+  }
 }
 
 // ------------------------------------------------------- backward weights
@@ -246,8 +261,13 @@ Plan plan_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS) {
     Plan plan;
     plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
                             groups, data_format, weights_format);
-    plan.p = resolve_backward_weights(concrete_shape(src), concrete_shape(diff_dst), wshape,
-                                      plan.attrs);
+    bool x_symbolic = false, dd_symbolic = false;
+    const Shape x = concrete_activation(src.sym_sizes(), &x_symbolic);
+    Shape dd = concrete_activation(diff_dst.sym_sizes(), &dd_symbolic);
+    if ((x_symbolic || dd_symbolic) && src.dim() > 0 && diff_dst.dim() > 0)
+      same_batch(src.sym_size(0), diff_dst.sym_size(0), x, dd,
+                 "conv_transpose_backward_weights: src and diff_dst batch sizes differ");
+    plan.p = resolve_backward_weights(x, dd, wshape, plan.attrs);
     return plan;
   });
 }
@@ -277,8 +297,6 @@ Tensor backward_weights_meta(TCT_BACKWARD_WEIGHTS_ARGS) {
   auto plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
                                     pads_end, dilations, auto_pad, output_padding, groups,
                                     data_format, weights_format, weights_shape);
-  TORCH_SYM_CHECK(src.sym_size(0).sym_eq(diff_dst.sym_size(0)),
-                  "conv_transpose_backward_weights: src and diff_dst batch sizes differ");
   return at::empty(tct::weights_shape(plan.p, plan.attrs.weights_format), src.options());
 }
 

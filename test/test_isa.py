@@ -1,0 +1,95 @@
+"""Kernel selection API: available_isas / get_isa / set_isa and TORCH_CONVTRANSPOSE_ISA."""
+
+import json
+import subprocess
+import sys
+
+import problems as P
+import pytest
+import torch
+
+
+def test_available_isas_list(tct):
+    avail = tct.available_isas()
+    assert isinstance(avail, list) and all(isinstance(n, str) for n in avail)
+    assert "reference" in avail
+    assert len(set(avail)) == len(avail)
+    assert set(avail) <= set(P.KNOWN_ISAS), avail
+
+
+def test_available_isas_match_cpu(tct):
+    flags = P.cpu_flags()
+    avail = tct.available_isas()
+    if "avx512" in avail:
+        assert "avx512f" in flags
+    if "avx2" in avail:
+        assert "avx2" in flags
+    if {"avx2", "fma"} <= flags:
+        assert "avx2" in avail, f"CPU has avx2+fma but available_isas() = {avail}"
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        assert "avx512" in avail, f"CPU has AVX-512 but available_isas() = {avail}"
+
+
+def test_set_get_isa_round_trip(tct):
+    old = tct.get_isa()
+    assert old in tct.available_isas()
+    try:
+        for name in tct.available_isas():
+            tct.set_isa(name)
+            assert tct.get_isa() == name
+    finally:
+        tct.set_isa(old)
+    assert tct.get_isa() == old
+
+
+def test_set_isa_unknown_name(tct):
+    old = tct.get_isa()
+    with pytest.raises((RuntimeError, ValueError)) as ei:
+        tct.set_isa("sse9")
+    assert "sse9" in str(ei.value)
+    assert "reference" in str(ei.value)  # lists the accepted names
+    assert tct.get_isa() == old
+
+
+def test_set_isa_unavailable_name(tct):
+    missing = [n for n in P.KNOWN_ISAS if n not in tct.available_isas()]
+    if not missing:
+        pytest.skip("every known ISA is available on this CPU")
+    old = tct.get_isa()
+    with pytest.raises((RuntimeError, ValueError)):
+        tct.set_isa(missing[0])
+    assert tct.get_isa() == old
+
+
+_ENV_SCRIPT = """
+import json, torch, torch_convtranspose as m
+x = torch.ones(1, 2, 3); w = torch.ones(2, 2, 2)
+y = torch.ops.graph.conv_transpose(x, w, None, strides=[1], pads_begin=[0], pads_end=[0],
+    dilations=[1], data_format="NCX", weights_format="IOX")
+print(json.dumps(dict(isa=m.get_isa(), avail=m.available_isas(), y=y.flatten().tolist())))
+"""
+
+
+@pytest.mark.parametrize("name", P.KNOWN_ISAS)
+def test_env_var_selects_isa(name, tct):
+    if name not in tct.available_isas():
+        pytest.skip(f"{name} not available on this CPU")
+    env = P.subprocess_env(TORCH_CONVTRANSPOSE_ISA=name)
+    proc = subprocess.run([sys.executable, "-c", _ENV_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["isa"] == name
+    assert r["y"] == [2.0, 4.0, 4.0, 2.0] * 2
+
+
+def test_isa_fixture_restores(tct):
+    old = tct.get_isa()
+    with P.use_isa("reference"):
+        assert tct.get_isa() == "reference"
+        y = torch.ops.graph.conv_transpose(torch.ones(1, 1, 2), torch.ones(1, 1, 2), None,
+                                           strides=[1], pads_begin=[0], pads_end=[0],
+                                           dilations=[1], data_format="NCX",
+                                           weights_format="IOX")
+        assert y.flatten().tolist() == [1.0, 2.0, 1.0]
+    assert tct.get_isa() == old

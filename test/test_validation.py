@@ -1,0 +1,419 @@
+"""SPEC section 4: every validation rule raises a RuntimeError naming the argument
+(functional wrappers: ValueError or RuntimeError), never a crash."""
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import problems as P
+import pytest
+import torch
+
+# A valid base problem: 2D, NCX / IOX, g=2.
+#   src (2, 4, 3, 3), weights (4, 3, 2, 2) -> OC = 6, dst (2, 6, 6, 5)
+BASE = dict(strides=[2, 2], pads_begin=[1, 0], pads_end=[0, 1], dilations=[1, 1],
+            output_padding=[1, 0], groups=2, data_format="NCX", weights_format="IOX")
+SRC = (2, 4, 3, 3)
+W = (4, 3, 2, 2)
+DST = (2, 6, 6, 5)
+
+
+def _t(shape, dtype=torch.float32):
+    return torch.ones(shape, dtype=dtype)
+
+
+def fwd(src=SRC, w=W, bias=None, **over):
+    a = dict(BASE, **over)
+    src = _t(src) if isinstance(src, tuple) else src
+    w = _t(w) if isinstance(w, tuple) else w
+    bias = _t(bias) if isinstance(bias, tuple) else bias
+    return torch.ops.graph.conv_transpose(src, w, bias, **a)
+
+
+def bwd_data(dy=DST, w=W, **over):
+    a = dict(BASE, **over)
+    dy = _t(dy) if isinstance(dy, tuple) else dy
+    w = _t(w) if isinstance(w, tuple) else w
+    return torch.ops.graph.conv_transpose_backward_data(dy, w, **a)
+
+
+def backprop(dy=DST, w=W, **over):
+    a = dict(BASE, **over)
+    a["filter_format"] = a.pop("weights_format")
+    dy = _t(dy) if isinstance(dy, tuple) else dy
+    w = _t(w) if isinstance(w, tuple) else w
+    return torch.ops.graph.conv_transpose_backprop_data(dy, w, **a)
+
+
+def bwd_w(src=SRC, dy=DST, ws_input=None, **over):
+    a = dict(BASE, **over)
+    if ws_input is None and "weights_shape" not in a:
+        a["weights_shape"] = list(W)
+    src = _t(src) if isinstance(src, tuple) else src
+    dy = _t(dy) if isinstance(dy, tuple) else dy
+    return torch.ops.graph.conv_transpose_backward_weights(src, dy, ws_input, **a)
+
+
+OPS = {"fwd": fwd, "bwd_data": bwd_data, "backprop": backprop, "bwd_w": bwd_w}
+
+
+def test_base_problem_is_valid():
+    P.tct()
+    assert list(fwd().shape) == list(DST)
+    assert list(fwd(bias=(6,)).shape) == list(DST)
+    assert list(bwd_data().shape) == list(SRC)
+    assert list(bwd_data(src_shape=list(SRC)).shape) == list(SRC)
+    assert list(backprop(src_shape=list(SRC)).shape) == list(SRC)
+    assert list(bwd_w().shape) == list(W)
+    assert list(bwd_w(ws_input=torch.tensor(W), weights_shape=[]).shape) == list(W)
+
+
+# --------------------------------------------------------------------------
+# attribute rules shared by all ops
+# --------------------------------------------------------------------------
+
+COMMON = [
+    ("strides_len1", dict(strides=[2]), "strides"),
+    ("strides_len3", dict(strides=[2, 2, 2]), "strides"),
+    ("pads_begin_len", dict(pads_begin=[1]), "pads_begin"),
+    ("pads_end_len", dict(pads_end=[0, 1, 0]), "pads_end"),
+    ("dilations_len", dict(dilations=[1]), "dilations"),
+    ("output_padding_len", dict(output_padding=[1, 0, 0]), "output_padding"),
+    ("strides_zero", dict(strides=[0, 2]), "strides"),
+    ("strides_neg", dict(strides=[2, -1]), "strides"),
+    ("dilations_zero", dict(dilations=[1, 0]), "dilations"),
+    ("dilations_neg", dict(dilations=[-2, 1]), "dilations"),
+    ("pads_begin_neg", dict(pads_begin=[-1, 0]), "pads_begin"),
+    ("pads_end_neg", dict(pads_end=[0, -1]), "pads_end"),
+    ("groups_zero", dict(groups=0), "groups"),
+    ("groups_neg", dict(groups=-2), "groups"),
+    ("output_padding_eq_stride", dict(output_padding=[2, 0]), "output_padding"),
+    ("output_padding_neg", dict(output_padding=[0, -1]), "output_padding"),
+    ("output_padding_ge_max_s_d",
+     dict(strides=[1, 1], dilations=[2, 1], output_padding=[2, 0]), "output_padding"),
+    ("groups_not_dividing_ic", dict(groups=3), "groups"),
+    ("data_format_unknown", dict(data_format="NHWC"), "data_format"),
+    ("data_format_empty", dict(data_format=""), "data_format"),
+    ("auto_pad_unknown", dict(auto_pad="same"), "auto_pad"),
+    ("auto_pad_unknown2", dict(auto_pad="EXPLICIT"), "auto_pad"),
+]
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("over,arg", [pytest.param(o, a, id=i) for i, o, a in COMMON])
+def test_attribute_rules(op, over, arg):
+    P.tct()
+    with pytest.raises(RuntimeError, match=re.escape(arg)):
+        OPS[op](**over)
+
+
+ACCEPTED = {
+    "data_format": ["NXC", "NCX"],
+    "auto_pad": ["None", "SAME_UPPER", "SAME_LOWER", "VALID"],
+    "weights_format": ["IOX", "XOI", "OIX", "XIO"],
+}
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("attr,bad", [("data_format", "NHWC"), ("auto_pad", "same"),
+                                      ("weights_format", "OIHW"), ("weights_format", "KIO")])
+def test_unknown_strings_list_accepted_values(op, attr, bad):
+    P.tct()
+    over = {attr: bad}
+    name = attr
+    if op == "backprop" and attr == "weights_format":
+        name = "filter_format"
+    fn = OPS[op]
+    with pytest.raises(RuntimeError) as ei:
+        if op == "backprop" and attr == "weights_format":
+            a = dict(BASE)
+            a.pop("weights_format")
+            torch.ops.graph.conv_transpose_backprop_data(_t(DST), _t(W), **a, filter_format=bad)
+        else:
+            fn(**over)
+    msg = str(ei.value)
+    assert name in msg, msg
+    assert bad in msg, msg
+    for v in ACCEPTED[attr]:
+        assert v.lower() in msg.lower(), f"{v!r} not listed in: {msg}"
+
+
+def test_weights_format_accepts_all_four_in_both_attributes():
+    P.tct()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, SRC, generator=g).float()
+    w = torch.randint(-3, 4, W, generator=g).float()
+    dy = torch.randint(-3, 4, DST, generator=g).float()
+    want_y = P.ref_conv_transpose(x, w, None, **BASE)
+    want_dx = P.ref_conv_transpose_backward_data(dy, w, **BASE)
+    for fmt in P.WEIGHTS_FORMATS:
+        wf = P.weights_from_iox(w, fmt)
+        a = dict(BASE, weights_format=fmt)
+        assert torch.equal(torch.ops.graph.conv_transpose(x, wf, None, **a), want_y.float())
+        assert torch.equal(torch.ops.graph.conv_transpose_backward_data(dy, wf, **a),
+                           want_dx.float())
+        b = dict(BASE)
+        b.pop("weights_format")
+        assert torch.equal(
+            torch.ops.graph.conv_transpose_backprop_data(dy, wf, **b, filter_format=fmt),
+            want_dx.float())
+        gw = torch.ops.graph.conv_transpose_backward_weights(
+            x, dy, **a, weights_shape=list(wf.shape))
+        assert torch.equal(gw, P.ref_conv_transpose_backward_weights(
+            x, dy, weights_shape=list(wf.shape), **a).float())
+
+
+def test_output_padding_below_dilation_is_valid():
+    """PyTorch's rule: output_padding < max(stride, dilation), not only < stride."""
+    P.tct()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-3, 4, SRC, generator=g).double()
+    w = torch.randint(-3, 4, W, generator=g).double()
+    a = dict(BASE, strides=[1, 2], dilations=[3, 1], output_padding=[2, 1])
+    got = torch.ops.graph.conv_transpose(x, w, None, **a)
+    assert torch.equal(got, P.ref_conv_transpose(x, w, None, **a))
+
+
+# --------------------------------------------------------------------------
+# shapes, per op
+# --------------------------------------------------------------------------
+
+SHAPE_CASES = [
+    # forward
+    ("fwd_src_rank2", lambda: fwd(src=(2, 4), w=(4, 3)), r"src"),
+    ("fwd_src_rank6", lambda: fwd(src=(1, 4, 2, 2, 2, 2), w=(4, 3, 1, 1, 1, 1),
+                                  strides=[1] * 4, pads_begin=[0] * 4, pads_end=[0] * 4,
+                                  dilations=[1] * 4, output_padding=[]), r"src"),
+    ("fwd_weights_rank", lambda: fwd(w=(4, 3, 2)), r"weights"),
+    ("fwd_channel_mismatch", lambda: fwd(src=(2, 5, 3, 3)), r"src|weights"),
+    ("fwd_bias_len", lambda: fwd(bias=(5,)), r"bias"),
+    ("fwd_bias_2d", lambda: fwd(bias=(6, 1)), r"bias"),
+    ("fwd_bias_oc_per_group", lambda: fwd(bias=(3,)), r"bias"),
+    ("fwd_output_size_negative",
+     lambda: fwd(src=(1, 4, 1, 1), w=(4, 3, 1, 1), strides=[1, 1], pads_begin=[1, 1],
+                 pads_end=[1, 1], output_padding=[]), r"(?i)output|dst|size|pads"),
+    ("fwd_output_size_zero",
+     lambda: fwd(src=(1, 4, 1, 1), w=(4, 3, 1, 1), strides=[1, 1], pads_begin=[1, 0],
+                 pads_end=[0, 0], output_padding=[]), r"(?i)output|dst|size|pads"),
+    ("fwd_dtype_weights", lambda: fwd(w=_t(W, torch.float64)), r"(?i)dtype|type"),
+    ("fwd_dtype_bias", lambda: fwd(bias=_t((6,), torch.float64)), r"(?i)dtype|type"),
+    ("fwd_dtype_bf16_f32", lambda: fwd(src=_t(SRC, torch.bfloat16)), r"(?i)dtype|type"),
+    ("fwd_dtype_int", lambda: fwd(src=_t(SRC, torch.int64), w=_t(W, torch.int64)),
+     r"(?i)dtype|type|src"),
+    # backward data
+    ("bwd_data_rank", lambda: bwd_data(dy=(2, 6, 6)), r"diff_dst|weights|src"),
+    ("bwd_data_channel_mismatch", lambda: bwd_data(dy=(2, 5, 6, 5)), r"diff_dst|weights"),
+    ("bwd_data_src_shape_inconsistent", lambda: bwd_data(src_shape=[2, 4, 5, 3]),
+     r"src_shape|diff_dst"),
+    ("bwd_data_src_shape_inconsistent_small", lambda: bwd_data(src_shape=[2, 4, 1, 3]),
+     r"src_shape|diff_dst"),
+    ("bwd_data_src_shape_len", lambda: bwd_data(src_shape=[2, 4, 3]), r"src_shape"),
+    ("bwd_data_src_shape_channels", lambda: bwd_data(src_shape=[2, 5, 3, 3]), r"src_shape"),
+    ("bwd_data_src_shape_batch", lambda: bwd_data(src_shape=[3, 4, 3, 3]), r"src_shape"),
+    ("bwd_data_default_size_lt1",
+     lambda: bwd_data(dy=(2, 6, 1, 1), w=(4, 3, 3, 3), strides=[1, 1], pads_begin=[0, 0],
+                      pads_end=[0, 0], output_padding=[]), r"(?i)size|diff_dst|src|output"),
+    ("bwd_data_dtype", lambda: bwd_data(w=_t(W, torch.float16)), r"(?i)dtype|type"),
+    ("backprop_channel_mismatch", lambda: backprop(dy=(2, 5, 6, 5)),
+     r"output_delta|filter|diff_dst|weights"),
+    # the older op's own argument names: src_shape / output_delta
+    ("backprop_src_shape_inconsistent", lambda: backprop(src_shape=[2, 4, 5, 3]),
+     r"src_shape|output_delta"),
+    ("backprop_dtype", lambda: backprop(w=_t(W, torch.float64)), r"(?i)dtype|type"),
+    # backward weights
+    ("bwd_w_missing_weights_shape",
+     lambda: torch.ops.graph.conv_transpose_backward_weights(_t(SRC), _t(DST), **BASE),
+     r"weights_shape"),
+    ("bwd_w_missing_weights_shape_empty",
+     lambda: torch.ops.graph.conv_transpose_backward_weights(_t(SRC), _t(DST), None, **BASE,
+                                                             weights_shape=[]),
+     r"weights_shape"),
+    ("bwd_w_weights_shape_len", lambda: bwd_w(weights_shape=[4, 3, 2]), r"weights_shape"),
+    ("bwd_w_weights_shape_ic", lambda: bwd_w(weights_shape=[5, 3, 2, 2]), r"weights_shape|src"),
+    ("bwd_w_weights_shape_oc", lambda: bwd_w(weights_shape=[4, 2, 2, 2]),
+     r"weights_shape|diff_dst"),
+    ("bwd_w_weights_shape_negative", lambda: bwd_w(weights_shape=[4, 3, -1, 2]),
+     r"weights_shape"),
+    ("bwd_w_input_float", lambda: bwd_w(ws_input=torch.tensor(W, dtype=torch.float32)),
+     r"weights_shape"),
+    ("bwd_w_input_2d", lambda: bwd_w(ws_input=torch.tensor([W])), r"weights_shape"),
+    ("bwd_w_input_len", lambda: bwd_w(ws_input=torch.tensor([4, 3, 2])), r"weights_shape"),
+    ("bwd_w_inconsistent_spatial", lambda: bwd_w(dy=(2, 6, 9, 5)), r"src|diff_dst"),
+    ("bwd_w_inconsistent_spatial_small", lambda: bwd_w(dy=(2, 6, 4, 5)), r"src|diff_dst"),
+    ("bwd_w_batch_mismatch", lambda: bwd_w(dy=(3, 6, 6, 5)), r"src|diff_dst"),
+    ("bwd_w_rank_mismatch", lambda: bwd_w(dy=(2, 6, 6)), r"src|diff_dst"),
+    ("bwd_w_dy_channels_not_divisible", lambda: bwd_w(dy=(2, 5, 6, 5),
+                                                       weights_shape=[4, 3, 2, 2]),
+     r"diff_dst|groups|weights_shape"),
+    ("bwd_w_dtype", lambda: bwd_w(dy=_t(DST, torch.float64)), r"(?i)dtype|type"),
+]
+
+
+@pytest.mark.parametrize("call,pattern", [pytest.param(c, m, id=i) for i, c, m in SHAPE_CASES])
+def test_shape_rules(call, pattern):
+    P.tct()
+    with pytest.raises(RuntimeError, match=pattern):
+        call()
+
+
+def test_error_message_names_the_value():
+    P.tct()
+    with pytest.raises(RuntimeError, match=r"strides.*-7|-7.*strides"):
+        fwd(strides=[2, -7])
+    with pytest.raises(RuntimeError, match=r"groups.*-5|-5.*groups"):
+        fwd(groups=-5)
+    with pytest.raises(RuntimeError, match=r"output_padding.*5|5.*output_padding"):
+        fwd(output_padding=[5, 0])
+
+
+# --------------------------------------------------------------------------
+# functional wrappers and modules (ValueError or RuntimeError)
+# --------------------------------------------------------------------------
+
+WRAPPER_CASES = [
+    ("conv_transpose_strides",
+     lambda m: m.conv_transpose(_t(SRC), _t(W), **dict(BASE, strides=[0, 2])), "strides"),
+    ("conv_transpose_data_format",
+     lambda m: m.conv_transpose(_t(SRC), _t(W), **dict(BASE, data_format="NWC")),
+     "data_format"),
+    ("backward_data_src_shape",
+     lambda m: m.conv_transpose_backward_data(_t(DST), _t(W), **BASE, src_shape=[2, 4, 5, 3]),
+     "src_shape|diff_dst"),
+    ("backward_weights_missing_shape",
+     lambda m: m.conv_transpose_backward_weights(_t(SRC), _t(DST), **BASE), "weights_shape"),
+    ("conv_transpose2d_stride0",
+     lambda m: m.conv_transpose2d(_t((1, 4, 3, 3)), _t((4, 2, 3, 3)), stride=0), "stride"),
+    ("conv_transpose2d_groups",
+     lambda m: m.conv_transpose2d(_t((1, 4, 3, 3)), _t((4, 2, 3, 3)), groups=3), "group"),
+    ("conv_transpose1d_output_padding",
+     lambda m: m.conv_transpose1d(_t((1, 4, 3)), _t((4, 2, 3)), stride=2, output_padding=2),
+     "output_padding"),
+    ("ConvTranspose2d_groups", lambda m: m.ConvTranspose2d(4, 6, 3, groups=4), "group"),
+    ("ConvTranspose2d_padding_mode",
+     lambda m: m.ConvTranspose2d(4, 6, 3, padding_mode="reflect"), "padding_mode|zeros"),
+]
+
+
+@pytest.mark.parametrize("call,pattern", [pytest.param(c, m, id=i) for i, c, m in WRAPPER_CASES])
+def test_wrapper_rules(call, pattern):
+    m = P.tct()
+    with pytest.raises((RuntimeError, ValueError), match=pattern):
+        call(m)
+
+
+# --------------------------------------------------------------------------
+# huge values: a clean RuntimeError, not a crash (run in a subprocess)
+# --------------------------------------------------------------------------
+
+BIG = 2 ** 62
+MAX = 2 ** 63 - 1
+A1 = dict(strides=[1], pads_begin=[0], pads_end=[0], dilations=[1], data_format="NCX",
+          weights_format="IOX")
+
+HUGE_CASES = {
+    # name: (op, src-or-diff_dst shape, weights shape or weights_shape, attribute overrides)
+    "fwd_stride_2e62": ("fwd", [1, 1, 3], [1, 1, 2], dict(strides=[BIG])),
+    "fwd_stride_max": ("fwd", [1, 1, 2], [1, 1, 2], dict(strides=[MAX])),
+    "fwd_dilation_2e62": ("fwd", [1, 1, 3], [1, 1, 3], dict(dilations=[BIG])),
+    "fwd_dilation_max": ("fwd", [1, 1, 3], [1, 1, 3], dict(dilations=[MAX])),
+    "fwd_pads_begin_2e62": ("fwd", [1, 1, 3], [1, 1, 2], dict(pads_begin=[BIG])),
+    "fwd_pads_end_2e62": ("fwd", [1, 1, 3], [1, 1, 2], dict(pads_end=[BIG])),
+    "fwd_pads_both_max": ("fwd", [1, 1, 3], [1, 1, 2], dict(pads_begin=[MAX], pads_end=[MAX])),
+    "fwd_output_padding_huge": ("fwd", [1, 1, 1], [1, 1, 2],
+                                dict(strides=[BIG], output_padding=[BIG - 1])),
+    "fwd_groups_2e62": ("fwd", [1, 2, 3], [2, 1, 2], dict(groups=BIG)),
+    "bwd_data_stride_2e62_src_shape": ("bwd_data", [1, 1, 4], [1, 1, 2],
+                                       dict(strides=[BIG], src_shape=[1, 1, 3])),
+    "bwd_data_dilation_2e62": ("bwd_data", [1, 1, 4], [1, 1, 3], dict(dilations=[BIG])),
+    "bwd_data_dilation_max": ("bwd_data", [1, 1, 4], [1, 1, 3], dict(dilations=[MAX])),
+    "bwd_data_pads_2e62": ("bwd_data", [1, 1, 4], [1, 1, 2], dict(pads_begin=[BIG])),
+    "bwd_data_pads_max_src_shape": ("bwd_data", [1, 1, 4], [1, 1, 2],
+                                    dict(pads_begin=[MAX], pads_end=[MAX],
+                                         src_shape=[1, 1, 3])),
+    "bwd_data_src_shape_2e62": ("bwd_data", [1, 1, 4], [1, 1, 2], dict(src_shape=[1, 1, BIG])),
+    "bwd_w_stride_2e62": ("bwd_w", [1, 1, 3], [1, 1, 2], dict(strides=[BIG])),
+    "bwd_w_dilation_2e62": ("bwd_w", [1, 1, 3], [1, 1, 2], dict(dilations=[BIG])),
+    "bwd_w_pads_2e62": ("bwd_w", [1, 1, 3], [1, 1, 2], dict(pads_begin=[BIG], pads_end=[BIG])),
+    "bwd_w_kernel_2e62": ("bwd_w", [1, 1, 3], [1, 1, BIG], {}),
+    # just below 2**62: the size arithmetic itself must not overflow
+    "fwd_stride_2e62m1_overflow": ("fwd", [1, 1, 3], [1, 1, 3], dict(strides=[BIG - 1])),
+    "fwd_dilation_2e62m1_overflow": ("fwd", [1, 1, 3], [1, 1, 3],
+                                     dict(dilations=[BIG - 1], strides=[2])),
+    "fwd_stride_dilation_2e62m1": ("fwd", [1, 1, 2], [1, 1, 3],
+                                   dict(strides=[BIG - 1], dilations=[BIG - 1])),
+    "fwd_output_padding_2e62m2": ("fwd", [1, 1, 2], [1, 1, 2],
+                                  dict(strides=[BIG - 1], output_padding=[BIG - 2])),
+    "fwd_pads_2e62m1": ("fwd", [1, 1, 3], [1, 1, 2],
+                        dict(pads_begin=[BIG - 1], pads_end=[BIG - 1])),
+    "bwd_data_pads_2e62m1": ("bwd_data", [1, 1, 4], [1, 1, 2],
+                             dict(pads_begin=[BIG - 1], pads_end=[BIG - 1])),
+    "bwd_data_dilation_2e62m1_src_shape": ("bwd_data", [1, 1, 4], [1, 1, 3],
+                                           dict(dilations=[BIG - 1], src_shape=[1, 1, 3])),
+    "bwd_w_stride_2e62m1": ("bwd_w", [1, 1, 3], [1, 1, 3], dict(strides=[BIG - 1])),
+    "bwd_w_pads_2e62m1": ("bwd_w", [1, 1, 3], [1, 1, 2],
+                          dict(pads_begin=[BIG - 1], pads_end=[BIG - 1])),
+}
+
+_HUGE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import torch_convtranspose  # noqa: F401
+    cases = json.loads(sys.argv[1])
+    for name, (op, shape, wshape, over) in cases.items():
+        a = dict(strides=[1], pads_begin=[0], pads_end=[0], dilations=[1],
+                 data_format="NCX", weights_format="IOX")
+        a.update(over)
+        out = dict(name=name)
+        try:
+            if op == "fwd":
+                r = torch.ops.graph.conv_transpose(torch.ones(shape), torch.ones(wshape), None, **a)
+            elif op == "bwd_data":
+                r = torch.ops.graph.conv_transpose_backward_data(torch.ones(shape),
+                                                                 torch.ones(wshape), **a)
+            else:
+                dy = torch.ones([shape[0], wshape[1]] + [4] * (len(shape) - 2))
+                r = torch.ops.graph.conv_transpose_backward_weights(
+                    torch.ones(shape), dy, None, **a, weights_shape=wshape)
+            out["outcome"] = "returned"
+            out["msg"] = "shape " + str(list(r.shape))
+        except RuntimeError as e:
+            out["outcome"] = "RuntimeError"
+            out["msg"] = str(e)[:300]
+        except BaseException as e:
+            out["outcome"] = type(e).__name__
+            out["msg"] = str(e)[:300]
+        print(json.dumps(out), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def huge_results():
+    env = P.subprocess_env()
+    try:
+        proc = subprocess.run([sys.executable, "-c", _HUGE_SCRIPT, json.dumps(HUGE_CASES)],
+                              capture_output=True, text=True, timeout=180, env=env)
+        out, err, rc = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, rc = "timeout", "timeout"
+    res = {}
+    for line in out.splitlines():
+        try:
+            d = json.loads(line)
+            res[d["name"]] = d
+        except ValueError:
+            pass
+    return res, rc, err[-2000:]
+
+
+@pytest.mark.parametrize("name", list(HUGE_CASES))
+def test_huge_values_raise_cleanly(name, huge_results):
+    res, rc, err = huge_results
+    if name not in res:
+        done = list(res)
+        pytest.fail(f"subprocess died before finishing {name!r} (rc={rc}; finished: {done}); "
+                    f"stderr tail:\n{err}")
+    r = res[name]
+    assert r["outcome"] == "RuntimeError", f"{name}: {r}"
