@@ -13,14 +13,28 @@
 //
 // Per block of rows, an indirection buffer (one pointer per row and tap: the
 // input pixel, or a zero vector for padding) feeds the ISA micro-kernels of
-// conv_f32_kernels.h. Weights are packed once per call to
-// [g][column block][phase-ordered taps][c][NR]. Extra memory: the packed
-// weights plus, per thread, the indirection buffer of one row block.
+// conv_f32_kernels.h; all groups share it (the kernels add channel offsets).
+// Kernels by shape:
+//   GEMM register tiles (MR rows x NR columns of one group), weights packed
+//     once per call to [g][column block][chunk of c][phase-ordered tap][c][NR];
+//   depthwise (ICg = OCg = 1): elementwise over all channels, weights [tap][C];
+//   small groups (AVX-512, <= 8 columns per group): 16 channels of several
+//     groups per vector, inputs permuted into place, weights [tap][c][OC].
+// Extra memory: one packed copy of the weights (or, when the weights dwarf
+// the activations, one packed column block per thread) plus, per thread, the
+// indirection buffer of one row block.
 #include <omp.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "conv_f32_kernels.h"
@@ -38,13 +52,26 @@ struct AxisMap {
   std::vector<int64_t> out;  // [rows] output coordinate
   std::vector<int64_t> tap;  // [taps] kernel index
   std::vector<int64_t> in;   // [rows * taps] input coordinate, -1 where padding
+  // The same in elements of the tensors (coordinate x the axis' stride), so a
+  // pixel's offset is the sum over the axes; kPad where padding.
+  std::vector<int64_t> out_off, in_off;
 };
+
+// Offset of a padding tap: the sum with two valid offsets stays negative.
+constexpr int64_t kPad = INT64_MIN / 4;
+
+void set_offsets(AxisMap& m, int64_t in_stride, int64_t out_stride) {
+  m.out_off.resize(m.rows);
+  m.in_off.resize(m.in.size());
+  for (int64_t j = 0; j < m.rows; ++j) m.out_off[j] = m.out[j] * out_stride;
+  for (size_t e = 0; e < m.in.size(); ++e) m.in_off[e] = m.in[e] >= 0 ? m.in[e] * in_stride : kPad;
+}
 
 struct Phase {
   AxisMap ax[kAxes];
   int64_t rows = 0, taps = 0;
   int64_t tap_off = 0;  // first packed tap of this phase
-  int64_t blocks = 0;   // row blocks (work items per image and group)
+  int64_t blocks = 0;   // row blocks per image
 };
 
 // Forward, axis ax, phase q = (o + pb) mod s.
@@ -125,7 +152,33 @@ using AlignedBuf = std::unique_ptr<float[], AlignedFree>;
 AlignedBuf aligned_floats(int64_t n) {
   size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float);
   bytes = (bytes + 63) / 64 * 64;
-  return AlignedBuf(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  float* q = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!q) throw std::bad_alloc();
+  return AlignedBuf(q);
+}
+
+// dst[c*ldd + r] = src[r*lds + c] for r < R, c < C (4x4 SSE transposes).
+void transpose(const float* src, int64_t lds, int64_t R, int64_t C, float* dst, int64_t ldd) {
+  int64_t r = 0;
+#if defined(__SSE2__)
+  for (; r + 4 <= R; r += 4) {
+    const float* s0 = src + r * lds;
+    int64_t c = 0;
+    for (; c + 4 <= C; c += 4) {
+      __m128 x0 = _mm_loadu_ps(s0 + c), x1 = _mm_loadu_ps(s0 + lds + c);
+      __m128 x2 = _mm_loadu_ps(s0 + 2 * lds + c), x3 = _mm_loadu_ps(s0 + 3 * lds + c);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      _mm_storeu_ps(dst + c * ldd + r, x0);
+      _mm_storeu_ps(dst + (c + 1) * ldd + r, x1);
+      _mm_storeu_ps(dst + (c + 2) * ldd + r, x2);
+      _mm_storeu_ps(dst + (c + 3) * ldd + r, x3);
+    }
+    for (; c < C; ++c)
+      for (int64_t q = 0; q < 4; ++q) dst[c * ldd + r + q] = s0[q * lds + c];
+  }
+#endif
+  for (; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 // dst[c*NR + j] = src[c*rs + j*cs] for j < jn, 0 for jn <= j < NR, for
@@ -136,7 +189,7 @@ void pack_slab(const float* src, int64_t rs, int64_t cs, int64_t c0, int64_t c1,
   constexpr int64_t B = 16;
   for (int64_t j0 = 0; j0 < NR; j0 += B) {
     const int64_t j1 = std::min(NR, j0 + B), jv = std::min(j1, jn);
-    if (cs <= rs) {
+    if (std::abs(cs) <= std::abs(rs)) {
       for (int64_t c = c0; c < c1; ++c) {
         for (int64_t j = j0; j < jv; ++j) dst[c * NR + j] = src[c * rs + j * cs];
         for (int64_t j = std::max(j0, jv); j < j1; ++j) dst[c * NR + j] = 0.f;
@@ -168,17 +221,40 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
 
   // Depthwise: vectorize over the channels of all groups instead.
   const bool dw = p.ICg == 1 && p.OCg == 1 && p.G > 1;
-  const int64_t G = dw ? 1 : p.G;        // group loop of the driver
-  const int64_t cols = dw ? p.G : ncol;  // columns per group seen by the kernel
-  Kernel kern;
-  if (dw) {
+  // Small groups (AVX-512): vectorize over 16 output channels of several
+  // groups, permuting each lane's input channel into place, when the inputs
+  // of every 16-channel block lie within 32 channels. (A GEMM per group would
+  // use ncol of the 16 lanes.)
+  const int64_t ncp = (out_c + 15) / 16 * 16;
+  std::vector<int32_t> vg_base, vg_idx;
+  bool vg = isa == Isa::Avx512 && !dw && p.G > 1 && ncol <= 8 && cred >= 1;
+  if (vg) {
+    vg_base.resize(static_cast<size_t>(ncp / 16));
+    vg_idx.resize(static_cast<size_t>(ncp * cred));
+    for (int64_t v = 0; v < ncp / 16 && vg; ++v) {
+      const int64_t base = (16 * v / ncol) * cred;
+      vg_base[v] = static_cast<int32_t>(base);
+      for (int64_t c = 0; c < cred; ++c)
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t oc = 16 * v + l;
+          const int64_t ch = oc < out_c ? (oc / ncol) * cred + c - base : 0;
+          if (ch >= 32) vg = false;
+          vg_idx[(v * cred + c) * 16 + l] = static_cast<int32_t>(ch);
+        }
+    }
+  }
+  const bool whole_pixel = dw || vg;  // one kernel call covers every channel
+  const int64_t G = whole_pixel ? 1 : p.G;          // group loop of the driver
+  const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
+  Kernel kern;  // (small groups call conv_f32_avx512_grouped, also kDwRows rows)
+  if (whole_pixel) {
     kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw, kDwRows, 0, 1.0};
   } else {
     kern = choose_gemm_kernel(isa, ncol);
   }
   const int MR = kern.mr;
-  const int64_t NR = dw ? cols : kern.nr;
-  const int64_t NB = dw ? 1 : (ncol + NR - 1) / NR;
+  const int64_t NR = dw ? cols : vg ? ncp : kern.nr;
+  const int64_t NB = whole_pixel ? 1 : (ncol + NR - 1) / NR;
 
   // Phases and their tap ranges in the packed weights.
   std::vector<Phase> phases;
@@ -191,6 +267,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       } else {
         axes[ax].push_back(backward_axis(p, ax));
       }
+      int64_t in_stride = in_c, out_stride = out_c;  // elements per step along ax
+      for (int b = ax + 1; b < kAxes; ++b) {
+        in_stride *= in_dims[b];
+        out_stride *= out_dims[b];
+      }
+      for (AxisMap& m : axes[ax]) set_offsets(m, in_stride, out_stride);
     }
     for (const AxisMap& a0 : axes[0])
       for (const AxisMap& a1 : axes[1])
@@ -209,7 +291,6 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
   }
 
-  // Pack the weights: [g][nb][tap][c][NR] (GEMM) or [tap][channel] (depthwise).
   // Per packed tap: the offset of its kernel position in W (-1: its phase has
   // no rows, never read, not packed).
   std::vector<int64_t> koff(static_cast<size_t>(T), -1);
@@ -224,31 +305,103 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const float* W = static_cast<const float*>(wv.data);
   // Column j / reduction c of group g: forward W[g*ICg + c, j], backward W[g*ICg + j, c].
   const int64_t col_stride = fwd ? wv.so : wv.si, red_stride = fwd ? wv.si : wv.so;
-  const int64_t wsize = dw ? T * cols : G * NB * T * cred * NR;
-  AlignedBuf wp = aligned_floats(wsize);
-  if (dw) {
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t t = 0; t < T; ++t) {
-      if (koff[t] < 0) continue;
-      for (int64_t ch = 0; ch < cols; ++ch) wp[t * cols + ch] = W[ch * wv.si + koff[t]];
+  const int64_t block_floats = T * cred * NR;  // packed weights of one (g, nb)
+  // The packed taps that are read (koff >= 0).
+  std::vector<int64_t> ptap, pkoff;
+  for (int64_t t = 0; t < T; ++t)
+    if (koff[t] >= 0) {
+      ptap.push_back(t);
+      pkoff.push_back(koff[t]);
     }
-  } else {
-    // Taps innermost: a block of 16 reduction channels x NR columns over all
-    // taps is a small region of W in every layout (IOX has the taps contiguous).
-    constexpr int64_t CB = 16;
-    const int64_t ncb = (cred + CB - 1) / CB;
-#pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t nb = 0; nb < NB; ++nb)
-        for (int64_t cb = 0; cb < ncb; ++cb)
-          for (int64_t t = 0; t < T; ++t) {
-            if (koff[t] < 0) continue;
-            pack_slab(W + g * p.ICg * wv.si + nb * NR * col_stride + koff[t], red_stride,
-                      col_stride, cb * CB, std::min(cred, cb * CB + CB),
-                      std::min<int64_t>(NR, ncol - nb * NR), NR,
-                      wp.get() + ((g * NB + nb) * T + t) * cred * NR);
-          }
+  int64_t tap_stride = INT64_MAX;
+  for (int ax = 0; ax < kAxes; ++ax)
+    if (p.K[ax] > 1) tap_stride = std::min<int64_t>(tap_stride, std::abs(wv.sk[ax]));
+  // Fast packing paths, by W's unit-stride dimension: the columns (plain row
+  // copies), the reduction channels (a transpose per tap) or the taps, dense
+  // (a [column][tap] transpose per channel, then rows permuted into the phase
+  // order). Anything else: pack_slab.
+  bool taps_dense = static_cast<int64_t>(ptap.size()) == T && T > 1;
+  std::vector<int64_t> tap_of_koff(static_cast<size_t>(T), -1);
+  for (int64_t t = 0; t < T && taps_dense; ++t) {
+    if (koff[t] < 0 || koff[t] >= T || tap_of_koff[koff[t]] >= 0) taps_dense = false;
+    else tap_of_koff[koff[t]] = t;
   }
+  // The reduction is cut into chunks of CB channels (all taps of a phase)
+  // only when a column block's packed weights, [tap][c][NR], outgrow about a
+  // quarter of L2: the tiles of a row block then accumulate chunk by chunk,
+  // each chunk's weights staying in L2. (Chunks small enough for L1 were
+  // measured slower: the extra passes over the outputs cost more than the
+  // L2-resident weights, which the tiles stream at full speed.)
+  // CB is a multiple of 16, so that the packing can split the channels in
+  // blocks of 16 that each lie in one chunk.
+  const int64_t CB = std::max<int64_t>(
+      16, std::min<int64_t>((cred + 15) / 16 * 16,
+                            (512 << 10) / (std::max<int64_t>(Tmax, 1) * NR * 4) / 16 * 16));
+  const int64_t nchunks = (cred + CB - 1) / CB;
+  const int64_t nc16 = (cred + 15) / 16;  // packing work per column block
+  // Packs channels [16*c16, 16*c16 + 16) of column block nb of group g into
+  // dst_block, the block's [chunk][tap][c][NR] weights.
+  auto pack_block = [&](int64_t g, int64_t nb, int64_t c16, float* dst_block) {
+    const int64_t c0 = c16 * 16 / CB * CB, cn = std::min(CB, cred - c0);  // its chunk
+    const int64_t c_lo = c16 * 16 - c0, c_hi = std::min(cn, c_lo + 16);   // in the chunk
+    const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
+    float* chunk = dst_block + T * c0 * NR;
+    const int64_t jn = std::min<int64_t>(NR, ncol - nb * NR);
+    const size_t nt = ptap.size();
+    auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
+      for (int64_t c = c_lo; c < c_hi; ++c) std::fill(d + c * NR + jn, d + c * NR + NR, 0.f);
+    };
+    if (col_stride == 1) {
+      for (size_t i = 0; i < nt; ++i) {
+        float* d = chunk + ptap[i] * cn * NR;
+        for (int64_t c = c_lo; c < c_hi; ++c) {
+          const float* sp = src + pkoff[i] + c * red_stride;
+          std::copy(sp, sp + jn, d + c * NR);
+        }
+        zero_tail(d);
+      }
+    } else if (red_stride == 1) {
+      for (size_t i = 0; i < nt; ++i) {
+        float* d = chunk + ptap[i] * cn * NR;
+        transpose(src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
+        zero_tail(d);
+      }
+    } else if (taps_dense && tap_stride == 1) {
+      std::vector<float> tmp(static_cast<size_t>(T * NR));
+      for (int64_t c = c_lo; c < c_hi; ++c) {
+        transpose(src + c * red_stride, col_stride, jn, T, tmp.data(), NR);  // tmp[k][j]
+        for (int64_t k = 0; k < T; ++k) {
+          float* d = chunk + tap_of_koff[k] * cn * NR + c * NR;
+          std::copy(&tmp[k * NR], &tmp[k * NR] + jn, d);
+          std::fill(d + jn, d + NR, 0.f);
+        }
+      }
+    } else {
+      for (size_t i = 0; i < nt; ++i)
+        pack_slab(src + pkoff[i], red_stride, col_stride, c_lo, c_hi, jn, NR,
+                  chunk + ptap[i] * cn * NR);
+    }
+  };
+
+  // Two schedules.
+  //  by rows (default): the weights are packed once up front; work items are
+  //    (image, phase, block of TB row tiles, range of column blocks).
+  //  by columns: when the weights dwarf the activations (deep layers, small
+  //    images, batch 1), each work item is one column block (g, nb): its
+  //    thread packs that block into a private buffer and sweeps every row
+  //    with it, so the weights are read once and stay in L2 while used.
+  const double w_bytes = 4.0 * G * NB * block_floats;
+  const double in_bytes = 4.0 * N * in_pix * in_c;
+  const int64_t ncolblocks = G * NB;
+  const bool by_columns = !whole_pixel && w_bytes > (1 << 20) && w_bytes > 2 * in_bytes &&
+                          ncolblocks >= nthreads &&
+                          (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
+
+  // Packed up front (by rows, depthwise), inside the parallel region below.
+  AlignedBuf wp;
+  if (dw) wp = aligned_floats(T * cols);
+  else if (vg) wp = aligned_floats(T * cred * ncp);
+  else if (!by_columns) wp = aligned_floats(G * NB * block_floats);
 
   // Bias padded to whole column blocks (zeros without bias / for backward).
   std::vector<float> biasp(static_cast<size_t>(G * NB * NR + 16), 0.f);
@@ -256,24 +409,31 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     for (int64_t g = 0; g < G; ++g)
       for (int64_t j = 0; j < cols; ++j) biasp[g * NB * NR + j] = bias[g * cols + j];
   }
-  std::vector<float> zeros(static_cast<size_t>(std::max<int64_t>(std::max(cred, cols), 16)), 0.f);
+  // Zero vector for padding taps, read at channel offsets up to in_c.
+  std::vector<float> zeros(static_cast<size_t>(std::max(in_c, cols) + 16), 0.f);
 
-  // Work items: (image, group, phase, block of TB row tiles, group of CG
-  // column blocks). Each item streams its column blocks' weights once per row
-  // block and its rows' inputs once per column group: pick (TB, CG) with the
-  // least such traffic among those giving every thread a few items, with the
-  // input rows of a block bounded so they stay in L2.
+  // Row blocks: TB tiles of MR rows whose inputs stay in L2. By rows, the
+  // work items are (image, phase, row block, range of column blocks; the
+  // column blocks of all groups are numbered q = g*NB + nb, so the groups
+  // share one indirection buffer). Each item streams its column blocks'
+  // weights once per row block and its rows' inputs once per column range:
+  // pick (TB, CG ranges) with the least such traffic among those giving every
+  // thread a few items.
   const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * 4;
-  const int64_t tb_cap = std::max<int64_t>(1, std::min<int64_t>(64, (512 << 10) / (MR * row_bytes)));
-  // Row blocks per image and group for TB = tb (sets Phase::blocks), and the
-  // bytes of weights they stream.
+  // (The inputs a block points at overlap between taps, so 2 MB of pointed-at
+  // rows is far less in cache; the indirection buffer stays below 256 KB.)
+  const int64_t tb_cap = std::max<int64_t>(
+      1, std::min<int64_t>({64, (2048 << 10) / (MR * row_bytes),
+                            (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * 8)}));
+  // Row blocks per image for TB = tb (sets Phase::blocks), and the bytes of
+  // weights they stream.
   auto count_blocks = [&](int64_t tb, double* wtraffic) {
     int64_t blocks = 0;
     double wt = 0;
     for (Phase& ph : phases) {
       ph.blocks = (ph.rows + tb * MR - 1) / (tb * MR);
       blocks += ph.blocks;
-      wt += 4.0 * ph.blocks * ph.taps * cred * NB * NR;
+      wt += 4.0 * ph.blocks * ph.taps * cred * ncolblocks * NR;
     }
     if (wtraffic) *wtraffic = wt;
     return blocks;
@@ -281,14 +441,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   double abytes = 0;  // input rows of all phases, once
   for (const Phase& ph : phases) abytes += 4.0 * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
   const int64_t want = 4 * static_cast<int64_t>(nthreads);
-  int64_t TB = 1, CG = 1;
-  {
+  int64_t TB = tb_cap, CG = 1;
+  if (!by_columns) {
     double best_traffic = 0;
     int64_t best_items = -1;
     for (int64_t tb = 1; tb <= tb_cap; tb *= 2)
-      for (int64_t cg = 1; cg <= NB; ++cg) {
+      for (int64_t cg = 1; cg <= ncolblocks; cg = cg < 8 ? cg + 1 : cg * 2) {
         double wt = 0;
-        const int64_t items = N * G * count_blocks(tb, &wt) * cg;
+        const int64_t items = N * count_blocks(tb, &wt) * cg;
         const double traffic = wt + cg * abytes;
         const bool better =
             best_items < 0 ||
@@ -302,38 +462,59 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
       }
   }
-  const int64_t items = N * G * count_blocks(TB, nullptr);
+  const int64_t blocks_per_img = count_blocks(TB, nullptr);
   std::vector<int64_t> phase_first_block(phases.size() + 1, 0);
   for (size_t i = 0; i < phases.size(); ++i)
     phase_first_block[i + 1] = phase_first_block[i] + phases[i].blocks;
-  const int64_t blocks_per_img = phase_first_block.back();
-  const int64_t total = items * CG;
 
+  // One parallel region per call: packing, then (after the implicit barrier
+  // of the packing loop) the tiles.
 #pragma omp parallel num_threads(nthreads)
   {
+    if (dw) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        if (koff[t] < 0) continue;
+        for (int64_t ch = 0; ch < cols; ++ch) wp[t * cols + ch] = W[ch * wv.si + koff[t]];
+      }
+    } else if (vg) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        if (koff[t] < 0) continue;
+        for (int64_t c = 0; c < cred; ++c) {
+          float* d = wp.get() + (t * cred + c) * ncp;
+          for (int64_t oc = 0; oc < ncp; ++oc)
+            d[oc] = oc < out_c ? W[(oc / ncol) * p.ICg * wv.si + (oc % ncol) * col_stride +
+                                   c * red_stride + koff[t]]
+                               : 0.f;
+        }
+      }
+    } else if (!by_columns) {
+#pragma omp for collapse(3) schedule(static)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t nb = 0; nb < NB; ++nb)
+          for (int64_t c16 = 0; c16 < nc16; ++c16)
+            pack_block(g, nb, c16, wp.get() + (g * NB + nb) * block_floats);
+    }
     std::vector<const float*> ind(static_cast<size_t>(TB * MR * std::max<int64_t>(Tmax, 1)));
     std::vector<float*> outp(static_cast<size_t>(TB * MR));
-    std::vector<float> scratch(static_cast<size_t>(NB * NR + 16));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < total; ++it) {
-      const int64_t cg = it % CG;
-      int64_t rest = it / CG;
-      const int64_t blk_all = rest % blocks_per_img;
-      rest /= blocks_per_img;
-      const int64_t g = rest % G, n = rest / G;
-      const size_t pi = static_cast<size_t>(
-          std::upper_bound(phase_first_block.begin(), phase_first_block.end(), blk_all) -
-          phase_first_block.begin() - 1);
-      const Phase& ph = phases[pi];
-      const int64_t blk = blk_all - phase_first_block[pi];
+    std::vector<float> scratch(static_cast<size_t>(out_c + NB * NR + 16));  // dummy rows' output
+    // Per tile (GEMM): the taps kept and their number.
+    std::vector<int32_t> tile_wtap(static_cast<size_t>(TB * std::max<int64_t>(Tmax, 1)));
+    std::vector<int64_t> tile_ntaps(static_cast<size_t>(TB));
+
+    // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
+    // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
+    // channel offsets). Returns the number of tiles.
+    auto build_rows = [&](int64_t n, const Phase& ph, int64_t blk) {
       const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
       const int64_t Tp = ph.taps;
-
-      // Indirection for the rows of this block: [tile][tap][MR].
       const int64_t r0 = blk * TB * MR;
       const int64_t ntiles = (std::min(ph.rows - r0, TB * MR) + MR - 1) / MR;
-      const float* in_base = in + n * in_pix * in_c + g * cred;
-      float* out_base = out + n * out_pix * out_c + g * cols;
+      const float* in_base = in + n * in_pix * in_c;
+      float* out_base = out + n * out_pix * out_c;
+      // Row r0's coordinates in the phase, then stepped with carries.
+      int64_t j2 = r0 % a2.rows, j1 = (r0 / a2.rows) % a1.rows, j0 = r0 / (a2.rows * a1.rows);
       for (int64_t tile = 0; tile < ntiles; ++tile)
         for (int m = 0; m < MR; ++m) {
           const int64_t r = r0 + tile * MR + m;
@@ -343,40 +524,106 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
             for (int64_t t = 0; t < Tp; ++t) a[t * MR] = zeros.data();
             continue;
           }
-          const int64_t j2 = r % a2.rows, j1 = (r / a2.rows) % a1.rows,
-                        j0 = r / (a2.rows * a1.rows);
-          const int64_t opix =
-              (a0.out[j0] * out_dims[1] + a1.out[j1]) * out_dims[2] + a2.out[j2];
-          outp[tile * MR + m] = out_base + opix * out_c;
-          const int64_t* i0 = &a0.in[j0 * a0.taps];
-          const int64_t* i1 = &a1.in[j1 * a1.taps];
-          const int64_t* i2 = &a2.in[j2 * a2.taps];
-          int64_t t = 0;
+          outp[tile * MR + m] = out_base + a0.out_off[j0] + a1.out_off[j1] + a2.out_off[j2];
+          const int64_t* i0 = &a0.in_off[j0 * a0.taps];
+          const int64_t* i1 = &a1.in_off[j1 * a1.taps];
+          const int64_t* i2 = &a2.in_off[j2 * a2.taps];
           for (int64_t t0 = 0; t0 < a0.taps; ++t0)
-            for (int64_t t1 = 0; t1 < a1.taps; ++t1)
-              for (int64_t t2 = 0; t2 < a2.taps; ++t2, ++t) {
-                const bool ok = i0[t0] >= 0 && i1[t1] >= 0 && i2[t2] >= 0;
-                a[t * MR] = ok ? in_base +
-                                     ((i0[t0] * in_dims[1] + i1[t1]) * in_dims[2] + i2[t2]) * in_c
-                               : zeros.data();
+            for (int64_t t1 = 0; t1 < a1.taps; ++t1) {
+              const int64_t o01 = i0[t0] + i1[t1];
+              for (int64_t t2 = 0; t2 < a2.taps; ++t2, a += MR) {
+                const int64_t o = o01 + i2[t2];
+                *a = o >= 0 ? in_base + o : zeros.data();
               }
+            }
+          if (++j2 == a2.rows) {
+            j2 = 0;
+            if (++j1 == a1.rows) {
+              j1 = 0;
+              ++j0;
+            }
+          }
         }
+      // Drop the taps that hit padding for every row of a tile (image
+      // borders): their FMAs would only add zeros.
+      for (int64_t tile = 0; tile < ntiles; ++tile) {
+        const float** a = ind.data() + tile * Tp * MR;
+        int32_t* wt = tile_wtap.data() + tile * Tp;
+        int64_t kept = 0;
+        for (int64_t t = 0; t < Tp; ++t) {
+          bool any = whole_pixel;  // the depthwise / small-group kernels take every tap
+          for (int m = 0; m < MR && !any; ++m) any = a[t * MR + m] != zeros.data();
+          if (!any) continue;
+          if (kept != t)
+            for (int m = 0; m < MR; ++m) a[kept * MR + m] = a[t * MR + m];
+          wt[kept++] = static_cast<int32_t>(t);
+        }
+        tile_ntaps[tile] = kept;
+      }
+      return ntiles;
+    };
 
-      const int64_t nb_lo = NB * cg / CG, nb_hi = NB * (cg + 1) / CG;
-      for (int64_t nb = nb_lo; nb < nb_hi; ++nb) {
-        ConvTileArgs args;
-        args.w = wp.get() + ((g * NB + nb) * T + (Tp ? ph.tap_off : 0)) * cred * NR;
-        if (dw) args.w = wp.get() + ph.tap_off * cols;
-        args.bias = biasp.data() + (g * NB + nb) * NR;
-        args.ntaps = Tp;
-        args.cred = cred;
-        args.col_off = nb * NR;
-        args.ncols = std::min<int64_t>(NR, cols - nb * NR);
+    // The tiles built by build_rows, for column block q = g*NB + nb, whose
+    // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
+    auto run_tiles = [&](const Phase& ph, int64_t ntiles, int64_t q, const float* wblock) {
+      const int64_t g = q / NB, nb = q % NB;
+      ConvTileArgs args;
+      args.bias = biasp.data() + q * NR;
+      args.col_off = g * cols + nb * NR;
+      args.ncols = std::min<int64_t>(NR, cols - nb * NR);
+      // One pass (bias only) when there is nothing to reduce.
+      if (vg) {
+        ConvGroupedArgs ga{nullptr, wp.get() + ph.tap_off * cred * ncp, biasp.data(), nullptr,
+                           vg_idx.data(), vg_base.data(), ph.taps, cred, out_c, ncp, in_c};
         for (int64_t tile = 0; tile < ntiles; ++tile) {
-          args.a = ind.data() + tile * Tp * MR;
+          ga.a = ind.data() + tile * ph.taps * MR;
+          ga.out = outp.data() + tile * MR;
+          conv_f32_avx512_grouped(&ga);
+        }
+        return;
+      }
+      const int64_t passes = dw || ph.taps == 0 || cred == 0 ? 1 : nchunks;
+      for (int64_t cb = 0; cb < passes; ++cb) {
+        const int64_t c0 = cb * CB, cn = dw ? cred : std::min(CB, cred - c0);
+        args.w = dw ? wp.get() + ph.tap_off * cols : wblock + (T * c0 + ph.tap_off * cn) * NR;
+        args.cred = cn;
+        args.a_off = g * cred + c0;
+        args.accumulate = cb > 0;
+        for (int64_t tile = 0; tile < ntiles; ++tile) {
+          args.a = ind.data() + tile * ph.taps * MR;
           args.out = outp.data() + tile * MR;
+          args.wtap = whole_pixel ? nullptr : tile_wtap.data() + tile * ph.taps;
+          args.ntaps = tile_ntaps[tile];
           kern.fn(&args);
         }
+      }
+    };
+
+    if (by_columns) {
+      AlignedBuf wblock = aligned_floats(block_floats);
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t it = 0; it < ncolblocks; ++it) {
+        const int64_t g = it / NB, nb = it % NB;
+        for (int64_t c16 = 0; c16 < nc16; ++c16) pack_block(g, nb, c16, wblock.get());
+        for (int64_t n = 0; n < N; ++n)
+          for (const Phase& ph : phases)
+            for (int64_t blk = 0; blk < ph.blocks; ++blk)
+              run_tiles(ph, build_rows(n, ph, blk), it, wblock.get());
+      }
+    } else {
+      const int64_t total = N * blocks_per_img * CG;
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t it = 0; it < total; ++it) {
+        const int64_t cg = it % CG;
+        const int64_t blk_all = (it / CG) % blocks_per_img, n = it / CG / blocks_per_img;
+        const size_t pi = static_cast<size_t>(
+            std::upper_bound(phase_first_block.begin(), phase_first_block.end(), blk_all) -
+            phase_first_block.begin() - 1);
+        const Phase& ph = phases[pi];
+        const int64_t ntiles = build_rows(n, ph, blk_all - phase_first_block[pi]);
+        const int64_t q_lo = ncolblocks * cg / CG, q_hi = ncolblocks * (cg + 1) / CG;
+        for (int64_t q = q_lo; q < q_hi; ++q)
+          run_tiles(ph, ntiles, q, whole_pixel ? nullptr : wp.get() + q * block_floats);
       }
     }
   }

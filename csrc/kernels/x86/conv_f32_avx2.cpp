@@ -1,0 +1,137 @@
+// AVX2 micro-kernels of the f32 forward / backward-data passes. Compiled with
+// -mavx2 -mfma: only leaf functions over raw pointers here (no std templates,
+// no shared inline functions), see conv_f32_kernels.h.
+#include <immintrin.h>
+
+#include "conv_f32_kernels.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+// Lane mask for columns [8v, 8v+8) of a tile with ncols valid columns.
+inline __m256i col_mask(int64_t ncols, int v) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int64_t rem = ncols - 8 * v;
+  const int r = rem < 0 ? 0 : (rem > 8 ? 8 : static_cast<int>(rem));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), lane);
+}
+
+// MR x (8*NV) register tile; the accumulators stay in ymm registers (the
+// arrays are only indexed by constants inside fully unrolled loops).
+template <int MR, int NV>
+inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
+  constexpr int NR = 8 * NV;
+  __m256 acc[MR][NV];
+  const int64_t col_off = args->col_off;
+  __m256i k[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) k[v] = col_mask(args->ncols, v);
+  if (args->accumulate) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_maskload_ps(o + 8 * v, k[v]);
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m256 b = _mm256_loadu_ps(args->bias + 8 * v);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) acc[m][v] = b;
+    }
+  }
+  const float* const* a = args->a;
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const int32_t* wtap = args->wtap;
+  for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
+    const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
+    const float* p[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+    for (int64_t c = 0; c < cred; ++c) {
+      __m256 wv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) wv[v] = _mm256_load_ps(w + 8 * v);
+      w += NR;
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) {
+        const __m256 x = _mm256_broadcast_ss(p[m] + c);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(x, wv[v], acc[m][v]);
+      }
+    }
+  }
+  if (args->ncols >= NR) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, acc[m][v]);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm256_maskstore_ps(o + 8 * v, k[v], acc[m][v]);
+    }
+  }
+}
+
+}  // namespace
+
+void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<6, 2>(args); }
+void conv_f32_avx2_8x8(const ConvTileArgs* args) { gemm_tile<8, 1>(args); }
+
+// Depthwise: elementwise multiply-adds over the channels. The kDwRows rows
+// share each weight load; 4 rows x 2 vectors = 8 independent FMA chains.
+void conv_f32_avx2_dw(const ConvTileArgs* args) {
+  static_assert(kDwRows == 4, "four rows per tile");
+  const int64_t C = args->ncols, T = args->ntaps;
+  const float* const* a = args->a;
+  int64_t c = 0;
+  for (; c + 16 <= C; c += 16) {
+    __m256 acc[4][2];
+    const __m256 b0 = _mm256_loadu_ps(args->bias + c), b1 = _mm256_loadu_ps(args->bias + c + 8);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      acc[m][0] = b0;
+      acc[m][1] = b1;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* w = args->w + t * C + c;
+      const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) {
+        const float* x = a[t * 4 + m] + c;
+        acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x), w0, acc[m][0]);
+        acc[m][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), w1, acc[m][1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      _mm256_storeu_ps(args->out[m] + c, acc[m][0]);
+      _mm256_storeu_ps(args->out[m] + c + 8, acc[m][1]);
+    }
+  }
+  for (; c < C; c += 8) {
+    const __m256i k = col_mask(C - c, 0);
+    __m256 acc[4];
+    const __m256 b = _mm256_maskload_ps(args->bias + c, k);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) acc[m] = b;
+    for (int64_t t = 0; t < T; ++t) {
+      const __m256 w = _mm256_maskload_ps(args->w + t * C + c, k);
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m)
+        acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(a[t * 4 + m] + c, k), w, acc[m]);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) _mm256_maskstore_ps(args->out[m] + c, k, acc[m]);
+  }
+}
+
+}  // namespace x86
+}  // namespace tct

@@ -1,0 +1,75 @@
+// Micro-kernels of the f32 forward / backward-data passes (implicit GEMM over
+// an indirection buffer). Declarations only: the definitions live in the ISA
+// files (conv_f32_avx512.cpp, conv_f32_avx2.cpp), compiled with their own
+// -m flags, and must only be called when the CPU supports that ISA. Plain C
+// structs and functions, so nothing inline is shared across ISA objects.
+#pragma once
+
+#include <cstdint>
+
+namespace tct {
+namespace x86 {
+
+// One register tile: MR output rows x NR output columns (NR = the kernel's
+// packed column width), over one chunk of the reduction:
+//   out[m][col_off + j] = init[m][j]
+//       + sum_{t < ntaps} sum_{c < cred} a[t*MR + m][a_off + c] * w[(t*cred + c)*NR + j]
+// for j < ncols (the other columns are not written), where init is bias[j]
+// or, when accumulate != 0, the current out[m][col_off + j] (later chunks).
+// a holds MR row pointers per tap (a pointer to a zero vector where the tap
+// falls on padding, an inserted zero or a dummy row). bias holds NR floats
+// (zero padded). w is 64-byte aligned. When wtap is not null, tap t's weights
+// are at w + wtap[t]*cred*NR instead of w + t*cred*NR (taps that only hit
+// padding for every row of the tile are left out).
+struct ConvTileArgs {
+  const float* const* a;
+  const float* w;
+  const int32_t* wtap;
+  const float* bias;
+  float* const* out;
+  int64_t ntaps;
+  int64_t cred;
+  int64_t a_off;
+  int64_t col_off;
+  int64_t ncols;
+  int64_t accumulate;
+};
+
+// Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
+//   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[t*ncols + c],  c < ncols
+// with MR = kDwRows; a's pointers point at the pixel's channel 0.
+constexpr int kDwRows = 4;
+
+using ConvTileFn = void (*)(const ConvTileArgs*);
+
+// Small groups (few channels per group): kDwRows pixels, vectorized over 16
+// output channels of several groups at once. For the 16-channel block v, the
+// inputs of the lanes lie in the 32 channels from base[v] on, and the input of
+// lane l for reduction index c is channel base[v] + idx[(v*cred + c)*16 + l]:
+//   out[m][o] = bias[o] + sum_{t < ntaps, c < cred} a[t*kDwRows + m][base + idx] * w[(t*cred + c)*ncols_pad + o]
+// for o < ncols; the inputs are read only below channel in_c.
+struct ConvGroupedArgs {
+  const float* const* a;
+  const float* w;
+  const float* bias;  // ncols_pad floats
+  float* const* out;
+  const int32_t* idx;
+  const int32_t* base;
+  int64_t ntaps, cred, ncols, ncols_pad, in_c;
+};
+
+// AVX-512 register tiles (rows x columns).
+void conv_f32_avx512_6x64(const ConvTileArgs* args);
+void conv_f32_avx512_8x48(const ConvTileArgs* args);
+void conv_f32_avx512_12x32(const ConvTileArgs* args);
+void conv_f32_avx512_14x16(const ConvTileArgs* args);
+void conv_f32_avx512_dw(const ConvTileArgs* args);
+void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
+
+// AVX2 register tiles.
+void conv_f32_avx2_6x16(const ConvTileArgs* args);
+void conv_f32_avx2_8x8(const ConvTileArgs* args);
+void conv_f32_avx2_dw(const ConvTileArgs* args);
+
+}  // namespace x86
+}  // namespace tct

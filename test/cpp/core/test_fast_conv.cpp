@@ -1,0 +1,322 @@
+// The x86 f32 forward / backward-data kernels against the reference, on
+// small integer-valued data (so every sum is exact and results compare with
+// ==), for every ISA this CPU supports.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+#include "kernels/x86/x86.h"
+#include "problem.h"
+
+namespace tct {
+namespace {
+
+struct Case {
+  int S = 2;
+  int64_t N = 1, G = 1, ICg = 1, OCg = 1;
+  std::vector<int64_t> I, K, s, d, pb, pe, op;
+  bool bias = true;
+  WeightsFormat wf = WeightsFormat::IOX;
+
+  std::string str() const {
+    std::ostringstream o;
+    auto list = [&](const char* n, const std::vector<int64_t>& v) {
+      o << ' ' << n << '=';
+      for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+    };
+    o << "S=" << S << " N=" << N << " G=" << G << " ICg=" << ICg << " OCg=" << OCg;
+    list("I", I);
+    list("K", K);
+    list("s", s);
+    list("d", d);
+    list("pb", pb);
+    list("pe", pe);
+    list("op", op);
+    o << " bias=" << bias << " wf=" << to_string(wf);
+    return o.str();
+  }
+};
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  if (isa_supported(Isa::Avx512)) v.push_back(Isa::Avx512);
+  if (isa_supported(Isa::Avx2)) v.push_back(Isa::Avx2);
+  return v;
+}
+
+std::vector<float> random_ints(size_t n, std::mt19937& rng, int lo = -3, int hi = 3) {
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(dist(rng));
+  return v;
+}
+
+// Dense NXC activation view of a canonical (N, X0, X1, X2, C) buffer.
+ActView nxc_view(void* data, const std::array<int64_t, kAxes>& sp, int64_t C) {
+  ActView v;
+  v.data = data;
+  v.sc = 1;
+  v.sx[2] = C;
+  v.sx[1] = sp[2] * C;
+  v.sx[0] = sp[1] * sp[2] * C;
+  v.sn = sp[0] * sp[1] * sp[2] * C;
+  return v;
+}
+
+struct Weights {
+  Shape shape;             // in the layout wf
+  std::vector<float> data;  // dense in that layout
+  WeightsView view;         // logical IOX strides
+};
+
+Weights make_weights(const Case& c, std::mt19937& rng) {
+  const int S = c.S;
+  Shape logical{c.G * c.ICg, c.OCg};
+  for (int i = 0; i < S; ++i) logical.push_back(c.K[i]);
+  const auto dims = weights_dims(c.wf, S);
+  Weights w;
+  w.shape.assign(S + 2, 0);
+  for (int l = 0; l < S + 2; ++l) w.shape[dims[l]] = logical[l];
+  std::vector<int64_t> st(S + 2, 1);
+  for (int j = S; j >= 0; --j) st[j] = st[j + 1] * w.shape[j + 1];
+  int64_t total = 1;
+  for (int64_t x : w.shape) total *= x;
+  w.data = random_ints(static_cast<size_t>(total), rng);
+  w.view.data = w.data.data();
+  w.view.si = st[dims[0]];
+  w.view.so = st[dims[1]];
+  for (int a = 0; a < kAxes; ++a) w.view.sk[a] = 0;
+  for (int i = 0; i < S; ++i) w.view.sk[kAxes - S + i] = st[dims[2 + i]];
+  return w;
+}
+
+Attributes make_attrs(const Case& c) {
+  Attributes a;
+  a.strides = c.s;
+  a.dilations = c.d;
+  a.pads_begin = c.pb;
+  a.pads_end = c.pe;
+  a.output_padding = c.op;
+  a.groups = c.G;
+  a.data_format = DataFormat::NXC;
+  a.weights_format = c.wf;
+  return a;
+}
+
+int64_t count_nonmatching(const std::vector<float>& got, const std::vector<float>& want) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i])) ++bad;  // NaN (an unwritten element) counts as bad
+  return bad;
+}
+
+void check_case(const Case& c, uint32_t seed, int nthreads = 2) {
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(seed);
+  const Attributes attrs = make_attrs(c);
+  Weights w = make_weights(c, rng);
+  Shape src_shape{c.N};
+  for (int i = 0; i < c.S; ++i) src_shape.push_back(c.I[i]);
+  src_shape.push_back(c.G * c.ICg);
+  const std::optional<Shape> bias_shape =
+      c.bias ? std::optional<Shape>(Shape{c.G * c.OCg}) : std::nullopt;
+  const ConvProblem p = resolve_forward(src_shape, w.shape, bias_shape, attrs);
+
+  const auto src = random_ints(static_cast<size_t>(p.N * p.src_spatial() * p.IC()), rng);
+  const auto bias = random_ints(static_cast<size_t>(p.OC()), rng);
+  const size_t dst_n = static_cast<size_t>(p.N * p.dst_spatial() * p.OC());
+  std::vector<float> want(dst_n, 0.f);
+  reference_forward(p, DType::F32, nxc_view(const_cast<float*>(src.data()), p.I, p.IC()), w.view,
+                    c.bias ? bias.data() : nullptr, nxc_view(want.data(), p.O, p.OC()), nthreads);
+
+  // Backward data of the same geometry: diff_dst has dst's shape.
+  Shape dd_shape = dst_shape(p, DataFormat::NXC);
+  const ConvProblem pb = resolve_backward_data(dd_shape, w.shape, src_shape, attrs);
+  const auto dd = random_ints(dst_n, rng);
+  std::vector<float> want_b(src.size(), 0.f);
+  reference_backward_data(pb, DType::F32, nxc_view(const_cast<float*>(dd.data()), pb.O, pb.OC()),
+                          w.view, nxc_view(want_b.data(), pb.I, pb.IC()), nthreads);
+
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> got(dst_n, NAN);
+    ASSERT_TRUE(x86::forward_f32(isa, p, src.data(), w.view, c.bias ? bias.data() : nullptr,
+                                 got.data(), nthreads));
+    EXPECT_EQ(count_nonmatching(got, want), 0) << "forward";
+    std::vector<float> got_b(src.size(), NAN);
+    ASSERT_TRUE(x86::backward_data_f32(isa, pb, dd.data(), w.view, got_b.data(), nthreads));
+    EXPECT_EQ(count_nonmatching(got_b, want_b), 0) << "backward data";
+  }
+}
+
+Case make(int S, int64_t N, int64_t G, int64_t ICg, int64_t OCg, std::vector<int64_t> I,
+          std::vector<int64_t> K, std::vector<int64_t> s, std::vector<int64_t> d,
+          std::vector<int64_t> pb, std::vector<int64_t> pe, std::vector<int64_t> op = {},
+          bool bias = true, WeightsFormat wf = WeightsFormat::IOX) {
+  Case c;
+  c.S = S;
+  c.N = N;
+  c.G = G;
+  c.ICg = ICg;
+  c.OCg = OCg;
+  c.I = I;
+  c.K = K;
+  c.s = s;
+  c.d = d;
+  c.pb = pb;
+  c.pe = pe;
+  c.op = op.empty() ? std::vector<int64_t>(S, 0) : op;
+  c.bias = bias;
+  c.wf = wf;
+  return c;
+}
+
+TEST(FastConvF32, HandPicked) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  using WF = WeightsFormat;
+  const std::vector<Case> cases = {
+      // The layer shapes of the benchmarks, scaled down.
+      make(2, 2, 1, 64, 32, {8, 8}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 1, 1, 32, 48, {5, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 1, 1, 20, 70, {5, 5}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 1, 1, 17, 130, {3, 4}, {2, 3}, {2, 1}, {1, 1}, {0, 1}, {1, 0}),
+      // 1D / 3D.
+      make(1, 3, 1, 16, 16, {9}, {5}, {3}, {1}, {2}, {1}, {2}),
+      make(3, 1, 1, 8, 24, {3, 4, 5}, {3, 2, 3}, {2, 1, 2}, {1, 2, 1}, {1, 0, 2}, {0, 1, 1}),
+      // 1x1 kernel, channel tails, strides larger than the kernel.
+      make(2, 2, 1, 5, 7, {4, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}),
+      make(2, 1, 1, 3, 5, {3, 3}, {1, 2}, {3, 4}, {1, 1}, {0, 0}, {0, 0}, {2, 3}),
+      make(1, 1, 1, 9, 33, {4}, {2}, {5}, {1}, {0}, {1}, {4}, false),
+      // Dilation, asymmetric pads, output_padding < dilation.
+      make(2, 1, 1, 6, 18, {4, 5}, {3, 2}, {1, 2}, {3, 2}, {2, 0}, {0, 3}, {2, 1}),
+      // Groups, depthwise, depthwise with multiplier, tiny groups.
+      make(2, 2, 4, 4, 8, {5, 5}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 2, 24, 1, 1, {6, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 1, 37, 1, 1, {5, 4}, {4, 4}, {2, 2}, {1, 1}, {1, 2}, {2, 1}, {1, 0}, false),
+      make(1, 2, 70, 1, 1, {11}, {3}, {2}, {2}, {1}, {0}),
+      make(2, 1, 6, 1, 3, {4, 4}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}),
+      make(2, 1, 5, 3, 1, {4, 4}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(3, 1, 3, 2, 2, {3, 3, 3}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 1, 0}),
+      // Pads larger than the kernel extent (output smaller than the input).
+      make(2, 1, 1, 4, 4, {7, 7}, {2, 2}, {1, 1}, {1, 1}, {3, 2}, {2, 3}),
+      // All four weight layouts.
+      make(2, 1, 2, 5, 6, {4, 3}, {2, 3}, {2, 1}, {1, 1}, {1, 0}, {0, 1}, {1, 0}, true, WF::XOI),
+      make(2, 1, 2, 5, 6, {4, 3}, {2, 3}, {2, 1}, {1, 1}, {1, 0}, {0, 1}, {1, 0}, true, WF::OIX),
+      make(2, 1, 2, 5, 6, {4, 3}, {2, 3}, {2, 1}, {1, 1}, {1, 0}, {0, 1}, {1, 0}, true, WF::XIO),
+      make(3, 1, 1, 3, 17, {2, 3, 2}, {2, 2, 3}, {1, 2, 1}, {1, 1, 2}, {0, 1, 1}, {1, 0, 1},
+           {0, 1, 0}, false, WF::XOI),
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+// Random geometry: every rank, groups, dilation, pads, output_padding.
+TEST(FastConvF32, Randomized) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  std::mt19937 rng(12345);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const WeightsFormat wfs[] = {WeightsFormat::IOX, WeightsFormat::XOI, WeightsFormat::OIX,
+                               WeightsFormat::XIO};
+  int done = 0;
+  for (int attempt = 0; done < 250 && attempt < 5000; ++attempt) {
+    Case c;
+    c.S = static_cast<int>(uni(1, 3));
+    c.N = uni(0, 9) == 0 ? 0 : uni(1, 2);
+    const int64_t kind = uni(0, 5);
+    if (kind == 0) {  // depthwise
+      c.G = uni(2, 40);
+      c.ICg = c.OCg = 1;
+    } else if (kind == 1) {  // small groups
+      c.G = uni(2, 4);
+      c.ICg = uni(1, 6);
+      c.OCg = uni(1, 6);
+    } else {
+      c.G = uni(0, 3) == 0 ? 2 : 1;
+      c.ICg = uni(1, 40);
+      c.OCg = uni(1, 80);
+    }
+    for (int i = 0; i < c.S; ++i) {
+      const int64_t maxsp = c.S == 3 ? 4 : (c.S == 2 ? 7 : 12);
+      c.I.push_back(uni(1, maxsp));
+      c.K.push_back(uni(1, c.S == 3 ? 3 : 4));
+      c.s.push_back(uni(1, 4));
+      c.d.push_back(uni(0, 2) == 0 ? uni(2, 3) : 1);
+      const int64_t effk = c.d[i] * (c.K[i] - 1) + 1;
+      c.pb.push_back(uni(0, effk));
+      c.pe.push_back(uni(0, effk));
+      c.op.push_back(uni(0, std::max(c.s[i], c.d[i]) - 1));
+      const int64_t O = c.s[i] * (c.I[i] - 1) + effk + c.op[i] - c.pb[i] - c.pe[i];
+      if (O < 1) c.pb[i] = c.pe[i] = 0;
+    }
+    c.bias = uni(0, 1) == 1;
+    c.wf = wfs[uni(0, 3)];
+    // Bound the reference's cost.
+    double macs = static_cast<double>(c.N) * c.G * c.ICg * c.OCg;
+    for (int i = 0; i < c.S; ++i) macs *= c.I[i] * c.K[i];
+    if (macs > 4e5) continue;
+    // Mostly one thread: on a loaded 2-core machine every OpenMP barrier can
+    // cost a scheduler time slice (ThreadCounts covers the threading).
+    check_case(c, static_cast<uint32_t>(attempt), done % 4 == 0 ? 2 : 1);
+    if (::testing::Test::HasFailure()) return;  // the first failing case is enough
+    ++done;
+  }
+  EXPECT_EQ(done, 250);
+}
+
+// Larger layers that exercise whole register tiles, several row blocks and
+// the column-group split.
+TEST(FastConvF32, LargerLayers) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  check_case(make(2, 1, 1, 64, 32, {16, 16}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 7);
+  check_case(make(2, 1, 1, 96, 200, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 8);
+  check_case(make(1, 2, 1, 40, 64, {50}, {7}, {4}, {1}, {2}, {3}), 9);
+  check_case(make(2, 1, 64, 1, 1, {20, 20}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, {1, 1}), 10);
+  // Small groups across 16-lane blocks; weights larger than the activations
+  // (one packed column block per work item).
+  check_case(make(2, 2, 32, 4, 4, {9, 9}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 11);
+  check_case(make(2, 1, 1, 128, 256, {3, 3}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 12);
+  // Backward-data reduction over 160 channels x 64 taps: cut into chunks
+  // that the tiles accumulate (both ISAs).
+  check_case(make(3, 1, 1, 16, 160, {2, 2, 2}, {4, 4, 4}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}), 13);
+}
+
+// Any thread count gives the same (exact) results.
+TEST(FastConvF32, ThreadCounts) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  for (int nt : {1, 3, 5}) {
+    check_case(make(2, 1, 1, 24, 40, {7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 30, nt);
+    check_case(make(1, 2, 6, 2, 3, {17}, {4}, {3}, {1}, {1}, {2}), 31, nt);
+  }
+}
+
+// Zero-size problems: nothing to compute, still handled.
+TEST(FastConvF32, ZeroSizes) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  // Zero channels: forward without input channels is bias only; backward-data
+  // without output channels is zeros.
+  check_case(make(2, 2, 1, 0, 5, {3, 3}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}), 21);
+  check_case(make(2, 2, 1, 5, 0, {3, 3}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}), 22);
+  check_case(make(1, 1, 3, 0, 2, {4}, {3}, {1}, {1}, {1}, {1}, {}, false), 23);
+  for (Isa isa : isas()) {
+    Case c = make(2, 0, 1, 4, 4, {3, 3}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
+    std::mt19937 rng(1);
+    Weights w = make_weights(c, rng);
+    const ConvProblem p = resolve_forward({0, 3, 3, 4}, w.shape, std::nullopt, make_attrs(c));
+    EXPECT_TRUE(x86::forward_f32(isa, p, nullptr, w.view, nullptr, nullptr, 2));
+    const ConvProblem pb = resolve_backward_data({0, 5, 5, 4}, w.shape, std::nullopt, make_attrs(c));
+    EXPECT_TRUE(x86::backward_data_f32(isa, pb, nullptr, w.view, nullptr, 2));
+  }
+}
+
+}  // namespace
+}  // namespace tct
