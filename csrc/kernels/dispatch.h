@@ -32,4 +32,9 @@ bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, Weights
 bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
                                WeightsView diff_w, int nthreads);
 
+// Batched transpose: dst[b][j][i] = src[b][i][j] for i < rows, j < cols
+// (both dense). Turns NCX (rows = C) into channels-last and back (rows = pixels).
+void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
+                   int nthreads);
+
 }  // namespace tct

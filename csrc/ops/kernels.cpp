@@ -59,36 +59,54 @@ WeightsView weights_view(const Tensor& t, WeightsFormat f, int S) {
   return v;
 }
 
-// The activation as a dense channels-last (N, X..., C) tensor: a view when
+// Dims of the channels-last order (N, X..., C) in the tensor's layout.
+std::vector<int64_t> nxc_order(DataFormat f, int S) {
+  auto dims = activation_dims(f, S);
+  std::vector<int64_t> perm{dims[0]};
+  for (int i = 0; i < S; ++i) perm.push_back(dims[2 + i]);
+  perm.push_back(dims[1]);
+  return perm;
+}
+
+// A dense NCX f32 tensor seen as (N, C, pixels): the case the fast transpose
+// serves (ATen's permute-copy is several times slower for it).
+bool is_dense_ncx(const Tensor& t, DataFormat f) {
+  return f == DataFormat::NCX && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+// The f32 activation as a dense channels-last (N, X..., C) tensor: a view when
 // it already is one (NXC data, or NCX data in channels_last memory format).
 Tensor dense_nxc(const Tensor& t, DataFormat f) {
   const int S = static_cast<int>(t.dim()) - 2;
-  auto dims = activation_dims(f, S);
-  std::vector<int64_t> perm{dims[0]};
-  for (int i = 0; i < S; ++i) perm.push_back(dims[2 + i]);
-  perm.push_back(dims[1]);
-  return t.permute(perm).contiguous();
+  Tensor view = t.permute(nxc_order(f, S));
+  if (view.is_contiguous() || !is_dense_ncx(t, f)) return view.contiguous();
+  Tensor out = at::empty(view.sizes(), t.options());
+  const int64_t n = t.size(0), c = t.size(1);
+  transpose_f32(t.data_ptr<float>(), out.data_ptr<float>(), n, c, n * c ? t.numel() / (n * c) : 0,
+                at::get_num_threads());
+  return out;
 }
 
 // A result in data_format layout computed through a channels-last buffer:
-// writes straight into `out` when its NXC view is dense, else copies back.
+// writes straight into `out` when its NXC view is dense, else transposes back.
 void through_nxc(const Tensor& out, DataFormat f, const std::function<bool(float*)>& run,
                  const std::function<void()>& fallback) {
   const int S = static_cast<int>(out.dim()) - 2;
-  auto dims = activation_dims(f, S);
-  std::vector<int64_t> perm{dims[0]};
-  for (int i = 0; i < S; ++i) perm.push_back(dims[2 + i]);
-  perm.push_back(dims[1]);
-  Tensor view = out.permute(perm);
+  Tensor view = out.permute(nxc_order(f, S));
   if (view.is_contiguous()) {
     if (!run(view.data_ptr<float>())) fallback();
     return;
   }
   Tensor tmp = at::empty(view.sizes(), out.options());
-  if (run(tmp.data_ptr<float>()))
-    view.copy_(tmp);
-  else
+  if (!run(tmp.data_ptr<float>())) {
     fallback();
+  } else if (is_dense_ncx(out, f)) {
+    const int64_t n = out.size(0), c = out.size(1);
+    transpose_f32(tmp.data_ptr<float>(), out.data_ptr<float>(), n, out.numel() / (n * c), c,
+                  at::get_num_threads());
+  } else {
+    view.copy_(tmp);
+  }
 }
 
 bool use_fast_f32(const Tensor& t) {

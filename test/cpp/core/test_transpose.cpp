@@ -1,0 +1,34 @@
+// The batched transpose used for NCX <-> channels-last, on every ISA.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/dispatch.h"
+
+namespace tct {
+namespace {
+
+TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    set_active_isa(isa);
+    for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{1, 16, 16},
+                                     {2, 3, 17}, {3, 64, 64}, {2, 130, 47}, {1, 33, 200},
+                                     {4, 1, 9}, {2, 80, 1}, {0, 5, 5}}) {
+      std::vector<float> src(batch * rows * cols), dst(src.size(), -1.f);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+      transpose_f32(src.data(), dst.data(), batch, rows, cols, 2);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j)
+            ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
+                << isa_name(isa) << " " << batch << "x" << rows << "x" << cols << " at " << b
+                << "," << i << "," << j;
+    }
+  }
+  set_active_isa(before);
+}
+
+}  // namespace
+}  // namespace tct
