@@ -162,6 +162,25 @@ void check_groups_channels(const ConvProblem& p, int64_t ic, int64_t w_i, const 
          std::to_string(p.G));
 }
 
+// The common start of forward and backward-data resolution: ranks, sizes,
+// attributes, and the split of the activation (into N, channels and the
+// spatial array `sp` of p) and of the weights (into I dim, O dim, kernel).
+ConvProblem start_problem(const char* act_name, const Shape& act,
+                          std::array<int64_t, kAxes> ConvProblem::*sp, const Shape& weights,
+                          const Attributes& a, int64_t& channels, int64_t& wi, int64_t& wo) {
+  check_rank(act_name, act);
+  check_same_rank("weights", weights, act_name, act.size());
+  check_sizes_nonnegative(act_name, act);
+  check_sizes_nonnegative("weights", weights);
+  ConvProblem p;
+  load_attributes(a, static_cast<int>(act.size()) - 2, p);
+  p.G = a.groups;
+  split_activation(act, a.data_format, p.N, channels, p.*sp);
+  split_weights(weights, a.weights_format, wi, wo, p.K);
+  check_kernel(p, weights, "weights");
+  return p;
+}
+
 // Backward passes: diff_dst size must match the forward formula for an
 // output_padding in [0, max(s, d)); records that output_padding in p.op.
 void check_consistent(ConvProblem& p, const char* what, const char* src_name) {
@@ -300,18 +319,9 @@ Shape weights_shape(const ConvProblem& p, WeightsFormat f) {
 
 ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::optional<Shape>& bias,
                             const Attributes& a) {
-  check_rank("src", src);
-  check_same_rank("weights", weights, "src", src.size());
-  check_sizes_nonnegative("src", src);
-  check_sizes_nonnegative("weights", weights);
-  ConvProblem p;
-  const int S = static_cast<int>(src.size()) - 2;
-  load_attributes(a, S, p);
-  p.G = a.groups;
   int64_t ic, wi, wo;
-  split_activation(src, a.data_format, p.N, ic, p.I);
-  split_weights(weights, a.weights_format, wi, wo, p.K);
-  check_kernel(p, weights, "weights");
+  ConvProblem p = start_problem("src", src, &ConvProblem::I, weights, a, ic, wi, wo);
+  const int S = p.spatial_rank;
   check_groups_channels(p, ic, wi, "src", src, weights, "weights");
   p.ICg = ic / p.G;
   p.OCg = wo;
@@ -338,18 +348,9 @@ ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::o
 ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
                                   const std::optional<Shape>& src_shape_arg, const Attributes& a) {
   const char* what = "conv_transpose_backward_data";
-  check_rank("diff_dst", diff_dst);
-  check_same_rank("weights", weights, "diff_dst", diff_dst.size());
-  check_sizes_nonnegative("diff_dst", diff_dst);
-  check_sizes_nonnegative("weights", weights);
-  ConvProblem p;
-  const int S = static_cast<int>(diff_dst.size()) - 2;
-  load_attributes(a, S, p);
-  p.G = a.groups;
   int64_t oc, wi, wo;
-  split_activation(diff_dst, a.data_format, p.N, oc, p.O);
-  split_weights(weights, a.weights_format, wi, wo, p.K);
-  check_kernel(p, weights, "weights");
+  ConvProblem p = start_problem("diff_dst", diff_dst, &ConvProblem::O, weights, a, oc, wi, wo);
+  const int S = p.spatial_rank;
   if (wi % p.G != 0)
     fail("input channels IC=" + std::to_string(wi) + " (weights I dim, shape " + join(weights) +
          ") must be divisible by groups=" + std::to_string(p.G));
