@@ -192,6 +192,14 @@ int main(int argc, char** argv) {
       {"2D N=8 dw 256ch 32x32 k3 s1 p1", 2, 8, 256, 256, 256, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {0, 0}},
       {"2D N=8 g=32 256->256 16x16 k3 s1 p1", 2, 8, 256, 256, 32, {16, 16}, {3, 3}, {1, 1}, {1, 1}, {0, 0}},
       {"2D N=8 g=128 256->256 16x16 k3 s1 p1", 2, 8, 256, 256, 128, {16, 16}, {3, 3}, {1, 1}, {1, 1}, {0, 0}},
+      {"1D vocoder N=1 512->256 L283->2264 k16 s8 p4", 1, 1, 512, 256, 1, {283}, {16}, {8}, {4}, {0}},
+      {"1D hifigan N=1 512->256 L256->2048 k16 s8 p4", 1, 1, 512, 256, 1, {256}, {16}, {8}, {4}, {0}},
+      {"3D unet N=1 512->256 8x9x9 k3 s1", 3, 1, 512, 256, 1, {8, 9, 9}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}},
+      {"2D dcgan N=4 512->256 8x8 k4 s2 p1", 2, 4, 512, 256, 1, {8, 8}, {4, 4}, {2, 2}, {1, 1}, {0, 0}},
+      {"1D alexnet N=32 384->256 L13 k3 s1 p1", 1, 32, 384, 256, 1, {13}, {3}, {1}, {1}, {0}},
+      {"2D alexnet N=4 96->3 55x55 k11 s4", 2, 4, 96, 3, 1, {55, 55}, {11, 11}, {4, 4}, {0, 0}, {0, 0}},
+      {"2D googlenet N=8 288->144 14x14 k3 s1 p1", 2, 8, 288, 144, 1, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {0, 0}},
+      {"2D N=1 512->256 32x32 k4 s2 p1", 2, 1, 512, 256, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {0, 0}},
   };
   for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
     if (!isa_supported(isa) || (isa_filter != "all" && isa_filter != isa_name(isa))) continue;
@@ -199,7 +207,10 @@ int main(int argc, char** argv) {
     if (layer_filter) {
       std::printf("%s: peak %.1f GFLOP/s per thread\n", isa_name(isa), peak1);
       for (const Layer& L : layers)
-        if (std::strstr(L.name, layer_filter)) bench_layer(isa, L, nt, peak1, WeightsFormat::XOI);
+        if (std::strstr(L.name, layer_filter)) {
+          bench_layer(isa, L, nt, peak1, WeightsFormat::XOI);
+          bench_layer(isa, L, nt, peak1, WeightsFormat::IOX);
+        }
       continue;
     }
     std::printf("%s: FMA peak %.1f GFLOP/s per thread (CPU time; x86::fma_peak_gflops says %.1f "

@@ -23,8 +23,8 @@ struct Pix {
 //   C[m*ldc + n] += sum_i pix[i].a[a_off + m] * pix[i].b[b_off + n],
 //   for m < rows, n < cols.
 // Depthwise kernels ignore rows/a_off: C[n] += sum pix[i].a[b_off + n] * pix[i].b[b_off + n].
-// (Packing the A or B panels into contiguous buffers was tried: faster in
-// isolation, slower in the driver on every layer measured.)
+// The driver packs the A and B panels of a pixel block into contiguous
+// buffers (pix == nullptr) when the pixel rows are far apart in memory.
 struct TileArgs {
   const Pix* pix;
   int64_t npix;
@@ -33,6 +33,14 @@ struct TileArgs {
   int64_t ldc;
   int rows, cols;
   int groups;  // grouped kernels only
+  // GEMM tiles only, pix == nullptr: packed panels instead of the pixel list,
+  //   C[m*ldc + n] += sum_{i < npix} pa[i*lda + m] * pb[i*ldb + n];
+  // B rows are readable (zero-padded) up to cols rounded up to whole vectors.
+  const float* pa;
+  const float* pb;
+  int64_t lda, ldb;
+  // GEMM tiles only: start from zero instead of C's contents (C is written).
+  int fresh;
 };
 
 // Register tiles: rows per tile for a tile of v vectors (index v, 1..kMaxVecs).
@@ -61,6 +69,25 @@ void gemm_tile_avx2(const TileArgs& t);
 // a_off/b_off point at the first group's channels.
 void grouped_tile_avx512(const TileArgs& t);
 void grouped_tile_avx2(const TileArgs& t);
+// Panel packing for the packed GEMM tiles: for i < n, copies `width` floats
+// from (side_b ? pix[i].b : pix[i].a) + off to dst + i*ld and zeros
+// dst[i*ld + width, i*ld + ld) (ld >= width).
+void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst);
+void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+               float* dst);
+// Final pass, output with the taps innermost (IOX, OIX): a tile of nt <= 16
+// taps x nn <= 16 channels, summed over nq scratch copies and transposed:
+//   dst[n*ld_n + t] = sum_{q < nq} src[q*ld_q + t*ld_t + n].
+// stream: whole aligned 64-byte runs may be written with streaming stores
+// (no read for ownership; for outputs far larger than the caches); a thread
+// then calls store_fence_* after its last call, before others read dst.
+void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
+                      float* dst, int64_t ld_n, bool stream);
+void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
+                    float* dst, int64_t ld_n, bool stream);
+void store_fence_avx512();
+void store_fence_avx2();
 // Depthwise (ICg == OCg == 1): cols <= lanes*k*DwVecs channels.
 void dw_tile_avx512(const TileArgs& t);
 void dw_tile_avx2(const TileArgs& t);

@@ -57,18 +57,21 @@ inline void store_vec(float* p, __m256 v, __m256i tail) {
   }
 
 // MR x (8*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
-template <int MR, int NV, bool MASK>
+template <int MR, int NV, bool MASK, bool PK>
 void gemm_kernel(const TileArgs& t) {
   const __m256i tail = lane_mask(t.cols - 8 * (NV - 1));
   BWW_FOR_ROWS(BWW_DECL)
-  BWW_FOR_ROWS(BWW_LOAD)
+  if (!t.fresh) {
+    BWW_FOR_ROWS(BWW_LOAD)
+  }
   const Pix* px = t.pix;
+  constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
   for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.a_off;
-    const float* b = px[i].b + t.b_off;
-    const __m256 b0 = load_vec<0, NV, MASK>(b, tail);
+    const float* a = PK ? t.pa + i * t.lda : px[i].a + t.a_off;
+    const float* b = PK ? t.pb + i * t.ldb : px[i].b + t.b_off;
+    const __m256 b0 = load_vec<0, NV, LM>(b, tail);
     __m256 b1;
-    if constexpr (NV > 1) b1 = load_vec<1, NV, MASK>(b, tail);
+    if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);
     BWW_FOR_ROWS(BWW_FMA)
   }
   BWW_FOR_ROWS(BWW_STORE)
@@ -81,8 +84,11 @@ void gemm_by_rows(const TileArgs& t, bool mask) {
 #define BWW_CASE(r)                                                         \
   case r + 1:                                                               \
     if constexpr (r + 1 <= kMax) {                                          \
-      if (mask) gemm_kernel<r + 1, NV, true>(t);                            \
-      else gemm_kernel<r + 1, NV, false>(t);                                \
+      if (!t.pix) {                                                         \
+        if (mask) gemm_kernel<r + 1, NV, true, true>(t);                    \
+        else gemm_kernel<r + 1, NV, false, true>(t);                        \
+      } else if (mask) gemm_kernel<r + 1, NV, true, false>(t);              \
+      else gemm_kernel<r + 1, NV, false, false>(t);                         \
     }                                                                       \
     return;
     BWW_FOR_ROWS(BWW_CASE)
@@ -160,6 +166,45 @@ void gemm_tile_avx2(const TileArgs& t) {
     default: break;
   }
 }
+
+void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+               float* dst) {
+  // Rows are far apart (strided layers: one page per row), out of reach of
+  // the hardware prefetcher: fetch the row 8 ahead.
+  constexpr int64_t kAhead = 8;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* f = reinterpret_cast<const char*>((side_b ? pix[i + kAhead].b : pix[i + kAhead].a) + off);
+      for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+      _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
+    }
+    const float* s = (side_b ? pix[i].b : pix[i].a) + off;
+    float* d = dst + i * ld;
+    int64_t j = 0;
+    for (; j + 8 <= width; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
+    for (; j < ld; j += 8) {  // tail of the row, then zeros up to ld
+      const int64_t left = width - j;
+      const int64_t room = ld - j < 8 ? ld - j : 8;
+      const __m256i lm = lane_mask(left <= 0 ? 0 : static_cast<int>(left));
+      _mm256_maskstore_ps(d + j, lane_mask(static_cast<int>(room)), _mm256_maskload_ps(s + j, lm));
+    }
+  }
+}
+
+void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
+                    float* dst, int64_t ld_n, bool /*stream*/) {
+  float buf[16][16];  // [n][t]: rows of the scratch read in order, written out by n
+  for (int t = 0; t < nt; ++t)
+    for (int n = 0; n < nn; ++n) {
+      float acc = src[t * ld_t + n];
+      for (int q = 1; q < nq; ++q) acc += src[q * ld_q + t * ld_t + n];
+      buf[n][t] = acc;
+    }
+  for (int n = 0; n < nn; ++n)
+    for (int t = 0; t < nt; ++t) dst[n * ld_n + t] = buf[n][t];
+}
+
+void store_fence_avx2() { _mm_sfence(); }
 
 void grouped_tile_avx2(const TileArgs& t) {
   switch (t.rows) {

@@ -62,21 +62,24 @@ inline void store_vec(float* p, __m512 v, __mmask16 tail) {
   }
 
 // MR x (16*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
-template <int MR, int NV, bool MASK>
+template <int MR, int NV, bool MASK, bool PK>
 void gemm_kernel(const TileArgs& t) {
   const int last = t.cols - 16 * (NV - 1);  // lanes of the last vector, 1..16
   const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
   BWW_FOR_ROWS(BWW_DECL)
-  BWW_FOR_ROWS(BWW_LOAD)
+  if (!t.fresh) {
+    BWW_FOR_ROWS(BWW_LOAD)
+  }
   const Pix* px = t.pix;
+  constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
   for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.a_off;
-    const float* b = px[i].b + t.b_off;
-    const __m512 b0 = load_vec<0, NV, MASK>(b, tail);
+    const float* a = PK ? t.pa + i * t.lda : px[i].a + t.a_off;
+    const float* b = PK ? t.pb + i * t.ldb : px[i].b + t.b_off;
+    const __m512 b0 = load_vec<0, NV, LM>(b, tail);
     __m512 b1, b2, b3;
-    if constexpr (NV > 1) b1 = load_vec<1, NV, MASK>(b, tail);
-    if constexpr (NV > 2) b2 = load_vec<2, NV, MASK>(b, tail);
-    if constexpr (NV > 3) b3 = load_vec<3, NV, MASK>(b, tail);
+    if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);
+    if constexpr (NV > 2) b2 = load_vec<2, NV, LM>(b, tail);
+    if constexpr (NV > 3) b3 = load_vec<3, NV, LM>(b, tail);
     BWW_FOR_ROWS(BWW_FMA)
   }
   BWW_FOR_ROWS(BWW_STORE)
@@ -89,8 +92,11 @@ void gemm_by_rows(const TileArgs& t, bool mask) {
 #define BWW_CASE(r)                                                         \
   case r + 1:                                                               \
     if constexpr (r + 1 <= kMax) {                                          \
-      if (mask) gemm_kernel<r + 1, NV, true>(t);                            \
-      else gemm_kernel<r + 1, NV, false>(t);                                \
+      if (!t.pix) {                                                         \
+        if (mask) gemm_kernel<r + 1, NV, true, true>(t);                    \
+        else gemm_kernel<r + 1, NV, false, true>(t);                        \
+      } else if (mask) gemm_kernel<r + 1, NV, true, false>(t);              \
+      else gemm_kernel<r + 1, NV, false, false>(t);                         \
     }                                                                       \
     return;
     BWW_FOR_ROWS(BWW_CASE)
@@ -211,6 +217,96 @@ void gemm_tile_avx512(const TileArgs& t) {
     default: break;
   }
 }
+
+void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst) {
+  // Rows are far apart (strided layers: one page per row), out of reach of
+  // the hardware prefetcher: fetch the row 8 ahead.
+  constexpr int64_t kAhead = 8;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* f = reinterpret_cast<const char*>((side_b ? pix[i + kAhead].b : pix[i + kAhead].a) + off);
+      for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+      _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
+    }
+    const float* s = (side_b ? pix[i].b : pix[i].a) + off;
+    float* d = dst + i * ld;
+    int64_t j = 0;
+    for (; j + 16 <= width; j += 16) _mm512_storeu_ps(d + j, _mm512_loadu_ps(s + j));
+    for (; j < ld; j += 16) {  // tail of the row, then zeros up to ld
+      const int64_t left = width - j;
+      const __mmask16 lm = left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
+      const int64_t room = ld - j < 16 ? ld - j : 16;
+      const __mmask16 sm = static_cast<__mmask16>((1u << room) - 1u);
+      _mm512_mask_storeu_ps(d + j, sm, _mm512_maskz_loadu_ps(lm, s + j));
+    }
+  }
+}
+
+// GCC 12 flags the _mm512_undefined_ps() inside the shuffle intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
+                      float* dst, int64_t ld_n, bool stream) {
+  const __mmask16 nm = static_cast<__mmask16>((1u << nn) - 1u);
+  const __mmask16 tm = static_cast<__mmask16>((1u << nt) - 1u);
+  __m512 r[16], a[16], b[16];
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    if (t < nt) {
+      __m512 v = _mm512_maskz_loadu_ps(nm, src + t * ld_t);
+      for (int q = 1; q < nq; ++q)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(nm, src + q * ld_q + t * ld_t));
+      r[t] = v;
+    } else {
+      r[t] = _mm512_setzero_ps();
+    }
+  }
+  // 16x16 transpose: pairs of rows, 4x4 blocks within 128-bit lanes, then
+  // the lanes across rows 4 apart and 8 apart.
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 4) {
+    b[i] = _mm512_shuffle_ps(a[i], a[i + 2], 0x44);
+    b[i + 1] = _mm512_shuffle_ps(a[i], a[i + 2], 0xEE);
+    b[i + 2] = _mm512_shuffle_ps(a[i + 1], a[i + 3], 0x44);
+    b[i + 3] = _mm512_shuffle_ps(a[i + 1], a[i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    a[k] = _mm512_shuffle_f32x4(b[k], b[4 + k], 0x88);
+    a[4 + k] = _mm512_shuffle_f32x4(b[k], b[4 + k], 0xDD);
+    a[8 + k] = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0x88);
+    a[12 + k] = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0xDD);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_f32x4(a[k], a[8 + k], 0x88);
+    r[4 + k] = _mm512_shuffle_f32x4(a[4 + k], a[12 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(a[k], a[8 + k], 0xDD);
+    r[12 + k] = _mm512_shuffle_f32x4(a[4 + k], a[12 + k], 0xDD);
+  }
+  // Whole aligned lines (IOX with 16 taps): streaming stores, no read for
+  // ownership of output lines that are entirely overwritten.
+  if (stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0 && (ld_n & 15) == 0) {
+#pragma GCC unroll 16
+    for (int n = 0; n < 16; ++n)
+      if (n < nn) _mm512_stream_ps(dst + n * ld_n, r[n]);
+    return;
+  }
+#pragma GCC unroll 16
+  for (int n = 0; n < 16; ++n)
+    if (n < nn) _mm512_mask_storeu_ps(dst + n * ld_n, tm, r[n]);
+}
+
+#pragma GCC diagnostic pop
+
+void store_fence_avx512() { _mm_sfence(); }
 
 void grouped_tile_avx512(const TileArgs& t) {
   switch (t.rows) {

@@ -8,6 +8,10 @@
 // There is no im2col buffer: a block of pixels gets, per tap, a list of
 // (A row, B row) pointer pairs, and register-tile micro-kernels (see
 // bwd_weights_f32.h) reduce over that list into an accumulator tile in memory.
+// Wide layers (Mg*Ng >= 128*128) first copy the listed rows into packed
+// panels (per thread: up to 1024 pixels x all m, plus one n-block), so
+// that tiles stream contiguous memory and one long block covers most
+// layers: each accumulator tile is then written once (fresh), not re-read.
 // Depthwise (ICg == OCg == 1) vectorizes over the groups instead.
 //
 // Work items are the tiles (tap, group, n-block, m-block). Threads split the
@@ -16,9 +20,12 @@
 // split the pixels into P = nthreads partitions with a copy of the gradient
 // each, summed at the end. Partition 0 accumulates straight into the output
 // when its layout has the vector side contiguous (XOI, XIO), else into a
-// scratch copy that is written out in the output's strides. Extra memory: at
-// most P copies of the weight gradient, plus small per-thread pixel lists.
+// scratch copy that is written out in the output's strides (layouts with the
+// taps innermost, IOX/OIX: 16x16 register transposes). Extra memory: at most
+// P copies of the weight gradient, plus per-thread pixel lists and packed
+// panels (at most ~1.3 MiB per thread).
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +52,7 @@ struct Item {
   int rows, cols;
   double cost;
   int groups = 1;  // grouped kernel: consecutive groups g.. in one vector
+  int64_t mj = 0;  // GEMM: index of the m-block
 };
 
 // Where the tiles of one pixel partition accumulate: element (tap, g, m, n)
@@ -61,6 +69,23 @@ struct Target {
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };
+
+// A buffer of n floats, 64-byte aligned. Large ones (scratch copies of the
+// weight gradient) start on a 2 MiB boundary and their whole 2 MiB chunks
+// are marked for huge pages (no rounding up: no extra memory): each call gets
+// fresh memory, and first-touch faults of 4 KiB pages cost ~2 ms per 8 MiB
+// (vocoder 512->256 k16 scratch) during the tiles' stores.
+float* alloc_floats(size_t n) {
+  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes < 2 * kHuge) return static_cast<float*>(std::aligned_alloc(64, bytes));
+  void* p = nullptr;
+  if (posix_memalign(&p, kHuge, bytes) != 0) return nullptr;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+#endif
+  return static_cast<float*>(p);
+}
 
 // Contiguous split of the items over `parts` threads with balanced cost.
 // Returns the largest per-thread cost; bounds gets parts+1 item indices.
@@ -138,6 +163,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   const int* rows_of = avx512 ? bww::kAvx512Rows : bww::kAvx2Rows;
   void (*gemm_tile)(const TileArgs&) = avx512 ? bww::gemm_tile_avx512 : bww::gemm_tile_avx2;
   void (*dw_tile)(const TileArgs&) = avx512 ? bww::dw_tile_avx512 : bww::dw_tile_avx2;
+  void (*pack)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*) =
+      avx512 ? bww::pack_avx512 : bww::pack_avx2;
   void (*grouped_tile)(const TileArgs&) =
       avx512 ? bww::grouped_tile_avx512 : bww::grouped_tile_avx2;
 
@@ -186,7 +213,11 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // n-blocks: the whole group when it fits one tile (up to 6x64 on AVX-512),
   // else 2 vectors (14x32 tiles: half the B panel of 6x64, so a longer pixel
   // block stays in L1; both measured alike on wide layers).
-  const int gemm_vecs = vecs(Ng) <= max_vecs ? static_cast<int>(vecs(Ng)) : std::min(max_vecs, 2);
+  // Few rows (m side within the widest tile's rows, e.g. 96->3): the widest
+  // tiles, so that each broadcast feeds more FMAs.
+  const int gemm_vecs = vecs(Ng) <= max_vecs                ? static_cast<int>(vecs(Ng))
+                        : Mg <= rows_of[max_vecs] ? max_vecs
+                                                           : std::min(max_vecs, 2);
   // One m-blocking for all n-blocks (rows_of shrinks with the vectors, so the
   // narrower tail n-block takes these rows too).
   const int rows_main = rows_of[std::min<int64_t>(gemm_vecs, vecs(Ng))];
@@ -224,7 +255,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           for (int64_t j = 0; j < mblocks; ++j) {  // m-blocks of nearly equal size
             const int64_t m0 = part_start(Mg, mblocks, j);
             const int rows = static_cast<int>(part_start(Mg, mblocks, j + 1) - m0);
-            items.push_back({t, g, m0, n0, rows, cols, tap_pixels[t] * (rows * nv + 3.0)});
+            Item it{t, g, m0, n0, rows, cols, tap_pixels[t] * (rows * nv + 3.0)};
+            it.mj = j;
+            items.push_back(it);
           }
           max_cols = std::max(max_cols, cols);
           n0 += cols;
@@ -257,13 +290,17 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   const int per_part = nt / P;
 
   // Targets: partition 0 writes the output (direct) or scratch 0.
+  // Scratch: per copy the taps' planes of G*Mg*Ng floats, each padded by a
+  // line so that the final pass's reads of one row of every tap (planes a
+  // multiple of 4 KiB apart, e.g. 512 KiB) do not all fall in one cache set.
+  const int64_t plane = (G * Mg * Ng + 15) / 16 * 16 + 16;
+  const int64_t wstride = taps * plane;  // floats per scratch copy
   std::vector<int64_t> scratch_off(taps);
-  for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * G * Mg * Ng;
+  for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * plane;
   const int nbuf = direct ? P - 1 : P;
   std::unique_ptr<float, FreeDeleter> scratch;
   if (nbuf > 0) {
-    const size_t bytes = ((static_cast<size_t>(nbuf * wsize) * sizeof(float)) + 63) / 64 * 64;
-    scratch.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    scratch.reset(alloc_floats(static_cast<size_t>(nbuf * wstride)));
     if (!scratch) return false;  // caller falls back to the reference
   }
   std::vector<Target> targets(P);
@@ -273,7 +310,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       targets[q] = {out, koff.data(), ICg * si, vec_b ? si : so};
     } else {
       const int buf = direct ? q - 1 : q;
-      targets[q] = {scratch.get() + buf * wsize, scratch_off.data(), Mg * Ng, Ng};
+      targets[q] = {scratch.get() + buf * wstride, scratch_off.data(), Mg * Ng, Ng};
     }
   }
 
@@ -282,6 +319,19 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // Depthwise: the block's src and tapped diff_dst rows of one channel block.
   int64_t block = depthwise ? 16384 / (4 * max_cols) : 24576 / (64 + 4 * max_cols);
   block = std::clamp<int64_t>(block, 16, 1024);
+  // Packed GEMM, for wide layers: per pixel block and tap, the A side of
+  // all m-blocks is copied into contiguous panels and the B side of one
+  // n-block into one panel, reused by every m-block. The tiles then stream
+  // contiguous memory: unpacked, the pixel rows of a strided layer lie s*C
+  // floats apart (vocoder k16 s8: 8 KiB), so a tile's rows share one L1 set
+  // and each pixel is on another page. Packing makes long pixel blocks
+  // possible (up to 1024 pixels, A panels within 1 MiB of L2), so the
+  // accumulator tiles are loaded and stored once per long block; with one
+  // block per partition each tile is written once, never read (fresh).
+  // Narrow layers (64x32 channels) lose: the copies cost as much as the FMAs.
+  const bool packed = !depthwise && !grouped && Mg * Ng >= 128 * 128;
+  const int64_t ldb_max = static_cast<int64_t>(gemm_vecs) * lanes;
+  if (packed) block = std::clamp<int64_t>(262144 / Mg, 16, 1024);
 
   // Tasks: (pixel partition, chunk of items), claimed dynamically, so that a
   // thread that starts late (shared machine) or runs slow takes fewer. Two
@@ -304,6 +354,14 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts).
   block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
+  const size_t pack_floats = packed ? static_cast<size_t>(block * (Mg + ldb_max)) : 0;
+  std::unique_ptr<float, FreeDeleter> pack_all;
+  if (packed) {
+    pack_all.reset(static_cast<float*>(
+        std::aligned_alloc(64, (nt * pack_floats * sizeof(float) + 63) / 64 * 64)));
+    if (!pack_all) return false;
+  }
+  std::vector<char> a_done_all(packed ? static_cast<size_t>(nt * mblocks) : 0);
 
   std::vector<float> gbufs(grouped ? static_cast<size_t>(nt) * 4 * lanes * lanes : 0);
   std::vector<int64_t> pix_count(static_cast<size_t>(taps) * nt);
@@ -326,7 +384,16 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     int64_t tap_lo = taps, tap_hi = -1;
     for (int64_t i = ib; i < ie; ++i)
       tap_lo = std::min(tap_lo, items[i].tap), tap_hi = std::max(tap_hi, items[i].tap);
-    for (int64_t i = ib; i < ie; ++i) {  // tiles start at zero
+    // Tiles start at zero: GEMM tiles by their first tile call (fresh), or
+    // here if their tap has no pixel in the first block; others here.
+    const bool gemm = !depthwise && !grouped;
+    auto zero_tile = [&](const Item& it) {
+      for (int gl = 0; gl < it.groups; ++gl) {
+        float* c = tg.tile(it) + gl * tg.g_stride;
+        for (int r = 0; r < it.rows; ++r) std::memset(c + r * tg.m_stride, 0, sizeof(float) * it.cols);
+      }
+    };
+    for (int64_t i = ib; i < ie && !gemm; ++i) {
       for (int gl = 0; gl < items[i].groups; ++gl) {
         float* c = tg.tile(items[i]) + gl * tg.g_stride;
         for (int r = 0; r < items[i].rows; ++r)
@@ -338,6 +405,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     Pix* pix = pix_all.data() + static_cast<size_t>(tid) * max_span * block;
     int64_t* count = pix_count.data() + static_cast<size_t>(tid) * taps;
     Seg* segs = segs_all.data() + static_cast<size_t>(tid) * block;
+    float* bpack = packed ? pack_all.get() + tid * pack_floats : nullptr;
+    float* apack = bpack + (packed ? block * ldb_max : 0);
+    char* a_done = packed ? a_done_all.data() + static_cast<size_t>(tid) * mblocks : nullptr;
+    int64_t a_tap = -1, a_g = -1, b_tap = -1, b_g = -1, b_n0 = -1;
     // The (A, B) pixel pairs of the block's pixels for one tap.
     auto build = [&](int64_t tap, int64_t nseg) {
       const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
@@ -363,7 +434,11 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       }
       count[tap] = n;
     };
-    for (int64_t f = part_start(F, P, part); f < f_end;) {
+    const int64_t f_begin = part_start(F, P, part);
+    if (gemm && f_begin >= f_end)
+      for (int64_t i = ib; i < ie; ++i) zero_tile(items[i]);
+    for (int64_t f = f_begin; f < f_end;) {
+      const bool first_block = f == f_begin;
       // Next block of pixels: row pieces totalling at most `block` pixels.
       int64_t nseg = 0, total = 0;
       while (f < f_end && total < block) {
@@ -374,6 +449,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         f += len;
       }
       for (int64_t t = tap_lo; t <= tap_hi; ++t) count[t] = -1;
+      a_tap = b_tap = -1;  // packed panels are of the previous block
       // Prefetch the next block's src pixels and the diff_dst range its taps
       // reach into L2, spread over this block's tile calls: a layer with few
       // taps reads each pixel a few times only, and the strided first touch
@@ -407,8 +483,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         }
         const Item& item = items[i];
         if (count[item.tap] < 0) build(item.tap, nseg);
-        if (count[item.tap] == 0) continue;
+        if (count[item.tap] == 0) {
+          if (gemm && first_block) zero_tile(item);
+          continue;
+        }
         TileArgs ta{};
+        ta.fresh = gemm && first_block;
         ta.pix = pix + (item.tap - tap_lo) * block;
         ta.npix = count[item.tap];
         ta.c = tg.tile(item);
@@ -433,6 +513,29 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
             for (int r = 0; r < item.rows; ++r)
               for (int n = 0; n < item.cols; ++n) c[r * tg.m_stride + n] += sums[r * lanes + n];
           }
+        } else if (packed) {
+          const Pix* px = ta.pix;
+          const int64_t np = ta.npix;
+          if (item.tap != a_tap || item.g != a_g) {
+            a_tap = item.tap, a_g = item.g;
+            std::memset(a_done, 0, mblocks);
+          }
+          float* pa = apack + item.m0 * block;
+          if (!a_done[item.mj]) {
+            a_done[item.mj] = 1;
+            pack(px, np, false, item.g * a_gstride + item.m0, item.rows, item.rows, pa);
+          }
+          const int64_t ldb = vecs(item.cols) * lanes;
+          if (item.tap != b_tap || item.g != b_g || item.n0 != b_n0) {
+            b_tap = item.tap, b_g = item.g, b_n0 = item.n0;
+            pack(px, np, true, item.g * b_gstride + item.n0, item.cols, ldb, bpack);
+          }
+          ta.pix = nullptr;
+          ta.pa = pa;
+          ta.lda = item.rows;
+          ta.pb = bpack;
+          ta.ldb = ldb;
+          gemm_tile(ta);
         } else {
           ta.a_off = item.g * a_gstride + item.m0;
           ta.b_off = item.g * b_gstride + item.n0;
@@ -443,7 +546,6 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   };
 
   std::atomic<int64_t> next_task{0};
-  const int64_t out_rows = taps * G * Mg;  // rows (tap, g, m) of Ng elements
   const float* scr = scratch.get();
 #pragma omp parallel num_threads(nt)
   {
@@ -456,25 +558,86 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     }
     if (P > 1 || !direct) {
 #pragma omp barrier
-      // Sum the partitions into the output.
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < out_rows; ++r) {
-        const int64_t tap = r / (G * Mg), g = (r / Mg) % G, m = r % Mg;
-        const float* part0 = scr + r * Ng;
-        if (direct) {
-          float* o = out + koff[tap] + g * targets[0].g_stride + m * targets[0].m_stride;
-          for (int64_t n = 0; n < Ng; ++n) {
-            float acc = o[n];
-            for (int q = 0; q < nbuf; ++q) acc += part0[q * wsize + n];
-            o[n] = acc;
-          }
-        } else {
-          for (int64_t n = 0; n < Ng; ++n) {
-            float acc = part0[n];
-            for (int q = 1; q < nbuf; ++q) acc += part0[q * wsize + n];
-            const int64_t ic = g * ICg + (vec_b ? m : n), b = vec_b ? n : m;
-            out[ic * si + b * so + koff[tap]] = acc;
-          }
+      // Sum the partitions into the output, in tiles of 16 m x 16 n x 16
+      // taps, through a buffer in L1: the scratch is read in runs of 16
+      // floats, and the output is written in the order of its strides
+      // (innermost the dim of smallest stride). Writing along n or m with a
+      // large stride (IOX: 16 ic rows 16 KiB apart) maps a tile's output
+      // lines to one L1 set; row by row, one float per output line per tap.
+      constexpr int kTb = 16;
+      bool taps_inner = !direct && taps > 1;  // each (ic, b) has its taps at +0, +1, ...
+      for (int64_t t = 0; t < taps && taps_inner; ++t) taps_inner = koff[t] == t;
+      if (taps_inner) {
+        // Per (g, m) and 16 n: the 16 scratch rows of a chunk of 16 taps
+        // (one line each) transposed in registers into 16 runs of taps.
+        const int64_t ntl = (Ng + kTb - 1) / kTb;
+        const int64_t on = vec_b ? so : si, om = vec_b ? si : so;
+        void (*transpose)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool) =
+            avx512 ? bww::transpose_avx512 : bww::transpose_avx2;
+        const bool stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // output beyond 2 L2s and more
+        // Walk the output in its order (the dim of larger stride outer):
+        // across the far rows it would take a TLB miss per run of taps.
+        const bool n_outer = std::abs(on) > std::abs(om);
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < G * Mg * ntl; ++r) {
+          const int64_t g = r / (Mg * ntl);
+          const int64_t m = n_outer ? r % Mg : (r / ntl) % Mg;
+          const int64_t n0 = (n_outer ? (r / Mg) % ntl : r % ntl) * kTb;
+          const int nn = static_cast<int>(std::min<int64_t>(kTb, Ng - n0));
+          for (int64_t t0 = 0; t0 < taps; t0 += kTb)
+            transpose(scr + t0 * plane + (g * Mg + m) * Ng + n0, plane, wstride, nbuf,
+                      static_cast<int>(std::min<int64_t>(kTb, taps - t0)), nn,
+                      out + g * ICg * si + m * om + n0 * on + t0, on, stream);
+        }
+        (avx512 ? bww::store_fence_avx512 : bww::store_fence_avx2)();  // then the region's barrier
+      } else {
+        const int64_t mt = (Mg + kTb - 1) / kTb, ntl = (Ng + kTb - 1) / kTb;
+        const int64_t tt = (taps + kTb - 1) / kTb;
+        const int64_t om = vec_b ? si : so, on = vec_b ? so : si;  // output strides of m, n
+        // Dims 0 = tap, 1 = m, 2 = n, sorted by output stride: ord[0] innermost.
+        const int64_t tap_stride = taps > 1 ? std::abs(koff[1] - koff[0]) : 0;
+        const int64_t dim_stride[3] = {tap_stride, std::abs(om), std::abs(on)};
+        int ord[3] = {0, 1, 2};
+        std::sort(ord, ord + 3, [&](int x, int y) { return dim_stride[x] < dim_stride[y]; });
+        int64_t lstride[3];  // strides of the dims in the buffer
+        lstride[ord[0]] = 1, lstride[ord[1]] = kTb, lstride[ord[2]] = kTb * kTb;
+  #pragma omp for schedule(static)
+        for (int64_t tile = 0; tile < G * mt * ntl * tt; ++tile) {
+          const int64_t g = tile / (mt * ntl * tt), m0 = (tile / (ntl * tt)) % mt * kTb;
+          const int64_t t0 = (tile / ntl) % tt * kTb, n0 = tile % ntl * kTb;
+          const int64_t ext[3] = {std::min<int64_t>(kTb, taps - t0), std::min<int64_t>(kTb, Mg - m0),
+                                  std::min<int64_t>(kTb, Ng - n0)};
+          float buf[kTb * kTb * kTb];
+          for (int64_t tc = 0; tc < ext[0]; ++tc)
+            for (int64_t mc = 0; mc < ext[1]; ++mc) {
+              const float* s0 = scr + (t0 + tc) * plane + ((g * Mg) + m0 + mc) * Ng + n0;
+              float* b = buf + tc * lstride[0] + mc * lstride[1];
+              const int64_t ls = lstride[2];
+              // The tile with the next n0 reads the next line of each row.
+              for (int q = 0; q < nbuf; ++q) __builtin_prefetch(s0 + q * wstride + kTb, 0, 3);
+              for (int64_t nc = 0; nc < ext[2]; ++nc) {
+                float acc = s0[nc];
+                for (int q = 1; q < nbuf; ++q) acc += s0[q * wstride + nc];
+                b[nc * ls] = acc;
+              }
+            }
+          int64_t off[3][kTb];  // output offsets along each dim
+          for (int64_t i = 0; i < ext[0]; ++i) off[0][i] = koff[t0 + i];
+          for (int64_t i = 0; i < ext[1]; ++i) off[1][i] = (m0 + i) * om;
+          for (int64_t i = 0; i < ext[2]; ++i) off[2][i] = (n0 + i) * on;
+          float* o = out + g * ICg * si;
+          const int d0 = ord[0], d1 = ord[1], d2 = ord[2];
+          for (int64_t i2 = 0; i2 < ext[d2]; ++i2)
+            for (int64_t i1 = 0; i1 < ext[d1]; ++i1) {
+              float* oo = o + off[d2][i2] + off[d1][i1];
+              const float* b = buf + i2 * lstride[d2] + i1 * lstride[d1];
+              const int64_t* o0 = off[d0];
+              if (direct) {  // partition 0 is in the output already
+                for (int64_t i0 = 0; i0 < ext[d0]; ++i0) oo[o0[i0]] += b[i0];
+              } else {
+                for (int64_t i0 = 0; i0 < ext[d0]; ++i0) oo[o0[i0]] = b[i0];
+              }
+            }
         }
       }
     }

@@ -265,6 +265,36 @@ TEST(FastBackwardWeights, ThreadCounts) {
   }
 }
 
+TEST(FastBackwardWeights, WideLayersPacked) {
+  // Wide channel counts (packed panels): long 1D kernels with stride (many
+  // taps, vocoder-like k16 s8), dilation, tails of both tile sides, pixel
+  // blocks shorter than the partition (N * I > 1024 / blocks), 1 to 3 threads.
+  std::mt19937 rng(10);
+  for (WeightsFormat wf : kFormats) {
+    check_case(simple_case(1, 1, 1, 130, 136, 37, 16, 8, 4, wf), 2, rng);
+    check_case(simple_case(1, 2, 1, 144, 129, 29, 12, 3, 2, wf), 1, rng);
+    Case d = simple_case(1, 2, 1, 128, 160, 30, 7, 2, 3, wf);
+    d.d = {3};
+    d.op = {1};
+    check_case(d, 2, rng);
+    check_case(simple_case(2, 1, 2, 130, 128, 6, 4, 2, 1, wf), 3, rng);
+    check_case(simple_case(1, 2, 1, 300, 64, 1000, 1, 1, 0, wf), 2, rng);  // several blocks
+  }
+  for (int nt : {1, 2, 3})
+    check_case(simple_case(3, 1, 1, 200, 96, 4, 3, 1, 1, WeightsFormat::XOI), nt, rng);
+}
+
+TEST(FastBackwardWeights, FewRowsWideTiles) {
+  // One side of at most 6 channels, the other over 64 (AVX-512: 4-vector
+  // tiles with the tail tile), as alexnet's 96->3 k11 s4.
+  std::mt19937 rng(11);
+  for (WeightsFormat wf : kFormats) {
+    check_case(simple_case(2, 2, 1, 100, 3, 9, 5, 4, 0, wf), 2, rng);
+    check_case(simple_case(2, 1, 1, 6, 130, 7, 3, 2, 1, wf), 2, rng);
+    check_case(simple_case(1, 2, 1, 5, 70, 30, 11, 4, 2, wf), 1, rng);
+  }
+}
+
 TEST(FastBackwardWeights, RandomDense) {
   std::mt19937 rng(6);
   for (int it = 0; it < 200; ++it) {
