@@ -152,6 +152,7 @@ struct Layer {
   const char* name;
   int64_t N, IC, OC, G;
   std::vector<int64_t> I, K, s, pb, pe, op;
+  std::vector<int64_t> d = {};  // dilations (empty: 1)
 };
 
 void bench_layer(const Layer& L, Isa isa, int nthreads, double peak) {
@@ -160,7 +161,7 @@ void bench_layer(const Layer& L, Isa isa, int nthreads, double peak) {
   a.strides = L.s;
   a.pads_begin = L.pb;
   a.pads_end = L.pe;
-  a.dilations = std::vector<int64_t>(S, 1);
+  a.dilations = L.d.empty() ? std::vector<int64_t>(S, 1) : L.d;
   a.output_padding = L.op;
   a.groups = L.G;
   a.data_format = DataFormat::NXC;
@@ -211,6 +212,15 @@ int main(int argc, char** argv) {
       {"2D N=4 dw C=128 32x32 k3 s1 p1", 4, 128, 128, 128, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}},
       {"2D N=4 g=8 128->128 16x16 k4 s2 p1", 4, 128, 128, 8, {16, 16}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
       {"2D N=4 g=32 128->128 32x32 k4 s2 p1", 4, 128, 128, 32, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
+      // The layers of benchmarks/bench.py where oneDNN led.
+      {"2D N=1 36->4 360x640 k3 s3", 1, 36, 4, 1, {360, 640}, {3, 3}, {3, 3}, {0, 0}, {0, 0}, {0, 0}},
+      {"2D N=4 64->3 109x109 k7 s2 d2 p3/2", 4, 64, 3, 1, {109, 109}, {7, 7}, {2, 2}, {3, 3}, {2, 2}, {0, 0}, {2, 2}},
+      {"2D N=4 64->3 64x64 k4 s2 p1", 4, 64, 3, 1, {64, 64}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
+      {"2D N=1 512->256 32x32 k4 s2 p1", 1, 512, 256, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
+      {"3D N=1 512->256 8x9x9 k3", 1, 512, 256, 1, {8, 9, 9}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+      {"3D N=1 512->256 6x7x7 k3 d2", 1, 512, 256, 1, {6, 7, 7}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {2, 2, 2}},
+      {"2D N=8 dw C=64 32x32 k4 s2 p1", 8, 64, 64, 64, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
+      {"2D N=4 256->512 28x28 k1 s2 op1", 4, 256, 512, 1, {28, 28}, {1, 1}, {2, 2}, {0, 0}, {0, 0}, {1, 1}},
   };
   const Tile tiles[] = {
       {"avx512 6x64", Isa::Avx512, x86::conv_f32_avx512_6x64, 6, 64},

@@ -81,7 +81,84 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   }
 }
 
+// Sums of the 16 lanes of v0..v3, as the 4 floats of the result.
+inline __attribute__((always_inline)) __m128 hsum4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // 128-bit block k: 4 partial sums of v_k.
+  __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, u));
+}
+
+// Dot-product tile: MR rows x NC columns, vectorized over the reduction.
+template <int MR, int NC>
+inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
+  static_assert((MR * NC) % 4 == 0, "whole groups of 4 sums");
+  __m512 acc[MR][NC];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) acc[m][j] = _mm512_setzero_ps();
+  const float* const* a = args->a;
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const int64_t cfull = cred / 16 * 16, credp = (cred + 15) / 16 * 16;
+  const __mmask16 kt = static_cast<__mmask16>((1u << (cred - cfull)) - 1u);
+  const int32_t* wtap = args->wtap;
+  for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
+    const float* w = args->w + (wtap ? wtap[t] : t) * credp * NC;
+    const float* p[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+    int64_t c = 0;
+    for (; c < cfull; c += 16, w += 16 * NC) {
+      __m512 wv[NC];
+#pragma GCC unroll 4
+      for (int j = 0; j < NC; ++j) wv[j] = _mm512_load_ps(w + 16 * j);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) {
+        const __m512 x = _mm512_loadu_ps(p[m] + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) acc[m][j] = _mm512_fmadd_ps(x, wv[j], acc[m][j]);
+      }
+    }
+    if (c < cred) {
+      __m512 wv[NC];
+#pragma GCC unroll 4
+      for (int j = 0; j < NC; ++j) wv[j] = _mm512_load_ps(w + 16 * j);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) {
+        const __m512 x = _mm512_maskz_loadu_ps(kt, p[m] + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) acc[m][j] = _mm512_fmadd_ps(x, wv[j], acc[m][j]);
+      }
+    }
+  }
+  float res[MR * NC];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR * NC; i += 4)
+    _mm_storeu_ps(res + i, hsum4(acc[i / NC][i % NC], acc[(i + 1) / NC][(i + 1) % NC],
+                                 acc[(i + 2) / NC][(i + 2) % NC], acc[(i + 3) / NC][(i + 3) % NC]));
+  const float* bias = args->bias;
+  const int64_t col_off = args->col_off;
+  for (int m = 0; m < MR; ++m) {
+    float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j] + bias[j];
+  }
+}
+
 }  // namespace
+
+void conv_f32_avx512_dot1(const ConvTileArgs* args) { dot_tile<kDotRows[1], 1>(args); }
+void conv_f32_avx512_dot2(const ConvTileArgs* args) { dot_tile<kDotRows[2], 2>(args); }
+void conv_f32_avx512_dot3(const ConvTileArgs* args) { dot_tile<kDotRows[3], 3>(args); }
+void conv_f32_avx512_dot4(const ConvTileArgs* args) { dot_tile<kDotRows[4], 4>(args); }
 
 void conv_f32_avx512_6x64(const ConvTileArgs* args) { gemm_tile<6, 4>(args); }
 void conv_f32_avx512_8x48(const ConvTileArgs* args) { gemm_tile<8, 3>(args); }

@@ -20,6 +20,13 @@
 //   depthwise (ICg = OCg = 1): elementwise over all channels, weights [tap][C];
 //   small groups (AVX-512, <= 8 columns per group): 16 channels of several
 //     groups per vector, inputs permuted into place, weights [tap][c][OC].
+//   few columns (AVX-512, <= 4 columns, reduction >= 16): dot-product tiles
+//     vectorized over the reduction, weights [tap][c/16][j][16];
+//   forward where the kernel tiles the output (K == s, one group, OCg small):
+//     one GEMM per input pixel over taps x OCg columns, scattered (run_patch);
+//   backward-data with a short reduction per tap: the K2 taps of the
+//     innermost axis fused into one reduction run of K2 * OCg floats;
+//   forward phases with many padding taps: rows regrouped by valid taps.
 // Extra memory: one packed copy of the weights (or, when the weights dwarf
 // the activations, one packed column block per thread) plus, per thread, the
 // indirection buffer of one row block.
@@ -72,7 +79,104 @@ struct Phase {
   int64_t rows = 0, taps = 0;
   int64_t tap_off = 0;  // first packed tap of this phase
   int64_t blocks = 0;   // row blocks per image
+  // Row order (empty: the natural one): phase row indices, -1 for a dummy
+  // row; rows counts these entries then.
+  std::vector<int64_t> perm;
 };
+
+// Forward phases where many taps fall outside the input (small images,
+// dilation): a tile keeps a tap when any of its rows reads a real pixel, so
+// consecutive rows with different valid taps multiply many zeros. Rows are
+// then regrouped by their set of valid taps (per axis), each group padded to
+// whole tiles, when that saves at least 15 % of the estimated multiply-adds.
+void group_rows_by_taps(Phase& ph, int MR) {
+  // (Only small phases: in large images the borders are a small share.)
+  if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2) return;
+  // Per axis: each coordinate's class (its set of valid taps) and the
+  // classes' tap counts.
+  std::vector<int32_t> cls[kAxes];
+  std::vector<int64_t> ntap[kAxes];
+  std::vector<uint64_t> masks[kAxes];
+  for (int ax = 0; ax < kAxes; ++ax) {
+    const AxisMap& m = ph.ax[ax];
+    if (m.taps > 64) return;
+    cls[ax].resize(static_cast<size_t>(m.rows));
+    for (int64_t j = 0; j < m.rows; ++j) {
+      uint64_t mk = 0;
+      for (int64_t t = 0; t < m.taps; ++t)
+        if (m.in[j * m.taps + t] >= 0) mk |= uint64_t{1} << t;
+      size_t c = 0;
+      while (c < masks[ax].size() && masks[ax][c] != mk) ++c;
+      if (c == masks[ax].size()) {
+        masks[ax].push_back(mk);
+        ntap[ax].push_back(__builtin_popcountll(mk));
+      }
+      cls[ax][j] = static_cast<int32_t>(c);
+    }
+  }
+  // At most the share of rows on some border (taps missing) can be saved.
+  double border = 0;
+  for (int ax = 0; ax < kAxes; ++ax) {
+    int64_t nb = 0;
+    for (int32_t c : cls[ax]) nb += ntap[ax][c] < ph.ax[ax].taps;
+    border += static_cast<double>(nb) / std::max<int64_t>(1, ph.ax[ax].rows);
+  }
+  if (border < 0.15) return;
+  const int64_t n1 = static_cast<int64_t>(ntap[1].size()), n2 = static_cast<int64_t>(ntap[2].size());
+  const int64_t ngroups = static_cast<int64_t>(ntap[0].size()) * n1 * n2;
+  if (ngroups < 2) return;
+  const int64_t R1 = ph.ax[1].rows, R2 = ph.ax[2].rows;
+  auto group_of = [&](int64_t j0, int64_t j1, int64_t j2) {
+    return (cls[0][j0] * n1 + cls[1][j1]) * n2 + cls[2][j2];
+  };
+  auto work_of = [&](int64_t g) {
+    return static_cast<double>(ntap[0][g / (n1 * n2)]) * ntap[1][(g / n2) % n1] * ntap[2][g % n2];
+  };
+  // Estimated multiply-adds (rows x kept taps) in the natural order, tile by
+  // tile (a tap is kept when any row needs it: approximated per axis), and
+  // grouped (each group padded to whole tiles).
+  std::vector<int64_t> count(static_cast<size_t>(ngroups), 0);
+  double natural = 0;
+  {
+    int64_t j0 = 0, j1 = 0, j2 = 0;
+    for (int64_t r0 = 0; r0 < ph.rows; r0 += MR) {
+      uint64_t o[kAxes] = {0, 0, 0};
+      for (int64_t r = r0; r < std::min(ph.rows, r0 + MR); ++r) {
+        ++count[group_of(j0, j1, j2)];
+        o[0] |= masks[0][cls[0][j0]];
+        o[1] |= masks[1][cls[1][j1]];
+        o[2] |= masks[2][cls[2][j2]];
+        if (++j2 == R2) {
+          j2 = 0;
+          if (++j1 == R1) {
+            j1 = 0;
+            ++j0;
+          }
+        }
+      }
+      natural += static_cast<double>(MR) * __builtin_popcountll(o[0]) *
+                 __builtin_popcountll(o[1]) * __builtin_popcountll(o[2]);
+    }
+  }
+  double grouped = 0;
+  int64_t total = 0;
+  std::vector<int64_t> start(static_cast<size_t>(ngroups), 0);
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const int64_t padded = (count[g] + MR - 1) / MR * MR;
+    grouped += padded * work_of(g);
+    start[g] = total;
+    total += padded;
+  }
+  if (!(grouped < 0.85 * natural)) return;
+  // Counting sort of the rows by group, padding with dummies (-1).
+  std::vector<int64_t> perm(static_cast<size_t>(total), -1);
+  int64_t r = 0;
+  for (int64_t j0 = 0; j0 < ph.ax[0].rows; ++j0)
+    for (int64_t j1 = 0; j1 < R1; ++j1)
+      for (int64_t j2 = 0; j2 < R2; ++j2, ++r) perm[start[group_of(j0, j1, j2)]++] = r;
+  ph.perm = std::move(perm);
+  ph.rows = total;
+}
 
 // Forward, axis ax, phase q = (o + pb) mod s.
 AxisMap forward_axis(const ConvProblem& p, int ax, int64_t q) {
@@ -203,6 +307,121 @@ void pack_slab(const float* src, int64_t rs, int64_t cs, int64_t c0, int64_t c1,
   }
 }
 
+// Forward when the kernel tiles the output (per axis K == s, no dilation,
+// every output pixel inside the inputs' patches), one group: each output pixel
+// gets exactly one tap of one input pixel. A plain GEMM then computes, per
+// input pixel (row), all taps x OCg columns at once (vectors filled even when
+// OCg is small), into a per-thread tile buffer, and each tap's OCg outputs are
+// copied to their pixel (along the innermost axis the taps' pixels are
+// consecutive: one run of K2 * OCg floats).
+bool patch_applies(Isa isa, const ConvProblem& p) {
+  if (p.G != 1 || p.ICg < 1 || p.OCg >= (isa == Isa::Avx512 ? 16 : 8) || p.taps() < 2)
+    return false;
+  for (int ax = 0; ax < kAxes; ++ax)
+    if (p.d[ax] != 1 || p.K[ax] != p.s[ax] || p.pb[ax] + p.O[ax] > p.s[ax] * p.I[ax])
+      return false;
+  return true;
+}
+
+void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, const float* bias,
+               float* out, int nthreads) {
+  const int64_t N = p.N, IC = p.ICg, OC = p.OCg, T = p.taps();
+  const int64_t ncol = T * OC;
+  const Kernel kern = choose_gemm_kernel(isa, ncol);
+  const int MR = kern.mr;
+  const int64_t NR = kern.nr, NB = (ncol + NR - 1) / NR, ldS = NB * NR;
+  const int64_t in_pix = p.src_spatial(), out_pix = p.dst_spatial();
+  const int64_t rows = N * in_pix;
+  // Reduction chunks whose packed weights ([c][NR] per column block) stay in L2.
+  const int64_t CB = std::max<int64_t>(16, std::min<int64_t>((IC + 15) / 16 * 16,
+                                                             (512 << 10) / (NR * 4) / 16 * 16));
+  const int64_t nchunks = (IC + CB - 1) / CB;
+  const float* W = static_cast<const float*>(wv.data);
+  // Packed [nb][c][NR], column j = tap * OC + oc, taps in (k0, k1, k2) order.
+  AlignedBuf wp = aligned_floats(NB * IC * NR);
+  std::vector<float> biasp(static_cast<size_t>(ldS + 16), 0.f);
+  for (int64_t j = 0; j < ncol; ++j) biasp[j] = bias ? bias[j % OC] : 0.f;
+  std::vector<int64_t> tap_off(static_cast<size_t>(T));
+  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
+    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
+      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
+        tap_off[t] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
+  const int64_t tiles = (rows + MR - 1) / MR;
+  const int64_t TBt = 16;  // tiles per work item
+  const int64_t items = (tiles + TBt - 1) / TBt;
+#pragma omp parallel num_threads(nthreads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < IC; ++c)
+      for (int64_t nb = 0; nb < NB; ++nb) {
+        float* d = wp.get() + (nb * IC + c) * NR;
+        for (int64_t jj = 0; jj < NR; ++jj) {
+          const int64_t j = nb * NR + jj;
+          d[jj] = j < ncol ? W[c * wv.si + (j % OC) * wv.so + tap_off[j / OC]] : 0.f;
+        }
+      }
+    AlignedBuf tile = aligned_floats(MR * ldS);
+    std::vector<const float*> a(static_cast<size_t>(MR));
+    std::vector<float*> o(static_cast<size_t>(MR));
+    for (int m = 0; m < MR; ++m) o[m] = tile.get() + m * ldS;
+    const int64_t run = p.K[2] * OC;
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t t_hi = std::min(tiles, (it + 1) * TBt);
+      for (int64_t ti = it * TBt; ti < t_hi; ++ti) {
+        const int64_t r0 = ti * MR, nr = std::min<int64_t>(MR, rows - r0);
+        for (int m = 0; m < MR; ++m) a[m] = in + (r0 + std::min<int64_t>(m, nr - 1)) * IC;
+        ConvTileArgs args;
+        args.a = a.data();
+        args.out = o.data();
+        args.wtap = nullptr;
+        args.ntaps = 1;
+        for (int64_t nb = 0; nb < NB; ++nb) {
+          args.bias = biasp.data() + nb * NR;
+          args.col_off = nb * NR;
+          args.ncols = std::min<int64_t>(NR, ncol - nb * NR);
+          for (int64_t cb = 0; cb < nchunks; ++cb) {
+            const int64_t c0 = cb * CB;
+            args.w = wp.get() + (nb * IC + c0) * NR;
+            args.cred = std::min(CB, IC - c0);
+            args.a_off = c0;
+            args.accumulate = cb > 0;
+            kern.fn(&args);
+          }
+        }
+        // Scatter: row r = input pixel (n, i0, i1, i2).
+        for (int64_t m = 0; m < nr; ++m) {
+          const int64_t r = r0 + m;
+          const int64_t n = r / in_pix, ip = r % in_pix;
+          const int64_t i2 = ip % p.I[2], i1 = (ip / p.I[2]) % p.I[1], i0 = ip / (p.I[2] * p.I[1]);
+          float* obase = out + n * out_pix * OC;
+          const float* srow = tile.get() + m * ldS;
+          // Axis 2: taps [k2a, k2b) land inside the output.
+          const int64_t b2 = i2 * p.s[2] - p.pb[2];
+          const int64_t k2a = std::max<int64_t>(0, -b2), k2b = std::min(p.K[2], p.O[2] - b2);
+          if (k2a >= k2b) continue;
+          for (int64_t k0 = 0; k0 < p.K[0]; ++k0) {
+            const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0;
+            if (o0 < 0 || o0 >= p.O[0]) continue;
+            for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
+              const int64_t o1 = i1 * p.s[1] - p.pb[1] + k1;
+              if (o1 < 0 || o1 >= p.O[1]) continue;
+              const float* sp = srow + (k0 * p.K[1] + k1) * run + k2a * OC;
+              float* dp = obase + ((o0 * p.O[1] + o1) * p.O[2] + b2 + k2a) * OC;
+              const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
+              int64_t e = 0;
+#if defined(__SSE2__)
+              for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
+#endif
+              for (; e < len; ++e) dp[e] = sp[e];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView wv,
          const float* bias, float* out, int nthreads) {
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return false;
@@ -218,6 +437,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t in_pix = in_dims[0] * in_dims[1] * in_dims[2];
   const int64_t out_pix = out_dims[0] * out_dims[1] * out_dims[2];
   if (N <= 0 || ncol <= 0 || out_pix <= 0 || p.G <= 0) return true;  // nothing to write
+  if (fwd && patch_applies(isa, p)) {
+    run_patch(isa, p, in, wv, bias, out, nthreads);
+    return true;
+  }
 
   // Depthwise: vectorize over the channels of all groups instead.
   const bool dw = p.ICg == 1 && p.OCg == 1 && p.G > 1;
@@ -244,11 +467,18 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     }
   }
   const bool whole_pixel = dw || vg;  // one kernel call covers every channel
+  // Few columns, long reduction (AVX-512): vectorize over the reduction.
+  const bool dot = isa == Isa::Avx512 && !whole_pixel && ncol <= 4 && cred >= 16;
+  const int64_t credp = (cred + 15) / 16 * 16;
   const int64_t G = whole_pixel ? 1 : p.G;          // group loop of the driver
   const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
   Kernel kern;  // (small groups call conv_f32_avx512_grouped, also kDwRows rows)
   if (whole_pixel) {
     kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw, kDwRows, 0, 1.0};
+  } else if (dot) {
+    static const ConvTileFn dot_fns[5] = {nullptr, conv_f32_avx512_dot1, conv_f32_avx512_dot2,
+                                          conv_f32_avx512_dot3, conv_f32_avx512_dot4};
+    kern = {dot_fns[ncol], kDotRows[ncol], static_cast<int>(ncol), 1.0};
   } else {
     kern = choose_gemm_kernel(isa, ncol);
   }
@@ -291,6 +521,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
   }
 
+  if (fwd && !whole_pixel)
+    for (Phase& ph : phases) group_rows_by_taps(ph, MR);
+
   // Per packed tap: the offset of its kernel position in W (-1: its phase has
   // no rows, never read, not packed).
   std::vector<int64_t> koff(static_cast<size_t>(T), -1);
@@ -305,7 +538,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const float* W = static_cast<const float*>(wv.data);
   // Column j / reduction c of group g: forward W[g*ICg + c, j], backward W[g*ICg + j, c].
   const int64_t col_stride = fwd ? wv.so : wv.si, red_stride = fwd ? wv.si : wv.so;
-  const int64_t block_floats = T * cred * NR;  // packed weights of one (g, nb)
+  // Packed weights of one (g, nb); dot: [tap][c/16][j][16].
+  const int64_t block_floats = dot ? T * credp * NR : T * cred * NR;
   // The packed taps that are read (koff >= 0).
   std::vector<int64_t> ptap, pkoff;
   for (int64_t t = 0; t < T; ++t)
@@ -334,11 +568,20 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // L2-resident weights, which the tiles stream at full speed.)
   // CB is a multiple of 16, so that the packing can split the channels in
   // blocks of 16 that each lie in one chunk.
-  const int64_t CB = std::max<int64_t>(
+  const int64_t CB = dot ? std::max<int64_t>(cred, 1) : std::max<int64_t>(
       16, std::min<int64_t>((cred + 15) / 16 * 16,
                             (512 << 10) / (std::max<int64_t>(Tmax, 1) * NR * 4) / 16 * 16));
   const int64_t nchunks = (cred + CB - 1) / CB;
   const int64_t nc16 = (cred + 15) / 16;  // packing work per column block
+  // Backward-data with a short reduction per tap: along the innermost axis
+  // (dilation 1) the K2 taps of a row read K2 consecutive pixels, one run of
+  // K2 * cred floats (one group), and the packed taps are in (t0, t1, t2)
+  // order, so [tap][c][NR] is also [(t0, t1)][(t2, c)][NR]. Tiles whose rows
+  // all have every axis-2 tap inside diff_dst run K0*K1 fused taps of
+  // K2 * cred channels: a third of the pointers and of the per-tap overhead.
+  const int64_t K2 = p.K[2];
+  const bool fuse = !fwd && !whole_pixel && !dot && G == 1 && cred == in_c && p.d[2] == 1 &&
+                    K2 > 1 && nchunks == 1 && cred <= 16;
   // Packs channels [16*c16, 16*c16 + 16) of column block nb of group g into
   // dst_block, the block's [chunk][tap][c][NR] weights.
   auto pack_block = [&](int64_t g, int64_t nb, int64_t c16, float* dst_block) {
@@ -393,7 +636,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const double w_bytes = 4.0 * G * NB * block_floats;
   const double in_bytes = 4.0 * N * in_pix * in_c;
   const int64_t ncolblocks = G * NB;
-  const bool by_columns = !whole_pixel && w_bytes > (1 << 20) && w_bytes > 2 * in_bytes &&
+  const bool by_columns = !whole_pixel && !dot && w_bytes > (1 << 20) && w_bytes > 2 * in_bytes &&
                           ncolblocks >= nthreads &&
                           (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
 
@@ -410,7 +653,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int64_t j = 0; j < cols; ++j) biasp[g * NB * NR + j] = bias[g * cols + j];
   }
   // Zero vector for padding taps, read at channel offsets up to in_c.
-  std::vector<float> zeros(static_cast<size_t>(std::max(in_c, cols) + 16), 0.f);
+  std::vector<float> zeros(static_cast<size_t>(std::max(in_c * (fuse ? K2 : 1), cols) + 16), 0.f);
 
   // Row blocks: TB tiles of MR rows whose inputs stay in L2. By rows, the
   // work items are (image, phase, row block, range of column blocks; the
@@ -489,6 +732,21 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                                : 0.f;
         }
       }
+    } else if (dot) {
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t t = 0; t < T; ++t) {
+          if (koff[t] < 0) continue;
+          const float* src = W + g * p.ICg * wv.si + koff[t];
+          float* d = wp.get() + g * block_floats + t * credp * NR;
+          for (int64_t c16 = 0; c16 < credp / 16; ++c16)
+            for (int64_t j = 0; j < NR; ++j)
+              for (int64_t l = 0; l < 16; ++l) {
+                const int64_t c = c16 * 16 + l;
+                d[(c16 * NR + j) * 16 + l] =
+                    c < cred ? src[j * col_stride + c * red_stride] : 0.f;
+              }
+        }
     } else if (!by_columns) {
 #pragma omp for collapse(3) schedule(static)
       for (int64_t g = 0; g < G; ++g)
@@ -502,6 +760,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     // Per tile (GEMM): the taps kept and their number.
     std::vector<int32_t> tile_wtap(static_cast<size_t>(TB * std::max<int64_t>(Tmax, 1)));
     std::vector<int64_t> tile_ntaps(static_cast<size_t>(TB));
+    std::vector<char> tile_pad(static_cast<size_t>(TB));  // tile_wtap used
+    std::vector<char> tile_fused(static_cast<size_t>(TB));
 
     // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
     // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
@@ -510,52 +770,123 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
       const int64_t Tp = ph.taps;
       const int64_t r0 = blk * TB * MR;
-      const int64_t ntiles = (std::min(ph.rows - r0, TB * MR) + MR - 1) / MR;
-      const float* in_base = in + n * in_pix * in_c;
-      float* out_base = out + n * out_pix * out_c;
-      // Row r0's coordinates in the phase, then stepped with carries.
-      int64_t j2 = r0 % a2.rows, j1 = (r0 / a2.rows) % a1.rows, j0 = r0 / (a2.rows * a1.rows);
-      for (int64_t tile = 0; tile < ntiles; ++tile)
-        for (int m = 0; m < MR; ++m) {
-          const int64_t r = r0 + tile * MR + m;
-          const float** a = ind.data() + tile * Tp * MR + m;
-          if (r >= ph.rows) {  // dummy row: zeros in, scratch out
-            outp[tile * MR + m] = scratch.data();
-            for (int64_t t = 0; t < Tp; ++t) a[t * MR] = zeros.data();
-            continue;
+      const int64_t prows = ph.rows;
+      const int64_t ntiles = (std::min(prows - r0, TB * MR) + MR - 1) / MR;
+      const float* const in_base = in + n * in_pix * in_c;
+      float* const out_base = out + n * out_pix * out_c;
+      // Locals (the lambda's captures live in memory): the loops below are
+      // a large part of the time when the reduction per tap is short.
+      const float* const zp = zeros.data();
+      const float** const indp = ind.data();
+      float** const outpp = outp.data();
+      float* const scr = scratch.data();
+      const int64_t mr = MR, T0 = a0.taps, T1 = a1.taps, T2 = a2.taps;
+      const int64_t R1 = a1.rows, R2 = a2.rows;
+      const int64_t *in0 = a0.in_off.data(), *in1 = a1.in_off.data(), *in2 = a2.in_off.data();
+      const int64_t *oo0 = a0.out_off.data(), *oo1 = a1.out_off.data(), *oo2 = a2.out_off.data();
+      // Row r0's coordinates in the phase, then stepped with carries (or
+      // looked up in the phase's row order).
+      const int64_t* const perm = ph.perm.empty() ? nullptr : ph.perm.data();
+      int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
+      for (int64_t tile = 0; tile < ntiles; ++tile) {
+        bool pad = false;  // some row of the tile reads padding
+        if (fuse) {
+          // Fusable when every real row has all its axis-2 taps inside.
+          bool ok = true;
+          for (int64_t m = 0, jj = j2; m < mr && ok; ++m, jj = jj + 1 == R2 ? 0 : jj + 1) {
+            if (r0 + tile * mr + m >= prows) break;
+            for (int64_t t2 = 0; t2 < T2 && ok; ++t2) ok = in2[jj * T2 + t2] >= 0;
           }
-          outp[tile * MR + m] = out_base + a0.out_off[j0] + a1.out_off[j1] + a2.out_off[j2];
-          const int64_t* i0 = &a0.in_off[j0 * a0.taps];
-          const int64_t* i1 = &a1.in_off[j1 * a1.taps];
-          const int64_t* i2 = &a2.in_off[j2 * a2.taps];
-          for (int64_t t0 = 0; t0 < a0.taps; ++t0)
-            for (int64_t t1 = 0; t1 < a1.taps; ++t1) {
-              const int64_t o01 = i0[t0] + i1[t1];
-              for (int64_t t2 = 0; t2 < a2.taps; ++t2, a += MR) {
-                const int64_t o = o01 + i2[t2];
-                *a = o >= 0 ? in_base + o : zeros.data();
+          tile_fused[tile] = ok;
+          if (ok) {
+            const int64_t Tf = T0 * T1;
+            for (int64_t m = 0; m < mr; ++m) {
+              const int64_t r = r0 + tile * mr + m;
+              const float** a = indp + tile * Tp * mr + m;
+              if (r >= prows) {
+                outpp[tile * mr + m] = scr;
+                for (int64_t t = 0; t < Tf; ++t) a[t * mr] = zp;
+                pad = true;
+                continue;
+              }
+              outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
+              const int64_t* i0 = in0 + j0 * T0;
+              const int64_t* i1 = in1 + j1 * T1;
+              const int64_t o2 = in2[j2 * T2];
+              for (int64_t t0 = 0; t0 < T0; ++t0)
+                for (int64_t t1 = 0; t1 < T1; ++t1, a += mr) {
+                  const int64_t o = i0[t0] + i1[t1] + o2;
+                  pad |= o < 0;
+                  *a = o >= 0 ? in_base + o : zp;
+                }
+              if (++j2 == R2) {
+                j2 = 0;
+                if (++j1 == R1) {
+                  j1 = 0;
+                  ++j0;
+                }
               }
             }
-          if (++j2 == a2.rows) {
+            tile_pad[tile] = pad;
+            continue;
+          }
+        }
+        for (int64_t m = 0; m < mr; ++m) {
+          const int64_t r = r0 + tile * mr + m;
+          const float** a = indp + tile * Tp * mr + m;
+          if (perm && r < prows && perm[r] >= 0) {
+            j2 = perm[r] % R2;
+            j1 = (perm[r] / R2) % R1;
+            j0 = perm[r] / (R2 * R1);
+          }
+          if (r >= prows || (perm && perm[r] < 0)) {  // dummy row: zeros in, scratch out
+            outpp[tile * mr + m] = scr;
+            for (int64_t t = 0; t < Tp; ++t) a[t * mr] = zp;
+            pad = true;
+            continue;
+          }
+          outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
+          const int64_t* i0 = in0 + j0 * T0;
+          const int64_t* i1 = in1 + j1 * T1;
+          const int64_t* i2 = in2 + j2 * T2;
+          for (int64_t t0 = 0; t0 < T0; ++t0)
+            for (int64_t t1 = 0; t1 < T1; ++t1) {
+              const int64_t o01 = i0[t0] + i1[t1];
+              for (int64_t t2 = 0; t2 < T2; ++t2, a += mr) {
+                const int64_t o = o01 + i2[t2];
+                pad |= o < 0;
+                *a = o >= 0 ? in_base + o : zp;
+              }
+            }
+          if (++j2 == R2) {
             j2 = 0;
-            if (++j1 == a1.rows) {
+            if (++j1 == R1) {
               j1 = 0;
               ++j0;
             }
           }
         }
+        tile_pad[tile] = pad;
+      }
       // Drop the taps that hit padding for every row of a tile (image
-      // borders): their FMAs would only add zeros.
+      // borders): their FMAs would only add zeros. Tiles without padding
+      // keep every tap (wtap = null).
       for (int64_t tile = 0; tile < ntiles; ++tile) {
-        const float** a = ind.data() + tile * Tp * MR;
+        const int64_t Tt = fuse && tile_fused[tile] ? Tp / K2 : Tp;  // taps of the tile
+        if (!tile_pad[tile] || whole_pixel) {
+          tile_ntaps[tile] = Tt;
+          tile_pad[tile] = 0;
+          continue;
+        }
+        const float** a = indp + tile * Tp * mr;
         int32_t* wt = tile_wtap.data() + tile * Tp;
         int64_t kept = 0;
-        for (int64_t t = 0; t < Tp; ++t) {
-          bool any = whole_pixel;  // the depthwise / small-group kernels take every tap
-          for (int m = 0; m < MR && !any; ++m) any = a[t * MR + m] != zeros.data();
+        for (int64_t t = 0; t < Tt; ++t) {
+          bool any = false;
+          for (int64_t m = 0; m < mr && !any; ++m) any = a[t * mr + m] != zp;
           if (!any) continue;
           if (kept != t)
-            for (int m = 0; m < MR; ++m) a[kept * MR + m] = a[t * MR + m];
+            for (int64_t m = 0; m < mr; ++m) a[kept * mr + m] = a[t * mr + m];
           wt[kept++] = static_cast<int32_t>(t);
         }
         tile_ntaps[tile] = kept;
@@ -565,7 +896,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
 
     // The tiles built by build_rows, for column block q = g*NB + nb, whose
     // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
-    auto run_tiles = [&](const Phase& ph, int64_t ntiles, int64_t q, const float* wblock) {
+    // Chunks [cb_lo, cb_hi) of the reduction (cb_hi < 0: all).
+    auto run_tiles = [&](const Phase& ph, int64_t ntiles, int64_t q, const float* wblock,
+                         int64_t cb_lo = 0, int64_t cb_hi = -1) {
       const int64_t g = q / NB, nb = q % NB;
       ConvTileArgs args;
       args.bias = biasp.data() + q * NR;
@@ -583,17 +916,20 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         return;
       }
       const int64_t passes = dw || ph.taps == 0 || cred == 0 ? 1 : nchunks;
-      for (int64_t cb = 0; cb < passes; ++cb) {
+      for (int64_t cb = cb_lo; cb < (cb_hi < 0 ? passes : std::min(cb_hi, passes)); ++cb) {
         const int64_t c0 = cb * CB, cn = dw ? cred : std::min(CB, cred - c0);
-        args.w = dw ? wp.get() + ph.tap_off * cols : wblock + (T * c0 + ph.tap_off * cn) * NR;
+        args.w = dw    ? wp.get() + ph.tap_off * cols
+                 : dot ? wblock + ph.tap_off * credp * NR
+                       : wblock + (T * c0 + ph.tap_off * cn) * NR;
         args.cred = cn;
         args.a_off = g * cred + c0;
         args.accumulate = cb > 0;
         for (int64_t tile = 0; tile < ntiles; ++tile) {
           args.a = ind.data() + tile * ph.taps * MR;
           args.out = outp.data() + tile * MR;
-          args.wtap = whole_pixel ? nullptr : tile_wtap.data() + tile * ph.taps;
+          args.wtap = tile_pad[tile] ? tile_wtap.data() + tile * ph.taps : nullptr;
           args.ntaps = tile_ntaps[tile];
+          args.cred = fuse && tile_fused[tile] ? cn * K2 : cn;
           kern.fn(&args);
         }
       }
@@ -605,10 +941,22 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int64_t it = 0; it < ncolblocks; ++it) {
         const int64_t g = it / NB, nb = it % NB;
         for (int64_t c16 = 0; c16 < nc16; ++c16) pack_block(g, nb, c16, wblock.get());
-        for (int64_t n = 0; n < N; ++n)
-          for (const Phase& ph : phases)
-            for (int64_t blk = 0; blk < ph.blocks; ++blk)
-              run_tiles(ph, build_rows(n, ph, blk), it, wblock.get());
+        // Forward: chunk by chunk over every row, so that each chunk of the
+        // block's weights is read from L2 (the whole block may not fit).
+        // Backward-data: all chunks per row block (measured faster there:
+        // the indirection of its many taps is built once per row block).
+        if (!fwd) {
+          for (int64_t n = 0; n < N; ++n)
+            for (const Phase& ph : phases)
+              for (int64_t blk = 0; blk < ph.blocks; ++blk)
+                run_tiles(ph, build_rows(n, ph, blk), it, wblock.get());
+        } else {
+          for (int64_t cb = 0; cb < nchunks; ++cb)
+            for (int64_t n = 0; n < N; ++n)
+              for (const Phase& ph : phases)
+                for (int64_t blk = 0; blk < ph.blocks; ++blk)
+                  run_tiles(ph, build_rows(n, ph, blk), it, wblock.get(), cb, cb + 1);
+        }
       }
     } else {
       const int64_t total = N * blocks_per_img * CG;

@@ -58,6 +58,18 @@ struct ConvGroupedArgs {
   int64_t ntaps, cred, ncols, ncols_pad, in_c;
 };
 
+// Few output columns (ncols = NC <= 4), long reduction: vectorized over the
+// reduction instead, one accumulator per (row, column), horizontal sums at
+// the end. Same ConvTileArgs; MR rows (kDotRows[NC]); the weights of tap t
+// are w + (wtap ? wtap[t] : t) * credp * NC with credp = cred rounded up to
+// 16, laid out [c/16][j < NC][16] (zero past cred). accumulate must be 0;
+// bias holds NC floats.
+constexpr int kDotRows[5] = {0, 8, 8, 8, 6};
+void conv_f32_avx512_dot1(const ConvTileArgs* args);
+void conv_f32_avx512_dot2(const ConvTileArgs* args);
+void conv_f32_avx512_dot3(const ConvTileArgs* args);
+void conv_f32_avx512_dot4(const ConvTileArgs* args);
+
 // AVX-512 register tiles (rows x columns).
 void conv_f32_avx512_6x64(const ConvTileArgs* args);
 void conv_f32_avx512_8x48(const ConvTileArgs* args);

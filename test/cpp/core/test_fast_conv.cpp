@@ -218,6 +218,41 @@ TEST(FastConvF32, HandPicked) {
   for (const Case& c : cases) check_case(c, seed++);
 }
 
+// Few output columns: the reduction-vectorized (dot) tiles for 1..4 columns
+// (AVX-512; AVX2 runs the GEMM tiles), reduction tails, padding taps, groups;
+// and the kernel-tiles-output forward (K == s: one GEMM over taps x OCg
+// columns, scattered), with crops and both ISAs.
+TEST(FastConvF32, FewColumns) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  using WF = WeightsFormat;
+  const std::vector<Case> cases = {
+      make(2, 1, 1, 36, 4, {7, 9}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}),
+      make(2, 2, 1, 64, 3, {9, 10}, {7, 7}, {2, 2}, {2, 2}, {3, 3}, {2, 2}, {1, 1}),
+      make(2, 1, 1, 64, 3, {6, 6}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}),
+      make(1, 2, 1, 17, 1, {13}, {3}, {1}, {1}, {1}, {1}),
+      make(1, 1, 1, 33, 2, {11}, {4}, {3}, {2}, {2}, {0}, {1}, false),
+      make(3, 1, 1, 20, 4, {3, 4, 5}, {3, 2, 2}, {2, 1, 2}, {1, 2, 1}, {1, 0, 1}, {0, 1, 0}),
+      make(2, 1, 2, 20, 2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true, WF::XOI),
+      make(2, 1, 3, 48, 3, {4, 5}, {2, 3}, {1, 2}, {1, 1}, {0, 1}, {1, 0}, {}, true, WF::OIX),
+      // Backward-data with few input channels (dot over OCg).
+      make(2, 1, 1, 2, 40, {5, 7}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      make(2, 1, 1, 4, 16, {6, 6}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {}, false, WF::XIO),
+      // Kernel tiles the output (K == s), crops, tails of the taps x OCg columns.
+      make(2, 2, 1, 36, 4, {5, 11}, {3, 3}, {3, 3}, {1, 1}, {1, 0}, {2, 1}),
+      make(2, 1, 1, 5, 3, {4, 3}, {2, 3}, {2, 3}, {1, 1}, {1, 2}, {0, 1}, {}, false, WF::XIO),
+      make(1, 3, 1, 40, 7, {9}, {4}, {4}, {1}, {3}, {0}, {}, true, WF::OIX),
+      make(3, 1, 1, 9, 2, {3, 2, 4}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {1, 0, 0}, {0, 1, 1}, {},
+           true, WF::XOI),
+      make(2, 1, 1, 700, 5, {3, 4}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}),
+      // Forward rows regrouped by their valid taps (small images, dilation).
+      make(3, 1, 1, 16, 20, {3, 4, 4}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {0, 0, 0}, {0, 0, 0}),
+      make(2, 2, 1, 8, 40, {4, 5}, {3, 3}, {1, 1}, {3, 2}, {1, 0}, {0, 1}),
+      make(2, 1, 2, 12, 9, {3, 3}, {4, 3}, {2, 1}, {2, 3}, {1, 1}, {2, 0}, {1, 0}),
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
 // Random geometry: every rank, groups, dilation, pads, output_padding.
 TEST(FastConvF32, Randomized) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
