@@ -14,6 +14,11 @@ constexpr int64_t kTileRows = 16, kTileCols = 512;
 
 void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int64_t nr,
                       int64_t nc) {
+  if (nr < 16) {  // few source rows (few channels): write the destination in order
+    for (int64_t j = 0; j < nc; ++j)
+      for (int64_t i = 0; i < nr; ++i) dst[j * ds + i] = src[i * ss + j];
+    return;
+  }
   for (int64_t i = 0; i < nr; ++i)
     for (int64_t j = 0; j < nc; ++j) dst[j * ds + i] = src[i * ss + j];
 }

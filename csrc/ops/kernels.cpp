@@ -59,6 +59,22 @@ WeightsView weights_view(const Tensor& t, WeightsFormat f, int S) {
   return v;
 }
 
+// Layout-change buffers, kept per calling thread and reused: a fresh large
+// allocation is new pages every call, and faulting them in costs as much as
+// the transpose itself. Slots keep the buffers of one call apart.
+enum WorkspaceSlot { kInput = 0, kInput2 = 1, kOutput = 2, kSlots = 3 };
+
+Tensor workspace(WorkspaceSlot slot, at::IntArrayRef sizes) {
+  thread_local std::vector<float> buffers[kSlots];
+  std::vector<float>& buf = buffers[slot];
+  const size_t n = static_cast<size_t>(c10::multiply_integers(sizes));
+  if (buf.size() < n) {
+    buf = std::vector<float>();  // free first: never hold the old and new buffers at once
+    buf.resize(n);
+  }
+  return at::from_blob(buf.data(), sizes, at::TensorOptions().dtype(at::kFloat));
+}
+
 // Dims of the channels-last order (N, X..., C) in the tensor's layout.
 std::vector<int64_t> nxc_order(DataFormat f, int S) {
   auto dims = activation_dims(f, S);
@@ -76,11 +92,11 @@ bool is_dense_ncx(const Tensor& t, DataFormat f) {
 
 // The f32 activation as a dense channels-last (N, X..., C) tensor: a view when
 // it already is one (NXC data, or NCX data in channels_last memory format).
-Tensor dense_nxc(const Tensor& t, DataFormat f) {
+Tensor dense_nxc(const Tensor& t, DataFormat f, WorkspaceSlot slot) {
   const int S = static_cast<int>(t.dim()) - 2;
   Tensor view = t.permute(nxc_order(f, S));
   if (view.is_contiguous() || !is_dense_ncx(t, f)) return view.contiguous();
-  Tensor out = at::empty(view.sizes(), t.options());
+  Tensor out = workspace(slot, view.sizes());
   const int64_t n = t.size(0), c = t.size(1);
   transpose_f32(t.data_ptr<float>(), out.data_ptr<float>(), n, c, n * c ? t.numel() / (n * c) : 0,
                 at::get_num_threads());
@@ -97,7 +113,7 @@ void through_nxc(const Tensor& out, DataFormat f, const std::function<bool(float
     if (!run(view.data_ptr<float>())) fallback();
     return;
   }
-  Tensor tmp = at::empty(view.sizes(), out.options());
+  Tensor tmp = workspace(kOutput, view.sizes());
   if (!run(tmp.data_ptr<float>())) {
     fallback();
   } else if (is_dense_ncx(out, f)) {
@@ -114,22 +130,26 @@ using ChannelsLastKernel = std::function<bool(const ConvProblem&, const float*, 
 
 // Runs a channels-last kernel for a result in data_format layout. NXC tensors
 // go straight through. Dense NCX tensors are transposed in batch chunks of
-// about a tenth of the batch, so the extra memory stays near 10 % of the
-// tensors and each chunk is still in cache when it is used. Anything else is
-// copied through whole channels-last buffers.
+// about a tenth of the batch (larger where the weights, packed again by each
+// call, would dominate), so the extra memory stays near 10 % of the tensors
+// and each chunk is still in cache when it is used. Anything else is copied
+// through whole channels-last buffers.
 void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int64_t in_c,
                        int64_t in_pixels, const Tensor& out, int64_t out_c, int64_t out_pixels,
-                       const ChannelsLastKernel& kernel, const std::function<void()>& reference) {
+                       int64_t weights_numel, const ChannelsLastKernel& kernel,
+                       const std::function<void()>& reference) {
   if (!(is_dense_ncx(in, f) && is_dense_ncx(out, f))) {
-    Tensor x = dense_nxc(in, f);
+    Tensor x = dense_nxc(in, f, kInput);
     through_nxc(out, f, [&](float* y) { return kernel(p, x.data_ptr<float>(), y); }, reference);
     return;
   }
   const int nt = at::get_num_threads();
-  const int64_t chunk = std::max<int64_t>(1, (p.N + 9) / 10);
   const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
-  Tensor in_buf = at::empty({chunk * in_image}, in.options());
-  Tensor out_buf = at::empty({chunk * out_image}, out.options());
+  // Each call packs the weights again: a chunk's activations must outweigh them.
+  const int64_t amortized = (8 * weights_numel) / std::max<int64_t>(1, in_image + out_image) + 1;
+  const int64_t chunk = std::min(p.N, std::max((p.N + 9) / 10, amortized));
+  Tensor in_buf = workspace(kInput, {chunk * in_image});
+  Tensor out_buf = workspace(kOutput, {chunk * out_image});
   const float* x = in.data_ptr<float>();
   float* y = out.data_ptr<float>();
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
@@ -202,7 +222,7 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   }
   const float* bias_ptr = b.defined() ? b.data_ptr<float>() : nullptr;
   run_channels_last(
-      p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(),
+      p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(), weights.numel(),
       [&](const ConvProblem& q, const float* x, float* y) {
         return fast_forward_f32(q, x, wv, bias_ptr, y, nt);
       },
@@ -263,6 +283,7 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
   }
   run_channels_last(
       p, df, diff_dst, p.OC(), p.dst_spatial(), diff_src, p.IC(), p.src_spatial(),
+      weights.numel(),
       [&](const ConvProblem& q, const float* dy, float* dx) {
         return fast_backward_data_f32(q, dy, wv, dx, nt);
       },
@@ -337,7 +358,7 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
   if (use_fast_f32(src)) {
-    Tensor x = dense_nxc(src, df), dy = dense_nxc(diff_dst, df);
+    Tensor x = dense_nxc(src, df, kInput), dy = dense_nxc(diff_dst, df, kInput2);
     if (fast_backward_weights_f32(p, x.data_ptr<float>(), dy.data_ptr<float>(), wv, nt))
       return diff_w;
   }
