@@ -2,6 +2,8 @@
 // has. Data are small integers, so every sum is exact and the compare is ==.
 #include <gtest/gtest.h>
 
+#include "dense_views.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -39,37 +41,13 @@ std::string describe(const Case& c) {
   return o.str();
 }
 
-// Dense NXC view in the logical (N, C, X0, X1, X2) order.
-ActView nxc_view(const ConvProblem& p, const std::array<int64_t, kAxes>& sp, int64_t C,
+ActView nxc_view(const ConvProblem&, const std::array<int64_t, kAxes>& sp, int64_t C,
                  float* data) {
-  ActView v;
-  v.data = data;
-  v.sc = 1;
-  v.sx[2] = C;
-  v.sx[1] = sp[2] * C;
-  v.sx[0] = sp[1] * sp[2] * C;
-  v.sn = sp[0] * sp[1] * sp[2] * C;
-  return v;
+  return testing_views::dense_nxc_view(data, sp, C);
 }
 
-// Contiguous weights in layout wf, seen as logical IOX strides.
 WeightsView weights_view(const ConvProblem& p, WeightsFormat wf, float* data) {
-  const int S = p.spatial_rank;
-  const Shape shape = weights_shape(p, wf);
-  std::vector<int64_t> stride(shape.size());
-  int64_t st = 1;
-  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
-    stride[i] = st;
-    st *= shape[i];
-  }
-  const std::vector<int> dims = weights_dims(wf, S);
-  WeightsView w;
-  w.data = data;
-  w.si = stride[dims[0]];
-  w.so = stride[dims[1]];
-  for (int ax = 0; ax < kAxes; ++ax) w.sk[ax] = 0;
-  for (int i = 0; i < S; ++i) w.sk[kAxes - S + i] = stride[dims[2 + i]];
-  return w;
+  return testing_views::dense_weights_view(data, weights_shape(p, wf), wf, p.spatial_rank);
 }
 
 // Runs one case for every supported ISA; records a failure on any mismatch.

@@ -3,6 +3,8 @@
 // ==), for every ISA this CPU supports.
 #include <gtest/gtest.h>
 
+#include "dense_views.h"
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -59,16 +61,8 @@ std::vector<float> random_ints(size_t n, std::mt19937& rng, int lo = -3, int hi 
   return v;
 }
 
-// Dense NXC activation view of a canonical (N, X0, X1, X2, C) buffer.
 ActView nxc_view(void* data, const std::array<int64_t, kAxes>& sp, int64_t C) {
-  ActView v;
-  v.data = data;
-  v.sc = 1;
-  v.sx[2] = C;
-  v.sx[1] = sp[2] * C;
-  v.sx[0] = sp[1] * sp[2] * C;
-  v.sn = sp[0] * sp[1] * sp[2] * C;
-  return v;
+  return testing_views::dense_nxc_view(data, sp, C);
 }
 
 struct Weights {
@@ -85,16 +79,10 @@ Weights make_weights(const Case& c, std::mt19937& rng) {
   Weights w;
   w.shape.assign(S + 2, 0);
   for (int l = 0; l < S + 2; ++l) w.shape[dims[l]] = logical[l];
-  std::vector<int64_t> st(S + 2, 1);
-  for (int j = S; j >= 0; --j) st[j] = st[j + 1] * w.shape[j + 1];
   int64_t total = 1;
   for (int64_t x : w.shape) total *= x;
   w.data = random_ints(static_cast<size_t>(total), rng);
-  w.view.data = w.data.data();
-  w.view.si = st[dims[0]];
-  w.view.so = st[dims[1]];
-  for (int a = 0; a < kAxes; ++a) w.view.sk[a] = 0;
-  for (int i = 0; i < S; ++i) w.view.sk[kAxes - S + i] = st[dims[2 + i]];
+  w.view = testing_views::dense_weights_view(w.data.data(), w.shape, c.wf, S);
   return w;
 }
 
