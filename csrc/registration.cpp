@@ -48,6 +48,15 @@ void set_isa(c10::string_view name) {
 
 std::string get_isa() { return isa_name(active_isa()); }
 
+void set_ncx_path(c10::string_view name) {
+  checked([&] {
+    tct::set_ncx_path(parse_ncx_path(std::string(name)));
+    return 0;
+  });
+}
+
+std::string get_ncx_path() { return ncx_path_name(ncx_path()); }
+
 std::vector<std::string> available_isas() {
   std::vector<std::string> out;
   for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512})
@@ -116,5 +125,7 @@ TORCH_LIBRARY(torch_convtranspose, m) {
   m.def("set_isa(str isa) -> ()", &tct::ops::set_isa);
   m.def("get_isa() -> str", &tct::ops::get_isa);
   m.def("available_isas() -> str[]", &tct::ops::available_isas);
+  m.def("set_ncx_path(str path) -> ()", &tct::ops::set_ncx_path);
+  m.def("get_ncx_path() -> str", &tct::ops::get_ncx_path);
   m.def("fma_peak_gflops(int nthreads, float seconds) -> float", &tct::ops::fma_peak_gflops);
 }

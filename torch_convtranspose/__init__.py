@@ -6,7 +6,16 @@ Importing this package registers the dispatcher ops ``torch.ops.graph.conv_trans
 """
 
 from . import _library  # noqa: F401  (loads the extension, registers the ops)
-from ._library import available_isas, fma_peak_gflops, get_isa, set_isa, use_isa
+from ._library import (
+    available_isas,
+    fma_peak_gflops,
+    get_isa,
+    get_ncx_path,
+    set_isa,
+    set_ncx_path,
+    use_isa,
+    use_ncx_path,
+)
 from .functional import (
     conv_transpose,
     conv_transpose1d,
@@ -33,5 +42,8 @@ __all__ = [
     "get_isa",
     "set_isa",
     "use_isa",
+    "get_ncx_path",
+    "set_ncx_path",
+    "use_ncx_path",
     "fma_peak_gflops",
 ]

@@ -51,6 +51,31 @@ def use_isa(name: str) -> Iterator[None]:
         set_isa(previous)
 
 
+def get_ncx_path() -> str:
+    """How dense channels-first (NCX) f32 tensors reach the kernels:
+    'auto', 'planar' or 'channels_last'."""
+    return torch.ops.torch_convtranspose.get_ncx_path()
+
+
+def set_ncx_path(name: str) -> None:
+    """Forces how dense NCX f32 tensors are computed, for this process:
+    'planar' (in place, forward and backward-data), 'channels_last' (through
+    transposed buffers) or 'auto' (the default: whichever is expected to be
+    faster). The environment variable TORCH_CONVTRANSPOSE_NCX sets the initial choice."""
+    torch.ops.torch_convtranspose.set_ncx_path(name)
+
+
+@contextlib.contextmanager
+def use_ncx_path(name: str) -> Iterator[None]:
+    """Context manager: run with the given NCX path, then restore the previous one."""
+    previous = get_ncx_path()
+    set_ncx_path(name)
+    try:
+        yield
+    finally:
+        set_ncx_path(previous)
+
+
 def fma_peak_gflops(nthreads: Optional[int] = None, seconds: float = 0.2) -> float:
     """f32 FMA peak of this machine in GFLOP/s, measured now with the active ISA
     (0.0 for 'reference'). nthreads defaults to torch.get_num_threads()."""

@@ -10,6 +10,19 @@ namespace tct {
 namespace {
 
 std::atomic<int> g_forced{-1};
+std::atomic<int> g_ncx{-1};
+
+std::string lower(const std::string& s) {
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l;
+}
+
+NcxPath initial_ncx_path() {
+  if (const char* env = std::getenv("TORCH_CONVTRANSPOSE_NCX"))
+    if (*env) return parse_ncx_path(env);
+  return NcxPath::Auto;
+}
 
 Isa initial_isa() {
   if (const char* env = std::getenv("TORCH_CONVTRANSPOSE_ISA")) {
@@ -33,8 +46,7 @@ const char* isa_name(Isa isa) {
 }
 
 Isa parse_isa(const std::string& name) {
-  std::string l;
-  for (char c : name) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string l = lower(name);
   if (l == "reference") return Isa::Reference;
   if (l == "avx2") return Isa::Avx2;
   if (l == "avx512") return Isa::Avx512;
@@ -75,6 +87,58 @@ void set_active_isa(Isa isa) {
   if (!isa_supported(isa))
     throw ProblemError(std::string("isa '") + isa_name(isa) + "' is not supported by this CPU");
   g_forced.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+const char* ncx_path_name(NcxPath path) {
+  switch (path) {
+    case NcxPath::Auto: return "auto";
+    case NcxPath::Planar: return "planar";
+    case NcxPath::ChannelsLast: return "channels_last";
+  }
+  return "?";
+}
+
+NcxPath parse_ncx_path(const std::string& name) {
+  const std::string l = lower(name);
+  if (l == "auto") return NcxPath::Auto;
+  if (l == "planar") return NcxPath::Planar;
+  if (l == "channels_last") return NcxPath::ChannelsLast;
+  throw ProblemError("ncx path must be one of auto, planar, channels_last, got '" + name + "'");
+}
+
+NcxPath ncx_path() {
+  const int v = g_ncx.load(std::memory_order_relaxed);
+  if (v < 0) {
+    static const NcxPath initial = initial_ncx_path();
+    return initial;
+  }
+  return static_cast<NcxPath>(v);
+}
+
+void set_ncx_path(NcxPath path) { g_ncx.store(static_cast<int>(path), std::memory_order_relaxed); }
+
+bool use_planar(const ConvProblem& p, bool forward) {
+  const Isa isa = active_isa();
+  if (isa == Isa::Reference) return false;
+  switch (ncx_path()) {
+    case NcxPath::Planar: return true;
+    case NcxPath::ChannelsLast: return false;
+    case NcxPath::Auto: break;
+  }
+  return x86::planar_preferred(isa, p, forward);
+}
+
+bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
+                          const float* bias, float* dst, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference && x86::planar_f32(isa, p, true, src, w, bias, dst, nthreads);
+}
+
+bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
+                                float* diff_src, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference &&
+         x86::planar_f32(isa, p, false, diff_dst, w, nullptr, diff_src, nthreads);
 }
 
 bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,

@@ -32,6 +32,28 @@ bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, Weights
 bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
                                WeightsView diff_w, int nthreads);
 
+// How dense NCX (channels-first) f32 activations reach the kernels:
+//   Auto:         the planar kernels where they are expected to win, else ChannelsLast;
+//   Planar:       the planar kernels (forward / backward-data), in place;
+//   ChannelsLast: transposed through channels-last buffers, in batch chunks.
+// TORCH_CONVTRANSPOSE_NCX sets the initial choice ("auto", "planar", "channels_last").
+enum class NcxPath { Auto, Planar, ChannelsLast };
+const char* ncx_path_name(NcxPath path);
+NcxPath parse_ncx_path(const std::string& name);  // any case; throws ProblemError
+NcxPath ncx_path();
+void set_ncx_path(NcxPath path);
+
+// f32 fast paths over dense NCX activations (N, C, X0, X1, X2) contiguous,
+// read and written in place: the planar kernels. Same contract otherwise as
+// fast_forward_f32 / fast_backward_data_f32.
+bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
+                          const float* bias, float* dst, int nthreads);
+bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
+                                float* diff_src, int nthreads);
+// Whether ncx_path() sends this pass (forward, else backward-data) of a dense
+// NCX problem to the planar kernels.
+bool use_planar(const ConvProblem& p, bool forward);
+
 // Batched transpose: dst[b][j][i] = src[b][i][j] for i < rows, j < cols
 // (both dense). Turns NCX (rows = C) into channels-last and back (rows = pixels).
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,

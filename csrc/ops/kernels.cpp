@@ -90,6 +90,11 @@ bool is_dense_ncx(const Tensor& t, DataFormat f) {
   return f == DataFormat::NCX && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
+// Input and result both dense NCX: what the planar kernels take in place.
+bool dense_ncx_pair(const Tensor& in, const Tensor& out, DataFormat f) {
+  return is_dense_ncx(in, f) && is_dense_ncx(out, f);
+}
+
 // The f32 activation as a dense channels-last (N, X..., C) tensor: a view when
 // it already is one (NXC data, or NCX data in channels_last memory format).
 Tensor dense_nxc(const Tensor& t, DataFormat f, WorkspaceSlot slot) {
@@ -138,7 +143,7 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
                        int64_t in_pixels, const Tensor& out, int64_t out_c, int64_t out_pixels,
                        int64_t weights_numel, const ChannelsLastKernel& kernel,
                        const std::function<void()>& reference) {
-  if (!(is_dense_ncx(in, f) && is_dense_ncx(out, f))) {
+  if (!dense_ncx_pair(in, out, f)) {
     Tensor x = dense_nxc(in, f, kInput);
     through_nxc(out, f, [&](float* y) { return kernel(p, x.data_ptr<float>(), y); }, reference);
     return;
@@ -221,6 +226,11 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     return dst;
   }
   const float* bias_ptr = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (dense_ncx_pair(src, dst, df) && use_planar(p, /*forward=*/true)) {
+    if (!fast_forward_ncx_f32(p, src.data_ptr<float>(), wv, bias_ptr, dst.data_ptr<float>(), nt))
+      reference();
+    return dst;
+  }
   run_channels_last(
       p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(), weights.numel(),
       [&](const ConvProblem& q, const float* x, float* y) {
@@ -279,6 +289,12 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
   };
   if (!use_fast_f32(diff_dst)) {
     reference();
+    return diff_src;
+  }
+  if (dense_ncx_pair(diff_dst, diff_src, df) && use_planar(p, /*forward=*/false)) {
+    if (!fast_backward_data_ncx_f32(p, diff_dst.data_ptr<float>(), wv, diff_src.data_ptr<float>(),
+                                    nt))
+      reference();
     return diff_src;
   }
   run_channels_last(

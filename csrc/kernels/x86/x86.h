@@ -15,5 +15,14 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
 
+// Planar (NCX) forward / backward-data over dense NCX activations, read and
+// written in place (planar_f32_common.cpp). forward: in = src, out = dst,
+// bias may be null; else in = diff_dst, out = diff_src, bias must be null.
+bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
+                const float* bias, float* out, int nthreads);
+// Whether the planar kernels are expected to beat the channels-last ones plus
+// the layout changes on this problem.
+bool planar_preferred(Isa isa, const ConvProblem& p, bool forward);
+
 }  // namespace x86
 }  // namespace tct

@@ -1,0 +1,44 @@
+// Micro-kernels of the planar (NCX) f32 forward / backward-data passes:
+// direct convolution vectorized along the innermost spatial axis, over
+// zero-padded, stride-phase-split input rows (planar_f32_common.cpp builds
+// them). Declarations only; the definitions live in the ISA files
+// (planar_f32_avx512.cpp, planar_f32_avx2.cpp), compiled with their own -m
+// flags. Plain C structs and functions, nothing inline shared across ISAs.
+#pragma once
+
+#include <cstdint>
+
+namespace tct {
+namespace x86 {
+
+// One register tile: m output channels x nv vectors of consecutive positions.
+//   out[r*out_stride + x] = (accumulate ? out[r*out_stride + x] : bias ? bias[r] : 0)
+//     + sum_{s < nseg} sum_{c < cin} sum_{t < ntap}
+//         w[seg_w[s] + c*c_w_stride + tap_w[t] + r]
+//       * in[in_off + seg_in[s] + c*c_in_stride + tap_in[t] + x]
+// for r < m and x < nx (nx <= nv * vector width; the other positions are not
+// written). Every input position the full vectors touch must be readable.
+struct PlanarTileArgs {
+  const float* in;
+  const float* w;
+  const int64_t* seg_in;
+  const int64_t* seg_w;
+  const int64_t* tap_in;
+  const int64_t* tap_w;
+  const float* bias;
+  float* out;
+  int64_t in_off, nseg, cin, c_in_stride, c_w_stride, ntap, out_stride, nx, accumulate;
+};
+
+using PlanarTileFn = void (*)(const PlanarTileArgs*);
+
+// The tile kernel for m rows x nv vectors, or null when that shape has none.
+// AVX-512: 16 floats per vector, m * nv <= kPlanarAvx512Accs, m <= 16, nv <= 8.
+// AVX2: 8 floats per vector, m * nv <= kPlanarAvx2Accs, m <= 12, nv <= 4.
+constexpr int kPlanarAvx512Accs = 24, kPlanarAvx512MaxM = 16, kPlanarAvx512MaxNV = 8;
+constexpr int kPlanarAvx2Accs = 12, kPlanarAvx2MaxM = 12, kPlanarAvx2MaxNV = 4;
+PlanarTileFn planar_f32_avx512_tile(int m, int nv);
+PlanarTileFn planar_f32_avx2_tile(int m, int nv);
+
+}  // namespace x86
+}  // namespace tct

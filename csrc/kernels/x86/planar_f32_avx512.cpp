@@ -1,0 +1,90 @@
+// AVX-512 tiles of the planar (NCX) f32 passes; see planar_f32.h.
+#include <immintrin.h>
+
+#include <array>
+
+#include "planar_f32.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+// The first n lanes (n < 16; none when n <= 0).
+__mmask16 lanes(int64_t n) { return n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+
+template <int M, int NV>
+void tile(const PlanarTileArgs* a) {
+  __m512 acc[M][NV];
+  const int64_t nx = a->nx;
+  for (int r = 0; r < M; ++r) {
+    if (a->accumulate) {
+      const float* o = a->out + r * a->out_stride;
+      for (int v = 0; v < NV; ++v) {
+        const int64_t left = nx - 16 * v;
+        acc[r][v] = left >= 16 ? _mm512_loadu_ps(o + 16 * v)
+                               : _mm512_maskz_loadu_ps(lanes(left), o + 16 * v);
+      }
+      continue;
+    }
+    const __m512 b = a->bias ? _mm512_set1_ps(a->bias[r]) : _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = b;
+  }
+  const int64_t cin = a->cin, ntap = a->ntap, cis = a->c_in_stride, cws = a->c_w_stride;
+  for (int64_t s = 0; s < a->nseg; ++s) {
+    const float* ib = a->in + a->in_off + a->seg_in[s];
+    const float* wb = a->w + a->seg_w[s];
+    for (int64_t c = 0; c < cin; ++c, ib += cis, wb += cws) {
+      for (int64_t t = 0; t < ntap; ++t) {
+        const float* ip = ib + a->tap_in[t];
+        const float* wp = wb + a->tap_w[t];
+        __m512 x[NV];
+        for (int v = 0; v < NV; ++v) x[v] = _mm512_loadu_ps(ip + 16 * v);
+        for (int r = 0; r < M; ++r) {
+          const __m512 b = _mm512_set1_ps(wp[r]);
+          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(b, x[v], acc[r][v]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < M; ++r) {
+    float* o = a->out + r * a->out_stride;
+    for (int v = 0; v < NV; ++v) {
+      const int64_t left = nx - 16 * v;
+      if (left >= 16) {
+        _mm512_storeu_ps(o + 16 * v, acc[r][v]);
+      } else if (left > 0) {
+        _mm512_mask_storeu_ps(o + 16 * v, lanes(left), acc[r][v]);
+      }
+    }
+  }
+}
+
+constexpr int kM = kPlanarAvx512MaxM, kNV = kPlanarAvx512MaxNV;
+using Table = std::array<std::array<PlanarTileFn, kNV + 1>, kM + 1>;
+
+template <int M, int NV>
+void fill(Table& t) {
+  if constexpr (M * NV <= kPlanarAvx512Accs) t[M][NV] = &tile<M, NV>;
+  if constexpr (NV < kNV) {
+    fill<M, NV + 1>(t);
+  } else if constexpr (M < kM) {
+    fill<M + 1, 1>(t);
+  }
+}
+
+Table make_table() {
+  Table t{};
+  fill<1, 1>(t);
+  return t;
+}
+
+}  // namespace
+
+PlanarTileFn planar_f32_avx512_tile(int m, int nv) {
+  static const Table table = make_table();
+  if (m < 1 || m > kM || nv < 1 || nv > kNV) return nullptr;
+  return table[m][nv];
+}
+
+}  // namespace x86
+}  // namespace tct

@@ -1,0 +1,457 @@
+// Driver of the planar (NCX) f32 forward and backward-data passes.
+//
+// On dense NCX tensors the innermost spatial axis is contiguous, so these
+// passes vectorize along it instead of along channels, and read and write the
+// caller's tensors in place (no layout change of whole tensors). Both passes
+// relate the coordinates of the large tensor (dst) and the small one (src) by
+//   dst = src * s - pb + k * d          (per axis, k the kernel index)
+// and compute out[co, x] = bias + sum_{ci, k} W(co, ci, k) * in[ci, y(x, k)]:
+//   forward:       in = src,      out = dst,      y = the src coordinate
+//   backward-data: in = diff_dst, out = diff_src, y = x * s - pb + k * d
+// Outer axes (0, 1): each output row has a list of valid (k0, k1) taps and
+// their input rows ("segments"), padding taps are left out.
+// Innermost axis (2), split into stride phases so that every tap reads
+// consecutive inputs for consecutive outputs:
+//   forward: output phase r (outputs y = r + s*t, t = 0, 1, ...) uses the taps
+//     with (r + pb - k*d) divisible by s, at input t + (r + pb - k*d)/s;
+//     outputs of a phase are s apart, so tiles are written through a buffer
+//     when s > 1;
+//   backward-data: output x reads input x*s + e (e = k*d - pb), i.e. element
+//     x + floor(e/s) of input phase q = e mod s (the inputs q, q+s, ...).
+// Per work item (image, group, output row, chunk of the line), the input rows
+// of all segments and channels are copied once into a per-thread buffer,
+// zero-padded and split into the input phases the taps use; the register
+// tiles (planar_f32.h) then read them with no bounds checks. Weights are
+// packed once per call to [g][block of M output channels][k0][k1][phase][ci]
+// [tap of the phase][M].
+// A 1x1 kernel with unit strides and no pads is one long line per image.
+// Extra memory: one packed copy of the weights plus, per thread, one item's
+// input rows (kept between calls) and one tile.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "planar_f32.h"
+#include "x86.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+struct Free {
+  void operator()(float* p) const { std::free(p); }
+};
+using Buf = std::unique_ptr<float[], Free>;
+
+Buf aligned(int64_t n) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+  return Buf(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+}
+
+// Per-thread buffers that grow and are kept (OpenMP threads persist), so a
+// call does not fault fresh pages in: the packed weights (slot 0, of the
+// calling thread) and the rows of a work item (slot 1).
+float* thread_buffer(int slot, int64_t n) {
+  thread_local Buf buf[2];
+  thread_local int64_t cap[2] = {0, 0};
+  if (cap[slot] < n) {
+    buf[slot].reset();
+    buf[slot] = aligned(n);
+    cap[slot] = n;
+  }
+  return buf[slot].get();
+}
+
+// The pass in planar terms.
+struct Geometry {
+  bool forward = true;
+  int64_t N = 0, G = 1, Cin = 0, Cout = 0;  // channels per group
+  std::array<int64_t, kAxes> in{1, 1, 1}, out{1, 1, 1}, K{1, 1, 1}, s{1, 1, 1}, d{1, 1, 1},
+      pb{0, 0, 0};
+  std::array<int64_t, kAxes> src{1, 1, 1}, dst{1, 1, 1};
+};
+
+Geometry geometry(const ConvProblem& p, bool forward) {
+  Geometry g;
+  g.forward = forward;
+  g.N = p.N;
+  g.G = p.G;
+  g.Cin = forward ? p.ICg : p.OCg;
+  g.Cout = forward ? p.OCg : p.ICg;
+  g.src = p.I;
+  g.dst = p.O;
+  g.K = p.K;
+  g.s = p.s;
+  g.d = p.d;
+  g.pb = p.pb;
+  // A pointwise problem is one long line per image.
+  bool pointwise = true;
+  for (int a = 0; a < kAxes; ++a)
+    pointwise = pointwise && p.K[a] == 1 && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+  if (pointwise) {
+    g.src = {1, 1, p.src_spatial()};
+    g.dst = {1, 1, p.dst_spatial()};
+  }
+  g.in = forward ? g.src : g.dst;
+  g.out = forward ? g.dst : g.src;
+  return g;
+}
+
+// Valid taps of output coordinate o on outer axis a: kernel index and input coordinate.
+int outer_taps(const Geometry& g, int a, int64_t o, int64_t* ks, int64_t* is) {
+  int n = 0;
+  for (int64_t k = 0; k < g.K[a]; ++k) {
+    int64_t i;
+    if (g.forward) {
+      const int64_t num = o + g.pb[a] - k * g.d[a];
+      if (floor_mod(num, g.s[a]) != 0) continue;
+      i = floor_div(num, g.s[a]);
+    } else {
+      i = o * g.s[a] - g.pb[a] + k * g.d[a];
+    }
+    if (i < 0 || i >= g.in[a]) continue;
+    ks[n] = k;
+    is[n] = i;
+    ++n;
+  }
+  return n;
+}
+
+// Innermost axis: output phases, their taps, the input phases they read.
+struct Line {
+  int64_t out_phases = 1;  // forward: s2; backward-data: 1
+  int64_t in_step = 1;     // input coordinate = j * in_step + q
+  std::vector<int64_t> len;                // [out phase] outputs in the phase
+  std::vector<std::vector<int64_t>> k;     // [out phase] kernel indices
+  std::vector<std::vector<int64_t>> off;   // [out phase] j offset per tap
+  std::vector<std::vector<int64_t>> slot;  // [out phase] input-phase slot per tap
+  std::vector<int64_t> slot_q;             // [slot] input phase q
+  int64_t min_off = 0, max_off = 0, max_len = 0;
+};
+
+Line make_line(const Geometry& g) {
+  const int a = 2;
+  const int64_t s = g.s[a];
+  Line L;
+  L.out_phases = g.forward ? s : 1;
+  L.in_step = g.forward ? 1 : s;
+  L.len.resize(L.out_phases);
+  L.k.resize(L.out_phases);
+  L.off.resize(L.out_phases);
+  L.slot.resize(L.out_phases);
+  bool first = true;
+  for (int64_t r = 0; r < L.out_phases; ++r) {
+    L.len[r] = g.forward ? (g.out[a] > r ? (g.out[a] - r + s - 1) / s : 0) : g.out[a];
+    L.max_len = std::max(L.max_len, L.len[r]);
+    for (int64_t k = 0; k < g.K[a]; ++k) {
+      int64_t off, q;
+      if (g.forward) {
+        const int64_t num = r + g.pb[a] - k * g.d[a];
+        if (floor_mod(num, s) != 0) continue;
+        off = floor_div(num, s);
+        q = 0;
+      } else {
+        const int64_t e = k * g.d[a] - g.pb[a];
+        off = floor_div(e, s);
+        q = floor_mod(e, s);
+      }
+      size_t slot = 0;
+      while (slot < L.slot_q.size() && L.slot_q[slot] != q) ++slot;
+      if (slot == L.slot_q.size()) L.slot_q.push_back(q);
+      L.k[r].push_back(k);
+      L.off[r].push_back(off);
+      L.slot[r].push_back(static_cast<int64_t>(slot));
+      L.min_off = first ? off : std::min(L.min_off, off);
+      L.max_off = first ? off : std::max(L.max_off, off);
+      first = false;
+    }
+  }
+  if (L.slot_q.empty()) L.slot_q.push_back(0);
+  return L;
+}
+
+struct TileShape {
+  int M, NV, VL;
+};
+
+TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
+  const bool avx512 = isa == Isa::Avx512;
+  const int VL = avx512 ? 16 : 8, accs = avx512 ? kPlanarAvx512Accs : kPlanarAvx2Accs;
+  const int maxm = avx512 ? kPlanarAvx512MaxM : kPlanarAvx2MaxM;
+  const int maxnv = avx512 ? kPlanarAvx512MaxNV : kPlanarAvx2MaxNV;
+  const int need = static_cast<int>(std::min<int64_t>(maxnv, (L.max_len + VL - 1) / VL));
+  const int cout = static_cast<int>(std::min<int64_t>(std::max<int64_t>(g.Cout, 1), maxm));
+  int M, NV;
+  if (cout <= 3) {  // few output channels: wide tiles
+    M = cout;
+    NV = std::max(1, std::min(need, accs / M));
+  } else {
+    NV = std::max(1, std::min(need, avx512 ? 4 : 3));
+    M = std::min(accs / NV, maxm);
+    // Even blocks: 17 channels as 6 + 6 + 5, not 8 + 8 + 1.
+    const int blocks = static_cast<int>((g.Cout + M - 1) / M);
+    M = static_cast<int>((g.Cout + blocks - 1) / blocks);
+    M = std::max(1, std::min(M, maxm));
+  }
+  return {M, NV, VL};
+}
+
+PlanarTileFn tile_fn(Isa isa, int m, int nv) {
+  return isa == Isa::Avx512 ? planar_f32_avx512_tile(m, nv) : planar_f32_avx2_tile(m, nv);
+}
+
+}  // namespace
+
+bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
+                const float* bias, float* out, int nthreads) {
+  const Geometry g = geometry(p, forward);
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+  if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
+  const Line L = make_line(g);
+  const TileShape ts = choose_tile(isa, g, L);
+  const int M = ts.M, VL = ts.VL;
+  const int64_t TW = int64_t{ts.NV} * VL;  // tile width (positions)
+  const int64_t NMB = (g.Cout + M - 1) / M;
+  const int64_t K0 = g.K[0], K1 = g.K[1];
+  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
+
+  // Pack the weights: [g][mb][k0][k1][phase r][ci][tap of r][M], zero past
+  // Cout: a phase's taps of one channel are consecutive.
+  std::vector<int64_t> phase_base(L.out_phases + 1, 0);  // first tap of each phase
+  for (int64_t r = 0; r < L.out_phases; ++r)
+    phase_base[r + 1] = phase_base[r] + static_cast<int64_t>(L.k[r].size());
+  const int64_t ktaps = phase_base[L.out_phases];  // K2 (forward: every k in one phase)
+  const int64_t seg_floats = g.Cin * ktaps * M;     // weights of one (k0, k1)
+  const int64_t block_floats = K0 * K1 * seg_floats;
+  float* const wp = thread_buffer(0, g.G * NMB * block_floats);
+  const float* wsrc = static_cast<const float*>(w.data);
+  const int64_t taps = K0 * K1 * g.K[2];
+  // tap index k2 -> (phase, position in the phase)
+  std::vector<int64_t> k2_phase(g.K[2]), k2_pos(g.K[2]);
+  for (int64_t r = 0; r < L.out_phases; ++r)
+    for (size_t t = 0; t < L.k[r].size(); ++t) {
+      k2_phase[L.k[r][t]] = r;
+      k2_pos[L.k[r][t]] = static_cast<int64_t>(t);
+    }
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<float> tmp(static_cast<size_t>(taps * M));  // [tap][m] of one input channel
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t gi = 0; gi < g.G; ++gi)
+      for (int64_t mb = 0; mb < NMB; ++mb) {
+        float* block = wp + (gi * NMB + mb) * block_floats;
+        for (int64_t ci = 0; ci < g.Cin; ++ci) {
+          for (int64_t m = 0; m < M; ++m) {
+            const int64_t co = mb * M + m;
+            if (co >= g.Cout) {
+              for (int64_t k = 0; k < taps; ++k) tmp[k * M + m] = 0.f;
+              continue;
+            }
+            const int64_t ic = gi * p.ICg + (forward ? ci : co), oc = forward ? co : ci;
+            const float* src = wsrc + ic * w.si + oc * w.so;
+            for (int64_t k0 = 0, k = 0; k0 < K0; ++k0)
+              for (int64_t k1 = 0; k1 < K1; ++k1)
+                for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++k)
+                  tmp[k * M + m] = src[k0 * w.sk[0] + k1 * w.sk[1] + k2 * w.sk[2]];
+          }
+          for (int64_t k0 = 0, k = 0; k0 < K0; ++k0)
+            for (int64_t k1 = 0; k1 < K1; ++k1)
+              for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++k) {
+                const int64_t r = k2_phase[k2];
+                const int64_t ntap = phase_base[r + 1] - phase_base[r];
+                float* dst = block + (k0 * K1 + k1) * seg_floats + phase_base[r] * g.Cin * M +
+                             (ci * ntap + k2_pos[k2]) * M;
+                std::memcpy(dst, &tmp[k * M], sizeof(float) * M);
+              }
+        }
+      }
+  }
+
+  // Chunks of the line: the input rows of one item within 256 KiB (and, for
+  // strided outputs, its result buffer too), and enough items for the threads.
+  int64_t max_seg = 1;
+  for (int a = 0; a < 2; ++a) {
+    int64_t most = 0;
+    std::vector<int64_t> ks(g.K[a]), is(g.K[a]);
+    for (int64_t o = 0; o < g.out[a]; ++o)
+      most = std::max<int64_t>(most, outer_taps(g, a, o, ks.data(), is.data()));
+    max_seg *= most;
+  }
+  max_seg = std::max<int64_t>(max_seg, 1);
+  const bool strided_out = L.out_phases > 1;
+  const int64_t ext = L.max_off - L.min_off;
+  auto span_of = [&](int64_t chunk) { return round_up(round_up(chunk, VL) + ext, 16); };
+  auto item_floats = [&](int64_t chunk) {
+    return max_seg * g.Cin * nslots * span_of(chunk) + (strided_out ? NMB * M * chunk : 0);
+  };
+  int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  const int64_t rows = g.N * g.G * g.out[0] * g.out[1];
+  while (chunk > TW && item_floats(chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
+  while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
+    chunk = round_up(chunk / 2, TW);
+  const int64_t nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
+  // Few items (one image, few rows): also split the output channel blocks.
+  int64_t mb_groups = 1;
+  if (rows * nchunks < 4 * nthreads)
+    mb_groups = std::min(NMB, (4 * nthreads + rows * nchunks - 1) / (rows * nchunks));
+  const int64_t mb_per_group = (NMB + mb_groups - 1) / mb_groups;
+  const int64_t items = rows * nchunks * mb_groups;
+  const int64_t span = span_of(chunk);  // floats per input-phase row
+  const int64_t cis = nslots * span;    // per input channel
+  const int64_t in_floats = max_seg * g.Cin * cis;
+  // Channel blocks whose input rows stay in L1 (32 KiB) while all output
+  // channel blocks use them; later blocks accumulate.
+  const int64_t cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (max_seg * cis)));
+
+  // Per-phase tap tables (shared): input offset (slot * span + off) and weights offset.
+  std::vector<std::vector<int64_t>> tap_in(L.out_phases), tap_w(L.out_phases);
+  for (int64_t r = 0; r < L.out_phases; ++r)
+    for (size_t t = 0; t < L.k[r].size(); ++t) {
+      tap_in[r].push_back(L.slot[r][t] * span + L.off[r][t] - L.min_off);
+      tap_w[r].push_back(static_cast<int64_t>(t) * M);
+    }
+  const int64_t s2 = g.s[2];
+
+#pragma omp parallel num_threads(nthreads)
+  {
+    float* buf = thread_buffer(1, item_floats(chunk));
+    float* obuf = buf + in_floats;  // strided outputs: [channel][chunk] of one phase
+    std::vector<int64_t> k0s(K0), i0s(K0), k1s(K1), i1s(K1), seg_in, seg_w;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      int64_t rest = item;
+      const int64_t mg = rest % mb_groups;
+      rest /= mb_groups;
+      const int64_t ch = rest % nchunks;
+      rest /= nchunks;
+      const int64_t o1 = rest % g.out[1];
+      rest /= g.out[1];
+      const int64_t o0 = rest % g.out[0];
+      rest /= g.out[0];
+      const int64_t gi = rest % g.G;
+      const int64_t n = rest / g.G;
+      const int64_t t0 = ch * chunk, t1 = std::min(L.max_len, t0 + chunk);
+      const int64_t mb0 = mg * mb_per_group, mb1 = std::min(NMB, mb0 + mb_per_group);
+      if (mb0 >= mb1) continue;
+
+      // Segments: valid (k0, k1) and their input rows; copy the rows.
+      const int n0 = outer_taps(g, 0, o0, k0s.data(), i0s.data());
+      const int n1 = outer_taps(g, 1, o1, k1s.data(), i1s.data());
+      seg_in.clear();
+      seg_w.clear();
+      const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, VL) + ext;
+      const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
+      for (int a = 0; a < n0; ++a)
+        for (int b = 0; b < n1; ++b) {
+          const int64_t sidx = static_cast<int64_t>(seg_in.size());
+          seg_in.push_back(sidx * g.Cin * cis);
+          seg_w.push_back((k0s[a] * K1 + k1s[b]) * seg_floats);
+          const int64_t row = (i0s[a] * g.in[1] + i1s[b]) * g.in[2];
+          for (int64_t ci = 0; ci < g.Cin; ++ci) {
+            const float* src_row = in_img + ci * in_plane + row;
+            for (int64_t sl = 0; sl < nslots; ++sl) {
+              float* dstb = buf + seg_in.back() + ci * cis + sl * span;
+              const int64_t q = L.slot_q[sl], step = L.in_step;
+              // j valid where 0 <= j*step + q < in[2].
+              const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
+              const int64_t jb = std::min<int64_t>(jlo + jn, floor_div(g.in[2] - 1 - q, step) + 1);
+              if (jb <= ja) {
+                std::memset(dstb, 0, sizeof(float) * jn);
+                continue;
+              }
+              std::memset(dstb, 0, sizeof(float) * (ja - jlo));
+              if (step == 1) {
+                std::memcpy(dstb + (ja - jlo), src_row + ja + q, sizeof(float) * (jb - ja));
+              } else {
+                const float* sp = src_row + ja * step + q;
+                float* dp = dstb + (ja - jlo);
+                for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
+              }
+              std::memset(dstb + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+            }
+          }
+        }
+
+      PlanarTileArgs args;
+      args.in = buf;
+      args.seg_in = seg_in.data();
+      args.seg_w = seg_w.data();
+      args.nseg = static_cast<int64_t>(seg_in.size());
+      args.c_in_stride = cis;
+      const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
+      float* out_img = out + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
+      for (int64_t r = 0; r < L.out_phases; ++r) {
+        const int64_t tend = std::min(t1, L.len[r]);
+        if (tend <= t0) continue;
+        args.tap_in = tap_in[r].data();
+        args.tap_w = tap_w[r].data();
+        args.ntap = static_cast<int64_t>(tap_in[r].size());
+        args.c_w_stride = args.ntap * M;
+        for (int64_t c0 = 0; c0 < std::max<int64_t>(g.Cin, 1); c0 += cb) {
+          args.cin = std::min(cb, g.Cin - c0);
+          args.accumulate = c0 > 0;
+          for (int64_t mb = mb0; mb < mb1; ++mb) {
+            const int m = static_cast<int>(std::min<int64_t>(M, g.Cout - mb * M));
+            args.w = wp + (gi * NMB + mb) * block_floats + phase_base[r] * g.Cin * M +
+                     c0 * args.c_w_stride;
+            args.bias = bias && c0 == 0 ? bias + gi * g.Cout + mb * M : nullptr;
+            for (int64_t u0 = t0; u0 < tend; u0 += TW) {
+              const int64_t nx = std::min(TW, tend - u0);
+              args.in_off = u0 - t0 + c0 * cis;
+              args.nx = nx;
+              if (strided_out) {
+                args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
+                args.out_stride = chunk;
+              } else {
+                args.out = out_img + mb * M * out_plane + u0;
+                args.out_stride = out_plane;
+              }
+              tile_fn(isa, m, static_cast<int>((nx + VL - 1) / VL))(&args);
+            }
+          }
+        }
+        if (strided_out) {  // phase r's outputs are s2 apart
+          const int64_t co0 = mb0 * M, co1 = std::min(g.Cout, mb1 * M);
+          for (int64_t co = co0; co < co1; ++co) {
+            float* o = out_img + co * out_plane + r + s2 * t0;
+            const float* t = obuf + (co - co0) * chunk;
+            for (int64_t x = 0; x < tend - t0; ++x) o[s2 * x] = t[x];
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// Measured on the benchmark layers (interleaved A/B runs, AVX-512, 2 threads):
+// the planar kernels win where the channels-last ones are weak or the layout
+// changes dominate: long lines with few channels on one side (RGB layers:
+// 1.2-4x), or little work per activation element (1x1 strided, 2x2 stride-2
+// upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle, and the
+// channels-last GEMM tiles are faster) and depthwise layers stay channels-last.
+bool planar_preferred(Isa isa, const ConvProblem& p, bool forward) {
+  const Geometry g = geometry(p, forward);
+  const Line L = make_line(g);
+  if (L.max_len < 16) return false;
+  if (g.Cin == 1 && g.Cout == 1 && g.G > 1) return false;  // depthwise
+  if (std::min(g.Cin, g.Cout) <= 4) return true;
+  const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
+                       static_cast<double>(p.OC()) * p.dst_spatial();
+  const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
+  (void)isa;
+  return L.max_len >= 24 && macs_per_elem <= 130;
+}
+
+}  // namespace x86
+}  // namespace tct

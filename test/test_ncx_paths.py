@@ -1,0 +1,108 @@
+"""Dense NCX f32 tensors reach the kernels by one of two paths: the planar kernels
+(in place, forward and backward-data) or transposes through channels-last
+buffers. get_ncx_path / set_ncx_path / use_ncx_path and TORCH_CONVTRANSPOSE_NCX
+choose; 'auto' picks per problem. Every path must give the oracle's values
+exactly (integer data) on every ISA."""
+
+import random
+import subprocess
+import sys
+
+import problems as P
+import pytest
+import torch
+
+PATHS = ["planar", "channels_last", "auto"]
+
+
+def _problems(seed, n):
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        p = P.random_problem(rng)
+        p.data_format = "NCX"
+        # Longer innermost lines than random_problem's, so that the planar
+        # kernels run whole vectors, tails and several tiles.
+        sp = list(p.src_sp)
+        sp[-1] = rng.choice([sp[-1], rng.randint(7, 40)])
+        p.src_sp = tuple(sp)
+        if not P.is_valid(p):
+            continue
+        pb, pe = p.resolved_pads()  # explicit pads: the backward ops resolve auto_pad
+        p.pads_begin, p.pads_end, p.auto_pad = tuple(pb), tuple(pe), "None"  # from diff_dst
+        out.append(p)
+    return out
+
+
+# Layer shapes where 'auto' picks the planar kernels (few channels on one side,
+# long lines; 1x1 stride 2; 2x2 stride 2) and the channels-last path.
+LAYERS = [
+    P.Problem(N=2, IC=64, OC=3, src_sp=(9, 40), K=(7, 7), strides=(2, 2), dilations=(2, 2),
+              pads_begin=(3, 3), pads_end=(2, 2), output_padding=(1, 1), bias=True,
+              name="rgb_k7s2d2"),
+    P.Problem(N=2, IC=40, OC=48, src_sp=(5, 28), K=(1, 1), strides=(2, 2), dilations=(1, 1),
+              pads_begin=(0, 0), pads_end=(0, 0), output_padding=(1, 1), name="1x1_s2"),
+    P.Problem(N=1, IC=32, OC=16, src_sp=(6, 33), K=(2, 2), strides=(2, 2), dilations=(1, 1),
+              pads_begin=(0, 0), pads_end=(0, 0), bias=True, name="k2s2_up"),
+    P.Problem(N=1, IC=4, OC=36, src_sp=(300,), K=(3,), strides=(3,), dilations=(1,),
+              pads_begin=(0,), pads_end=(0,), name="1d_k3s3"),
+    P.Problem(N=2, IC=64, OC=64, src_sp=(4, 4), K=(3, 3), strides=(2, 2), dilations=(1, 1),
+              pads_begin=(1, 1), pads_end=(1, 1), output_padding=(1, 1), name="deep_small"),
+]
+
+RANDOM = _problems(7, 40)
+
+
+def _check(p, isa):
+    x, w, b = P.problem_tensors(p, torch.float32, seed=3, integer=True)
+    pb, pe = p.resolved_pads()
+    attrs = dict(strides=list(p.strides), pads_begin=pb, pads_end=pe,
+                 dilations=list(p.dilations), output_padding=list(p.op_full()),
+                 groups=p.groups)
+    w_iox = P.weights_to_iox(w, p.weights_format).double()
+    want_y = P.oracle_forward(x.double(), w_iox, b.double() if b is not None else None,
+                              **attrs)
+    y = torch.ops.graph.conv_transpose(x, w, b, **p.attrs())
+    P.assert_result(y, want_y, torch.float32, exact=True)
+    dy = P.diff_dst_tensor(p, torch.float32, seed=4, integer=True)
+    want_dx = P.oracle_backward_data(dy.double(), w_iox, attrs["strides"], pb, pe,
+                                     attrs["dilations"], p.groups, src_spatial=list(p.src_sp))
+    dx = torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=p.src_shape(),
+                                                      **p.attrs())
+    P.assert_result(dx, want_dx, torch.float32, exact=True)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("p", LAYERS + RANDOM, ids=lambda p: p.ident())
+def test_ncx_paths_exact(tct, isa, path, p):
+    with tct.use_ncx_path(path):
+        _check(p, isa)
+
+
+def test_ncx_path_round_trip(tct):
+    old = tct.get_ncx_path()
+    assert old in PATHS
+    try:
+        for name in PATHS:
+            tct.set_ncx_path(name.upper())
+            assert tct.get_ncx_path() == name
+    finally:
+        tct.set_ncx_path(old)
+    with tct.use_ncx_path("planar"):
+        assert tct.get_ncx_path() == "planar"
+    assert tct.get_ncx_path() == old
+
+
+def test_ncx_path_unknown_name(tct):
+    old = tct.get_ncx_path()
+    with pytest.raises(RuntimeError, match="ncx path must be one of .*got 'transpose'"):
+        tct.set_ncx_path("transpose")
+    assert tct.get_ncx_path() == old
+
+
+def test_ncx_path_environment_variable():
+    code = "import torch_convtranspose as t; print(t.get_ncx_path())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=P.subprocess_env(TORCH_CONVTRANSPOSE_NCX="Channels_Last"),
+                         check=True)
+    assert out.stdout.strip() == "channels_last"
