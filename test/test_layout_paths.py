@@ -3,10 +3,9 @@ batch-chunked transposes (chunks of about a tenth of the batch), NXC ones straig
 through, other strides through whole copies. Each must give the oracle's values
 exactly (integer data) on every ISA."""
 
+import problems as P
 import pytest
 import torch
-
-import problems as P
 
 ATTRS = dict(strides=[2, 1], pads_begin=[1, 0], pads_end=[0, 1], dilations=[1, 2],
              output_padding=[1, 0], groups=2)
