@@ -1,5 +1,5 @@
 """Dense NCX f32 tensors reach the kernels by one of two paths: the planar kernels
-(in place, forward and backward-data) or transposes through channels-last
+(in place; backward-weights on AVX-512 only) or transposes through channels-last
 buffers. get_ncx_path / set_ncx_path / use_ncx_path and TORCH_CONVTRANSPOSE_NCX
 choose; 'auto' picks per problem. Every path must give the oracle's values
 exactly (integer data) on every ISA."""
@@ -70,6 +70,12 @@ def _check(p, isa):
     dx = torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=p.src_shape(),
                                                       **p.attrs())
     P.assert_result(dx, want_dx, torch.float32, exact=True)
+    want_dw = P.oracle_backward_weights(x.double(), dy.double(), p.w_shape_iox(),
+                                        attrs["strides"], pb, pe, attrs["dilations"], p.groups)
+    dw = torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=p.w_shape(),
+                                                         **p.attrs())
+    P.assert_result(dw, P.weights_from_iox(want_dw, p.weights_format).contiguous(),
+                    torch.float32, exact=True)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -117,15 +117,17 @@ NcxPath ncx_path() {
 
 void set_ncx_path(NcxPath path) { g_ncx.store(static_cast<int>(path), std::memory_order_relaxed); }
 
-bool use_planar(const ConvProblem& p, bool forward) {
+bool use_planar(const ConvProblem& p, Pass pass) {
   const Isa isa = active_isa();
   if (isa == Isa::Reference) return false;
+  // The planar backward-weights kernel is AVX-512 only.
+  if (pass == Pass::BackwardWeights && isa != Isa::Avx512) return false;
   switch (ncx_path()) {
     case NcxPath::Planar: return true;
     case NcxPath::ChannelsLast: return false;
     case NcxPath::Auto: break;
   }
-  return x86::planar_preferred(isa, p, forward);
+  return x86::planar_preferred(isa, p, pass);
 }
 
 bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
@@ -139,6 +141,13 @@ bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, Wei
   const Isa isa = active_isa();
   return isa != Isa::Reference &&
          x86::planar_f32(isa, p, false, diff_dst, w, nullptr, diff_src, nthreads);
+}
+
+bool fast_backward_weights_ncx_f32(const ConvProblem& p, const float* src, const float* diff_dst,
+                                   WeightsView diff_w, int nthreads) {
+  const Isa isa = active_isa();
+  return isa != Isa::Reference &&
+         x86::planar_bwd_weights_f32(isa, p, src, diff_dst, diff_w, nthreads);
 }
 
 bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,

@@ -50,9 +50,11 @@ bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
                           const float* bias, float* dst, int nthreads);
 bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
                                 float* diff_src, int nthreads);
-// Whether ncx_path() sends this pass (forward, else backward-data) of a dense
-// NCX problem to the planar kernels.
-bool use_planar(const ConvProblem& p, bool forward);
+bool fast_backward_weights_ncx_f32(const ConvProblem& p, const float* src, const float* diff_dst,
+                                   WeightsView diff_w, int nthreads);
+enum class Pass { Forward, BackwardData, BackwardWeights };
+// Whether ncx_path() sends this pass of a dense NCX problem to the planar kernels.
+bool use_planar(const ConvProblem& p, Pass pass);
 
 // Batched transpose: dst[b][j][i] = src[b][i][j] for i < rows, j < cols
 // (both dense). Turns NCX (rows = C) into channels-last and back (rows = pixels).

@@ -226,7 +226,7 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     return dst;
   }
   const float* bias_ptr = b.defined() ? b.data_ptr<float>() : nullptr;
-  if (dense_ncx_pair(src, dst, df) && use_planar(p, /*forward=*/true)) {
+  if (dense_ncx_pair(src, dst, df) && use_planar(p, Pass::Forward)) {
     if (!fast_forward_ncx_f32(p, src.data_ptr<float>(), wv, bias_ptr, dst.data_ptr<float>(), nt))
       reference();
     return dst;
@@ -291,7 +291,7 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
     reference();
     return diff_src;
   }
-  if (dense_ncx_pair(diff_dst, diff_src, df) && use_planar(p, /*forward=*/false)) {
+  if (dense_ncx_pair(diff_dst, diff_src, df) && use_planar(p, Pass::BackwardData)) {
     if (!fast_backward_data_ncx_f32(p, diff_dst.data_ptr<float>(), wv, diff_src.data_ptr<float>(),
                                     nt))
       reference();
@@ -373,6 +373,10 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   if (diff_w.numel() == 0) return diff_w;
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
+  if (use_fast_f32(src) && dense_ncx_pair(src, diff_dst, df) &&
+      use_planar(p, Pass::BackwardWeights) &&
+      fast_backward_weights_ncx_f32(p, src.data_ptr<float>(), diff_dst.data_ptr<float>(), wv, nt))
+    return diff_w;
   if (use_fast_f32(src)) {
     Tensor x = dense_nxc(src, df, kInput), dy = dense_nxc(diff_dst, df, kInput2);
     if (fast_backward_weights_f32(p, x.data_ptr<float>(), dy.data_ptr<float>(), wv, nt))

@@ -40,5 +40,20 @@ constexpr int kPlanarAvx2Accs = 12, kPlanarAvx2MaxM = 12, kPlanarAvx2MaxNV = 4;
 PlanarTileFn planar_f32_avx512_tile(int m, int nv);
 PlanarTileFn planar_f32_avx2_tile(int m, int nv);
 
+// Backward-weights dot tile: m src channels x n diff_dst channels, reduced
+// along rows of positions (vectorized along the rows):
+//   out[i*out_m + j*out_n] += sum_{r < nrows} sum_{x < nvec * 16}
+//                             a[r][i*a_stride + x] * b[r][j*b_stride + x]
+// The rows are zero past their length (padded buffers), so no tails.
+struct PlanarDotArgs {
+  const float* const* a;
+  const float* const* b;
+  float* out;
+  int64_t nrows, nvec, a_stride, b_stride, out_m, out_n;
+};
+using PlanarDotFn = void (*)(const PlanarDotArgs*);
+constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4;
+PlanarDotFn planar_f32_avx512_dot(int m, int n);  // m <= kPlanarDotMaxM, n <= kPlanarDotMaxN
+
 }  // namespace x86
 }  // namespace tct

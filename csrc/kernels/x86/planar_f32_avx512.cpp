@@ -78,7 +78,51 @@ Table make_table() {
   return t;
 }
 
+template <int M, int N>
+void dot(const PlanarDotArgs* a) {
+  __m512 acc[M][N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < a->nrows; ++r) {
+    const float* pa = a->a[r];
+    const float* pb = a->b[r];
+    for (int64_t v = 0; v < a->nvec; ++v, pa += 16, pb += 16) {
+      __m512 x[M], y[N];
+      for (int i = 0; i < M; ++i) x[i] = _mm512_loadu_ps(pa + i * a->a_stride);
+      for (int j = 0; j < N; ++j) y[j] = _mm512_loadu_ps(pb + j * a->b_stride);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) acc[i][j] = _mm512_fmadd_ps(x[i], y[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += _mm512_reduce_add_ps(acc[i][j]);
+}
+
+using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
+
+template <int M, int N>
+void fill_dot(DotTable& t) {
+  t[M][N] = &dot<M, N>;
+  if constexpr (N < kPlanarDotMaxN) {
+    fill_dot<M, N + 1>(t);
+  } else if constexpr (M < kPlanarDotMaxM) {
+    fill_dot<M + 1, 1>(t);
+  }
+}
+
+DotTable make_dot_table() {
+  DotTable t{};
+  fill_dot<1, 1>(t);
+  return t;
+}
+
 }  // namespace
+
+PlanarDotFn planar_f32_avx512_dot(int m, int n) {
+  static const DotTable table = make_dot_table();
+  if (m < 1 || m > kPlanarDotMaxM || n < 1 || n > kPlanarDotMaxN) return nullptr;
+  return table[m][n];
+}
 
 PlanarTileFn planar_f32_avx512_tile(int m, int nv) {
   static const Table table = make_table();

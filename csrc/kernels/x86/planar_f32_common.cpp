@@ -440,7 +440,194 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 // 1.2-4x), or little work per activation element (1x1 strided, 2x2 stride-2
 // upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle, and the
 // channels-last GEMM tiles are faster) and depthwise layers stay channels-last.
-bool planar_preferred(Isa isa, const ConvProblem& p, bool forward) {
+// Backward-weights on dense NCX tensors (AVX-512):
+//   diff_W(g*ICg+a, b, k) = sum_{n, i} src[n, g*ICg+a, i] * diff_dst[n, g*OCg+b, i*s - pb + k*d]
+// Dot-product tiles (planar_f32.h) reduce along the innermost axis: per block
+// of src rows (and chunk of the line), the src rows are copied zero-padded and
+// the diff_dst rows each tap reads are split into phases as in the forward
+// passes, so that every tap is one contiguous run per row. Each thread sums
+// its row blocks into its own copy of the gradient (thread 0: the result
+// itself, the others: scratch), added up at the end: extra memory is
+// threads-1 copies of the weight gradient plus one row block per thread.
+bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
+                            WeightsView dw, int nthreads) {
+  if (isa != Isa::Avx512) return false;
+  float* const out = static_cast<float*>(dw.data);
+  const int64_t IC = p.IC(), OC = p.OC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
+  const int64_t taps = K0 * K1 * K2;
+  auto out_at = [&](int64_t ic, int64_t oc, int64_t k0, int64_t k1, int64_t k2) {
+    return out + ic * dw.si + oc * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
+  };
+  for (int64_t ic = 0; ic < IC; ++ic)
+    for (int64_t oc = 0; oc < p.OCg; ++oc)
+      for (int64_t k0 = 0; k0 < K0; ++k0)
+        for (int64_t k1 = 0; k1 < K1; ++k1)
+          for (int64_t k2 = 0; k2 < K2; ++k2) *out_at(ic, oc, k0, k1, k2) = 0.f;
+  if (p.N == 0 || p.src_spatial() == 0 || taps == 0 || IC == 0 || p.OCg == 0) return true;
+
+  // Backward-data geometry: "in" = diff_dst rows, read at i*s - pb + k*d.
+  const Geometry g = geometry(p, false);
+  const Line L = make_line(g);  // one output phase: every tap, its slot and offset
+  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
+  const int64_t W = g.src[2];
+  const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
+  const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
+  const int64_t rows = p.N * g.src[0] * g.src[1];
+  const int64_t ext = L.max_off - L.min_off;
+  // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
+  // one block's buffers within ~1 MiB, enough blocks for the threads.
+  int64_t cw = round_up(W, 16);
+  while (cw > 64 && rows * ((W + cw - 1) / cw) < 2 * nthreads) cw = round_up(cw / 2, 16);
+  const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
+  const int64_t span = round_up(cw + ext, 16);
+  int64_t max_seg = 1;
+  for (int a = 0; a < 2; ++a) {
+    int64_t most = 0;
+    std::vector<int64_t> ks(g.K[a]), is(g.K[a]);
+    for (int64_t o = 0; o < g.src[a]; ++o)
+      most = std::max<int64_t>(most, outer_taps(g, a, o, ks.data(), is.data()));
+    max_seg *= most;
+  }
+  max_seg = std::max<int64_t>(max_seg, 1);
+  const int64_t row_floats = IC * cw + max_seg * OC * nslots * span;
+  int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
+  R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
+  R = std::min(R, rows);
+  while (R > 1 && ((rows + R - 1) / R) * nchunks < 2 * nthreads) R = (R + 1) / 2;
+  const int64_t nblocks = (rows + R - 1) / R, items = nblocks * nchunks;
+  const int P = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nthreads, items)));
+  const int64_t grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
+  Buf scratch = aligned(std::max<int64_t>(1, (P - 1) * grad_floats));
+  std::memset(scratch.get(), 0, sizeof(float) * std::max<int64_t>(1, (P - 1) * grad_floats));
+
+#pragma omp parallel num_threads(P)
+  {
+    const int t = omp_get_thread_num();
+    float* buf = thread_buffer(1, R * row_floats);
+    float* abuf = buf;                 // [r][ic][cw]
+    float* bbuf = buf + R * IC * cw;   // [r][seg][oc][slot][span]
+    std::vector<int64_t> k0s(K0), i0s(K0), k1s(K1), i1s(K1);
+    // Per block row: its segments' (k0, k1) and whether present.
+    std::vector<int64_t> seg_of(R * K0 * K1);
+    std::vector<const float*> pa(R), pb(R);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t blk = item / nchunks, ch = item % nchunks;
+      const int64_t r0 = blk * R, nr = std::min(R, rows - r0);
+      const int64_t x0 = ch * cw, xn = std::min(cw, W - x0);
+      const int64_t jlo = x0 + L.min_off, jn = cw + ext;
+      std::fill(seg_of.begin(), seg_of.end(), -1);
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t row = r0 + r;
+        const int64_t i1 = row % g.src[1], i0 = (row / g.src[1]) % g.src[0],
+                      n = row / (g.src[1] * g.src[0]);
+        // src rows, zero past the line.
+        const float* srow = src + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
+        for (int64_t c = 0; c < IC; ++c) {
+          float* d = abuf + (r * IC + c) * cw;
+          std::memcpy(d, srow + c * src_plane, sizeof(float) * xn);
+          std::memset(d + xn, 0, sizeof(float) * (cw - xn));
+        }
+        // diff_dst rows of the valid outer taps, phase-split and padded.
+        const int n0 = outer_taps(g, 0, i0, k0s.data(), i0s.data());
+        const int n1 = outer_taps(g, 1, i1, k1s.data(), i1s.data());
+        int64_t seg = 0;
+        for (int a = 0; a < n0; ++a)
+          for (int b = 0; b < n1; ++b, ++seg) {
+            seg_of[(r * K0 + k0s[a]) * K1 + k1s[b]] = seg;
+            const float* drow = dy + n * OC * dst_plane + (i0s[a] * g.dst[1] + i1s[b]) * g.dst[2];
+            for (int64_t c = 0; c < OC; ++c)
+              for (int64_t sl = 0; sl < nslots; ++sl) {
+                float* d = bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span;
+                const int64_t q = L.slot_q[sl], step = L.in_step;
+                const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
+                const int64_t jb =
+                    std::min<int64_t>(jlo + jn, floor_div(g.dst[2] - 1 - q, step) + 1);
+                if (jb <= ja) {
+                  std::memset(d, 0, sizeof(float) * jn);
+                  continue;
+                }
+                std::memset(d, 0, sizeof(float) * (ja - jlo));
+                const float* sp = drow + c * dst_plane + ja * step + q;
+                float* dp = d + (ja - jlo);
+                if (step == 1) {
+                  std::memcpy(dp, sp, sizeof(float) * (jb - ja));
+                } else {
+                  for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
+                }
+                std::memset(d + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+              }
+          }
+      }
+      // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
+      PlanarDotArgs args;
+      args.a = pa.data();
+      args.b = pb.data();
+      args.nvec = (xn + 15) / 16;
+      args.a_stride = cw;
+      args.b_stride = nslots * span;
+      for (int64_t k0 = 0; k0 < K0; ++k0)
+        for (int64_t k1 = 0; k1 < K1; ++k1)
+          for (size_t tk = 0; tk < L.k[0].size(); ++tk) {
+            const int64_t k2 = L.k[0][tk];
+            const int64_t boff = L.slot[0][tk] * span + L.off[0][tk] - L.min_off;
+            for (int64_t gi = 0; gi < p.G; ++gi)
+              for (int64_t a0 = 0; a0 < p.ICg; a0 += kPlanarDotMaxM)
+                for (int64_t b0 = 0; b0 < p.OCg; b0 += kPlanarDotMaxN) {
+                  const int m = static_cast<int>(std::min<int64_t>(kPlanarDotMaxM, p.ICg - a0));
+                  const int nn = static_cast<int>(std::min<int64_t>(kPlanarDotMaxN, p.OCg - b0));
+                  int64_t cnt = 0;
+                  for (int64_t r = 0; r < nr; ++r) {
+                    const int64_t seg = seg_of[(r * K0 + k0) * K1 + k1];
+                    if (seg < 0) continue;
+                    pa[cnt] = abuf + (r * IC + gi * p.ICg + a0) * cw;
+                    pb[cnt] = bbuf + ((r * max_seg + seg) * OC + gi * p.OCg + b0) * nslots * span + boff;
+                    ++cnt;
+                  }
+                  if (cnt == 0) continue;
+                  args.nrows = cnt;
+                  const int64_t ic = gi * p.ICg + a0;
+                  if (t == 0) {
+                    args.out = out_at(ic, b0, k0, k1, k2);
+                    args.out_m = dw.si;
+                    args.out_n = dw.so;
+                  } else {
+                    args.out = scratch.get() + (t - 1) * grad_floats +
+                               (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg + b0;
+                    args.out_m = p.OCg;
+                    args.out_n = 1;
+                  }
+                  planar_f32_avx512_dot(m, nn)(&args);
+                }
+          }
+    }
+  }
+  // Add the other threads' sums into the result.
+  if (P > 1) {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t ic = 0; ic < IC; ++ic)
+      for (int64_t k0 = 0; k0 < K0; ++k0)
+        for (int64_t k1 = 0; k1 < K1; ++k1)
+          for (int64_t k2 = 0; k2 < K2; ++k2)
+            for (int64_t oc = 0; oc < p.OCg; ++oc) {
+              float sum = 0.f;
+              const int64_t e = (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg + oc;
+              for (int t = 1; t < P; ++t) sum += scratch[(t - 1) * grad_floats + e];
+              *out_at(ic, oc, k0, k1, k2) += sum;
+            }
+  }
+  return true;
+}
+
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
+  if (pass == Pass::BackwardWeights) {
+    // The dot tiles pay a horizontal sum per tile and row block: they win
+    // (1.05-2x) only on long lines with few channels on one side and few
+    // taps (RGB / few-channel layers), where the channels-last tiles are weak.
+    const int64_t line = geometry(p, false).src[2];
+    return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
+  }
+  const bool forward = pass == Pass::Forward;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;

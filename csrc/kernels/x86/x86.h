@@ -20,9 +20,13 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 // bias may be null; else in = diff_dst, out = diff_src, bias must be null.
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads);
+// Planar backward-weights over dense NCX src / diff_dst (AVX-512 only; false
+// for other ISAs, and the caller takes another path).
+bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
+                            WeightsView diff_w, int nthreads);
 // Whether the planar kernels are expected to beat the channels-last ones plus
 // the layout changes on this problem.
-bool planar_preferred(Isa isa, const ConvProblem& p, bool forward);
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass);
 
 }  // namespace x86
 }  // namespace tct

@@ -184,5 +184,66 @@ TEST(PlanarF32, ZeroSizes) {
   }
 }
 
+// Backward-weights (AVX-512 only): random geometry into an XOI-strided result
+// and the larger layers, against the reference.
+void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads) {
+  SCOPED_TRACE(describe(p));
+  std::mt19937 rng(seed);
+  const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
+  auto x = random_ints(static_cast<size_t>(p.N * IC * p.src_spatial()), rng);
+  auto dy = random_ints(static_cast<size_t>(p.N * OC * p.dst_spatial()), rng);
+  std::vector<float> want(static_cast<size_t>(IC * p.OCg * T));
+  const WeightsView wv{want.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};  // IOX
+  reference_backward_weights(p, DType::F32, ncx_view(x.data(), p.I, IC),
+                             ncx_view(dy.data(), p.O, OC), wv, 1);
+  std::vector<float> got(want.size(), NAN);
+  // XOI: (K0, K1, K2, OCg, IC)
+  const int64_t k_stride = p.OCg * IC;
+  const WeightsView gv{got.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  ASSERT_TRUE(x86::planar_bwd_weights_f32(Isa::Avx512, p, x.data(), dy.data(), gv, nthreads));
+  int64_t bad = 0;
+  for (int64_t ic = 0; ic < IC; ++ic)
+    for (int64_t oc = 0; oc < p.OCg; ++oc)
+      for (int64_t k = 0; k < T; ++k)
+        bad += !(got[(k * p.OCg + oc) * IC + ic] == want[(ic * p.OCg + oc) * T + k]);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(PlanarF32, BackwardWeights) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(777);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int done = 0;
+  for (int attempt = 0; done < 300 && attempt < 10000; ++attempt) {
+    const int S = static_cast<int>(uni(1, 3));
+    const bool pointwise = uni(0, 5) == 0;
+    std::vector<int64_t> I, K, s, d, pb, pe, op;
+    bool ok = true;
+    for (int i = 0; i < S; ++i) {
+      I.push_back(uni(1, S == 1 ? 90 : (S == 2 ? 12 : 5)));
+      K.push_back(pointwise ? 1 : uni(1, 4));
+      s.push_back(pointwise ? 1 : uni(1, 4));
+      d.push_back(pointwise ? 1 : uni(1, 3));
+      const int64_t effk = d[i] * (K[i] - 1) + 1;
+      pb.push_back(pointwise ? 0 : uni(0, effk));
+      pe.push_back(pointwise ? 0 : uni(0, effk));
+      op.push_back(pointwise ? 0 : uni(0, std::max(s[i], d[i]) - 1));
+      ok = ok && (I[i] - 1) * s[i] + effk + op[i] - pb[i] - pe[i] >= 1;
+    }
+    if (!ok) continue;
+    const ConvProblem p = make(S, uni(1, 3), uni(1, 3), uni(1, 9), uni(1, 9), I, K, s, d, pb, pe, op);
+    if (p.macs() > 3e5) continue;
+    check_bwd_weights(p, static_cast<uint32_t>(attempt), static_cast<int>(uni(1, 3)));
+    if (::testing::Test::HasFailure()) return;
+    ++done;
+  }
+  EXPECT_EQ(done, 300);
+  check_bwd_weights(make(1, 2, 1, 64, 3, {300}, {7}, {2}, {1}, {3}, {2}, {1}), 1, 2);
+  check_bwd_weights(make(2, 1, 1, 4, 36, {5, 100}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 2, 3);
+  check_bwd_weights(make(2, 2, 1, 20, 12, {6, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 3, 2);
+}
+
 }  // namespace
 }  // namespace tct
