@@ -46,6 +46,8 @@ LAYERS = [
               pads_begin=(0, 0), pads_end=(0, 0), bias=True, name="k2s2_up"),
     P.Problem(N=1, IC=4, OC=36, src_sp=(300,), K=(3,), strides=(3,), dilations=(1,),
               pads_begin=(0,), pads_end=(0,), name="1d_k3s3"),
+    P.Problem(N=9, IC=20, OC=16, src_sp=(1, 1), K=(4, 4), strides=(1, 1), dilations=(1, 1),
+              pads_begin=(0, 0), pads_end=(0, 0), bias=True, name="z_to_4x4"),
     P.Problem(N=2, IC=64, OC=64, src_sp=(4, 4), K=(3, 3), strides=(2, 2), dilations=(1, 1),
               pads_begin=(1, 1), pads_end=(1, 1), output_padding=(1, 1), name="deep_small"),
 ]

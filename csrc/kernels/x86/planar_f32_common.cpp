@@ -212,8 +212,47 @@ PlanarTileFn tile_fn(Isa isa, int m, int nv) {
 
 }  // namespace
 
+// Backward-data of a layer whose src is one pixel and whose kernel covers
+// diff_dst exactly (the "z -> 4x4" first layer of a generator): each output
+// is a dot product of a weights row and a diff_dst image, both contiguous in
+// (oc, tap) order for IOX-strided weights. AVX-512 dot tiles; false when the
+// shapes do not fit (then the general path runs).
+bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
+                                float* dx, int nthreads) {
+  const int64_t T = p.taps(), J = p.OCg * T;
+  bool fits = isa == Isa::Avx512 && p.src_spatial() == 1 && J % 16 == 0 && J > 0;
+  for (int a = 0; a < kAxes && fits; ++a)
+    fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
+  // (oc, tap) contiguous in the weights; an axis of one tap may have any stride.
+  fits = fits && w.so == T && (p.K[2] == 1 || w.sk[2] == 1) &&
+         (p.K[1] == 1 || w.sk[1] == p.K[2]) && (p.K[0] == 1 || w.sk[0] == p.K[1] * p.K[2]);
+  if (!fits) return false;
+  const float* wd = static_cast<const float*>(w.data);
+  const int64_t IC = p.IC(), OC = p.OC();
+  const int64_t mblocks = (p.ICg + kPlanarDotMaxM - 1) / kPlanarDotMaxM;
+  const int64_t nblocks = (p.N + kPlanarDotMaxN - 1) / kPlanarDotMaxN;
+#pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
+  for (int64_t gi = 0; gi < p.G; ++gi)
+    for (int64_t mb = 0; mb < mblocks; ++mb)
+      for (int64_t nb = 0; nb < nblocks; ++nb) {
+        const int64_t a0 = mb * kPlanarDotMaxM, n0 = nb * kPlanarDotMaxN;
+        const int m = static_cast<int>(std::min<int64_t>(kPlanarDotMaxM, p.ICg - a0));
+        const int nn = static_cast<int>(std::min<int64_t>(kPlanarDotMaxN, p.N - n0));
+        const int64_t ic = gi * p.ICg + a0;
+        const float* arow = wd + ic * w.si;
+        const float* brow = dy + n0 * OC * T + gi * J;
+        float* o = dx + n0 * IC + ic;
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < nn; ++j) o[i + j * IC] = 0.f;
+        PlanarDotArgs args{&arow, &brow, o, 1, J / 16, w.si, OC * T, 1, IC};
+        planar_f32_avx512_dot(m, nn)(&args);
+      }
+  return true;
+}
+
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
+  if (!forward && planar_dense_backward_data(isa, p, in, w, out, nthreads)) return true;
   const Geometry g = geometry(p, forward);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
@@ -628,6 +667,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
     return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
   }
   const bool forward = pass == Pass::Forward;
+  if (!forward && isa == Isa::Avx512 && p.src_spatial() == 1 && p.dst_spatial() == p.taps() &&
+      (p.OCg * p.taps()) % 16 == 0)
+    return true;  // one-pixel src, kernel covering diff_dst: dot products (10x faster)
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;

@@ -160,6 +160,9 @@ TEST(PlanarF32, LargerLayers) {
   check(make(3, 1, 1, 24, 20, {3, 4, 33}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), 6);
   check(make(2, 3, 1, 130, 50, {7, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 7);  // pointwise
   check(make(1, 1, 1, 4, 36, {500}, {3}, {3}, {1}, {0}, {0}), 8);
+  // One-pixel src, kernel covering diff_dst: backward-data as dot products.
+  check(make(2, 7, 1, 10, 8, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 9);
+  check(make(2, 5, 2, 5, 4, {1, 1}, {2, 2}, {3, 3}, {1, 1}, {0, 0}, {1, 1}, {1, 1}), 10);
 }
 
 TEST(PlanarF32, ThreadCounts) {
