@@ -210,21 +210,60 @@ PlanarTileFn tile_fn(Isa isa, int m, int nv) {
   return isa == Isa::Avx512 ? planar_f32_avx512_tile(m, nv) : planar_f32_avx2_tile(m, nv);
 }
 
-}  // namespace
+// The most valid (k0, k1) tap pairs (segments) of any output row; at least 1.
+int64_t max_segments(const Geometry& g) {
+  int64_t max_seg = 1;
+  for (int a = 0; a < 2; ++a) {
+    int64_t most = 0;
+    std::vector<int64_t> ks(g.K[a]), is(g.K[a]);
+    for (int64_t o = 0; o < g.out[a]; ++o)
+      most = std::max<int64_t>(most, outer_taps(g, a, o, ks.data(), is.data()));
+    max_seg *= most;
+  }
+  return std::max<int64_t>(max_seg, 1);
+}
+
+// One input phase of a row, zero-padded: dst[j - jlo] = row[j*step + q] for
+// j in [jlo, jlo + jn), zero where j*step + q falls outside [0, len).
+void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int64_t jlo,
+                    int64_t jn, float* dst) {
+  const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
+  const int64_t jb = std::min<int64_t>(jlo + jn, floor_div(len - 1 - q, step) + 1);
+  if (jb <= ja) {
+    std::memset(dst, 0, sizeof(float) * jn);
+    return;
+  }
+  std::memset(dst, 0, sizeof(float) * (ja - jlo));
+  const float* sp = row + ja * step + q;
+  float* dp = dst + (ja - jlo);
+  if (step == 1) {
+    std::memcpy(dp, sp, sizeof(float) * (jb - ja));
+  } else {
+    for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
+  }
+  std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+}
+
+// Backward-data as one dot product per output: src is one pixel, the kernel
+// covers diff_dst exactly (dst position = tap), and the (oc, tap) run is
+// whole AVX-512 vectors.
+bool one_pixel_covering(const ConvProblem& p) {
+  bool fits = p.src_spatial() == 1 && p.OCg * p.taps() > 0 && (p.OCg * p.taps()) % 16 == 0;
+  for (int a = 0; a < kAxes && fits; ++a)
+    fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
+  return fits;
+}
 
 // Backward-data of a layer whose src is one pixel and whose kernel covers
 // diff_dst exactly (the "z -> 4x4" first layer of a generator): each output
 // is a dot product of a weights row and a diff_dst image, both contiguous in
 // (oc, tap) order for IOX-strided weights. AVX-512 dot tiles; false when the
-// shapes do not fit (then the general path runs).
+// shapes or the weights' strides do not fit (then the general path runs).
 bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
                                 float* dx, int nthreads) {
   const int64_t T = p.taps(), J = p.OCg * T;
-  bool fits = isa == Isa::Avx512 && p.src_spatial() == 1 && J % 16 == 0 && J > 0;
-  for (int a = 0; a < kAxes && fits; ++a)
-    fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
   // (oc, tap) contiguous in the weights; an axis of one tap may have any stride.
-  fits = fits && w.so == T && (p.K[2] == 1 || w.sk[2] == 1) &&
+  const bool fits = isa == Isa::Avx512 && one_pixel_covering(p) && w.so == T && (p.K[2] == 1 || w.sk[2] == 1) &&
          (p.K[1] == 1 || w.sk[1] == p.K[2]) && (p.K[0] == 1 || w.sk[0] == p.K[1] * p.K[2]);
   if (!fits) return false;
   const float* wd = static_cast<const float*>(w.data);
@@ -249,6 +288,8 @@ bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, 
       }
   return true;
 }
+
+}  // namespace
 
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
@@ -318,15 +359,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 
   // Chunks of the line: the input rows of one item within 256 KiB (and, for
   // strided outputs, its result buffer too), and enough items for the threads.
-  int64_t max_seg = 1;
-  for (int a = 0; a < 2; ++a) {
-    int64_t most = 0;
-    std::vector<int64_t> ks(g.K[a]), is(g.K[a]);
-    for (int64_t o = 0; o < g.out[a]; ++o)
-      most = std::max<int64_t>(most, outer_taps(g, a, o, ks.data(), is.data()));
-    max_seg *= most;
-  }
-  max_seg = std::max<int64_t>(max_seg, 1);
+  const int64_t max_seg = max_segments(g);
   const bool strided_out = L.out_phases > 1;
   const int64_t ext = L.max_off - L.min_off;
   auto span_of = [&](int64_t chunk) { return round_up(round_up(chunk, VL) + ext, 16); };
@@ -398,26 +431,9 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
           const int64_t row = (i0s[a] * g.in[1] + i1s[b]) * g.in[2];
           for (int64_t ci = 0; ci < g.Cin; ++ci) {
             const float* src_row = in_img + ci * in_plane + row;
-            for (int64_t sl = 0; sl < nslots; ++sl) {
-              float* dstb = buf + seg_in.back() + ci * cis + sl * span;
-              const int64_t q = L.slot_q[sl], step = L.in_step;
-              // j valid where 0 <= j*step + q < in[2].
-              const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
-              const int64_t jb = std::min<int64_t>(jlo + jn, floor_div(g.in[2] - 1 - q, step) + 1);
-              if (jb <= ja) {
-                std::memset(dstb, 0, sizeof(float) * jn);
-                continue;
-              }
-              std::memset(dstb, 0, sizeof(float) * (ja - jlo));
-              if (step == 1) {
-                std::memcpy(dstb + (ja - jlo), src_row + ja + q, sizeof(float) * (jb - ja));
-              } else {
-                const float* sp = src_row + ja * step + q;
-                float* dp = dstb + (ja - jlo);
-                for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
-              }
-              std::memset(dstb + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
-            }
+            for (int64_t sl = 0; sl < nslots; ++sl)
+              copy_phase_row(src_row, g.in[2], L.in_step, L.slot_q[sl], jlo, jn,
+                             buf + seg_in.back() + ci * cis + sl * span);
           }
         }
 
@@ -519,15 +535,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   while (cw > 64 && rows * ((W + cw - 1) / cw) < 2 * nthreads) cw = round_up(cw / 2, 16);
   const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
   const int64_t span = round_up(cw + ext, 16);
-  int64_t max_seg = 1;
-  for (int a = 0; a < 2; ++a) {
-    int64_t most = 0;
-    std::vector<int64_t> ks(g.K[a]), is(g.K[a]);
-    for (int64_t o = 0; o < g.src[a]; ++o)
-      most = std::max<int64_t>(most, outer_taps(g, a, o, ks.data(), is.data()));
-    max_seg *= most;
-  }
-  max_seg = std::max<int64_t>(max_seg, 1);
+  const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
   const int64_t row_floats = IC * cw + max_seg * OC * nslots * span;
   int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
   R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
@@ -576,26 +584,9 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             seg_of[(r * K0 + k0s[a]) * K1 + k1s[b]] = seg;
             const float* drow = dy + n * OC * dst_plane + (i0s[a] * g.dst[1] + i1s[b]) * g.dst[2];
             for (int64_t c = 0; c < OC; ++c)
-              for (int64_t sl = 0; sl < nslots; ++sl) {
-                float* d = bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span;
-                const int64_t q = L.slot_q[sl], step = L.in_step;
-                const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
-                const int64_t jb =
-                    std::min<int64_t>(jlo + jn, floor_div(g.dst[2] - 1 - q, step) + 1);
-                if (jb <= ja) {
-                  std::memset(d, 0, sizeof(float) * jn);
-                  continue;
-                }
-                std::memset(d, 0, sizeof(float) * (ja - jlo));
-                const float* sp = drow + c * dst_plane + ja * step + q;
-                float* dp = d + (ja - jlo);
-                if (step == 1) {
-                  std::memcpy(dp, sp, sizeof(float) * (jb - ja));
-                } else {
-                  for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
-                }
-                std::memset(d + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
-              }
+              for (int64_t sl = 0; sl < nslots; ++sl)
+                copy_phase_row(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q[sl], jlo, jn,
+                               bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span);
           }
       }
       // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
@@ -667,9 +658,8 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
     return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
   }
   const bool forward = pass == Pass::Forward;
-  if (!forward && isa == Isa::Avx512 && p.src_spatial() == 1 && p.dst_spatial() == p.taps() &&
-      (p.OCg * p.taps()) % 16 == 0)
-    return true;  // one-pixel src, kernel covering diff_dst: dot products (10x faster)
+  if (!forward && isa == Isa::Avx512 && one_pixel_covering(p))
+    return true;  // dot products per output (z -> 4x4: 8x faster)
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
@@ -678,7 +668,6 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
                        static_cast<double>(p.OC()) * p.dst_spatial();
   const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
-  (void)isa;
   return L.max_len >= 24 && macs_per_elem <= 130;
 }
 

@@ -113,6 +113,30 @@ void check(const ConvProblem& p, uint32_t seed, int nthreads = 2) {
   }
 }
 
+// Random per-axis geometry of rank S (pointwise: 1x1 kernel, unit strides,
+// no pads); false when some output axis would be empty. The innermost line
+// of a 1D problem is up to max_line long.
+struct Axes {
+  std::vector<int64_t> I, K, s, d, pb, pe, op;
+};
+
+template <class Uni>
+bool random_axes(Uni& uni, int S, bool pointwise, int64_t max_line, Axes& ax) {
+  bool ok = true;
+  for (int i = 0; i < S; ++i) {
+    ax.I.push_back(uni(1, S == 1 ? max_line : (S == 2 ? 12 : 5)));
+    ax.K.push_back(pointwise ? 1 : uni(1, 4));
+    ax.s.push_back(pointwise ? 1 : uni(1, 4));
+    ax.d.push_back(pointwise ? 1 : uni(1, 3));
+    const int64_t effk = ax.d[i] * (ax.K[i] - 1) + 1;
+    ax.pb.push_back(pointwise ? 0 : uni(0, effk));
+    ax.pe.push_back(pointwise ? 0 : uni(0, effk));
+    ax.op.push_back(pointwise ? 0 : uni(0, std::max(ax.s[i], ax.d[i]) - 1));
+    ok = ok && (ax.I[i] - 1) * ax.s[i] + effk + ax.op[i] - ax.pb[i] - ax.pe[i] >= 1;
+  }
+  return ok;
+}
+
 TEST(PlanarF32, Randomized) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   std::mt19937 rng(4242);
@@ -125,21 +149,9 @@ TEST(PlanarF32, Randomized) {
     const bool depthwise = uni(0, 4) == 0, pointwise = uni(0, 5) == 0;
     const int64_t G = depthwise ? uni(2, 9) : uni(1, 2);
     const int64_t ICg = depthwise ? 1 : uni(1, 20), OCg = depthwise ? 1 : uni(1, 20);
-    std::vector<int64_t> I, K, s, d, pb, pe, op;
-    bool ok = true;
-    for (int i = 0; i < S; ++i) {
-      I.push_back(uni(1, S == 1 ? 70 : (S == 2 ? 12 : 5)));
-      K.push_back(pointwise ? 1 : uni(1, 4));
-      s.push_back(pointwise ? 1 : uni(1, 4));
-      d.push_back(pointwise ? 1 : uni(1, 3));
-      const int64_t effk = d[i] * (K[i] - 1) + 1;
-      pb.push_back(pointwise ? 0 : uni(0, effk));
-      pe.push_back(pointwise ? 0 : uni(0, effk));
-      op.push_back(pointwise ? 0 : uni(0, std::max(s[i], d[i]) - 1));
-      ok = ok && (I[i] - 1) * s[i] + effk + op[i] - pb[i] - pe[i] >= 1;
-    }
-    if (!ok) continue;
-    const ConvProblem p = make(S, uni(1, 2), G, ICg, OCg, I, K, s, d, pb, pe, op);
+    Axes ax;
+    if (!random_axes(uni, S, pointwise, 70, ax)) continue;
+    const ConvProblem p = make(S, uni(1, 2), G, ICg, OCg, ax.I, ax.K, ax.s, ax.d, ax.pb, ax.pe, ax.op);
     if (p.macs() > 3e5) continue;
     check(p, static_cast<uint32_t>(attempt), done % 4 == 0 ? 2 : 1);
     if (::testing::Test::HasFailure()) return;  // the first failing case is enough
@@ -222,21 +234,10 @@ TEST(PlanarF32, BackwardWeights) {
   for (int attempt = 0; done < 300 && attempt < 10000; ++attempt) {
     const int S = static_cast<int>(uni(1, 3));
     const bool pointwise = uni(0, 5) == 0;
-    std::vector<int64_t> I, K, s, d, pb, pe, op;
-    bool ok = true;
-    for (int i = 0; i < S; ++i) {
-      I.push_back(uni(1, S == 1 ? 90 : (S == 2 ? 12 : 5)));
-      K.push_back(pointwise ? 1 : uni(1, 4));
-      s.push_back(pointwise ? 1 : uni(1, 4));
-      d.push_back(pointwise ? 1 : uni(1, 3));
-      const int64_t effk = d[i] * (K[i] - 1) + 1;
-      pb.push_back(pointwise ? 0 : uni(0, effk));
-      pe.push_back(pointwise ? 0 : uni(0, effk));
-      op.push_back(pointwise ? 0 : uni(0, std::max(s[i], d[i]) - 1));
-      ok = ok && (I[i] - 1) * s[i] + effk + op[i] - pb[i] - pe[i] >= 1;
-    }
-    if (!ok) continue;
-    const ConvProblem p = make(S, uni(1, 3), uni(1, 3), uni(1, 9), uni(1, 9), I, K, s, d, pb, pe, op);
+    Axes ax;
+    if (!random_axes(uni, S, pointwise, 90, ax)) continue;
+    const ConvProblem p =
+        make(S, uni(1, 3), uni(1, 3), uni(1, 9), uni(1, 9), ax.I, ax.K, ax.s, ax.d, ax.pb, ax.pe, ax.op);
     if (p.macs() > 3e5) continue;
     check_bwd_weights(p, static_cast<uint32_t>(attempt), static_cast<int>(uni(1, 3)));
     if (::testing::Test::HasFailure()) return;
