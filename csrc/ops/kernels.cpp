@@ -136,8 +136,9 @@ using ChannelsLastKernel = std::function<bool(const ConvProblem&, const float*, 
 // Runs a channels-last kernel for a result in data_format layout. NXC tensors
 // go straight through. Dense NCX tensors are transposed in batch chunks of
 // about a tenth of the batch (larger where the weights, packed again by each
-// call, would dominate), so the extra memory stays near 10 % of the tensors
-// and each chunk is still in cache when it is used. Anything else is copied
+// call, would dominate, and at least 2 MiB of activations), so the extra
+// memory stays near 10 % of the tensors (or 2 MiB) and each chunk is still in
+// cache when it is used. Anything else is copied
 // through whole channels-last buffers.
 void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int64_t in_c,
                        int64_t in_pixels, const Tensor& out, int64_t out_c, int64_t out_pixels,
@@ -150,9 +151,13 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
   }
   const int nt = at::get_num_threads();
   const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
-  // Each call packs the weights again: a chunk's activations must outweigh them.
-  const int64_t amortized = (8 * weights_numel) / std::max<int64_t>(1, in_image + out_image) + 1;
-  const int64_t chunk = std::min(p.N, std::max((p.N + 9) / 10, amortized));
+  // Each call packs the weights again: a chunk's activations must outweigh
+  // them. Small tensors go in one chunk of up to 2 MiB (one L2): each call
+  // has fixed costs (thread team, weight packing) that would dominate.
+  const int64_t image = std::max<int64_t>(1, in_image + out_image);
+  const int64_t amortized = (8 * weights_numel) / image + 1;
+  const int64_t in_l2 = std::max<int64_t>(1, (int64_t{512} * 1024) / image);
+  const int64_t chunk = std::min(p.N, std::max({(p.N + 9) / 10, amortized, in_l2}));
   Tensor in_buf = workspace(kInput, {chunk * in_image});
   Tensor out_buf = workspace(kOutput, {chunk * out_image});
   const float* x = in.data_ptr<float>();

@@ -27,6 +27,7 @@
 // A 1x1 kernel with unit strides and no pads is one long line per image.
 // Extra memory: one packed copy of the weights plus, per thread, one item's
 // input rows (kept between calls) and one tile.
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -125,6 +126,22 @@ int outer_taps(const Geometry& g, int a, int64_t o, int64_t* ks, int64_t* is) {
     ++n;
   }
   return n;
+}
+
+// The valid taps of every output coordinate of outer axis a.
+struct OuterTaps {
+  int n = 0;
+  std::vector<int64_t> k, i;
+};
+
+std::vector<OuterTaps> outer_tap_table(const Geometry& g, int a) {
+  std::vector<OuterTaps> t(static_cast<size_t>(g.out[a]));
+  for (int64_t o = 0; o < g.out[a]; ++o) {
+    t[o].k.resize(g.K[a]);
+    t[o].i.resize(g.K[a]);
+    t[o].n = outer_taps(g, a, o, t[o].k.data(), t[o].i.data());
+  }
+  return t;
 }
 
 // Innermost axis: output phases, their taps, the input phases they read.
@@ -236,10 +253,18 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
   std::memset(dst, 0, sizeof(float) * (ja - jlo));
   const float* sp = row + ja * step + q;
   float* dp = dst + (ja - jlo);
+  const int64_t n = jb - ja;
   if (step == 1) {
-    std::memcpy(dp, sp, sizeof(float) * (jb - ja));
+    std::memcpy(dp, sp, sizeof(float) * n);
+  } else if (step == 2) {  // every other float: SSE2 (x86-64 baseline) shuffles
+    int64_t j = 0;
+    for (; j + 5 <= n; j += 4) {  // reads sp[2j .. 2j+7], within sp[0 .. 2(n-1)]
+      const __m128 lo = _mm_loadu_ps(sp + 2 * j), hi = _mm_loadu_ps(sp + 2 * j + 4);
+      _mm_storeu_ps(dp + j, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    }
+    for (; j < n; ++j) dp[j] = sp[2 * j];
   } else {
-    for (int64_t j = 0; j < jb - ja; ++j) dp[j] = sp[j * step];
+    for (int64_t j = 0; j < n; ++j) dp[j] = sp[j * step];
   }
   std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
 }
@@ -287,6 +312,15 @@ bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, 
         planar_f32_avx512_dot(m, nn)(&args);
       }
   return true;
+}
+
+// Plane items (see planar_f32): one image's input planes of a group, phase-
+// split and padded, fit in 64 KiB, and there are enough of them for the threads.
+bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
+  const int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  const int64_t span = round_up(chunk + (L.max_off - L.min_off), 16);
+  const int64_t floats = g.Cin * g.in[0] * g.in[1] * static_cast<int64_t>(L.slot_q.size()) * span;
+  return floats <= 16 * 1024 && g.N * g.G >= 4 * nthreads;
 }
 
 }  // namespace
@@ -357,33 +391,47 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
       }
   }
 
-  // Chunks of the line: the input rows of one item within 256 KiB (and, for
-  // strided outputs, its result buffer too), and enough items for the threads.
+  // Two ways to cut the work:
+  //  - rows: an item is one output row (and chunk of the line, and group of
+  //    output channel blocks); it copies the input rows of its taps;
+  //  - planes: when an image's input channels of one group fit in 64 KiB
+  //    (depthwise and few-channel layers on small planes, where row items
+  //    would be tiny), an item is a whole (image, group): its input planes
+  //    are copied once and every output row reads them.
   const int64_t max_seg = max_segments(g);
   const bool strided_out = L.out_phases > 1;
   const int64_t ext = L.max_off - L.min_off;
+  const int64_t in_rows = g.in[0] * g.in[1];
   auto span_of = [&](int64_t chunk) { return round_up(round_up(chunk, VL) + ext, 16); };
+  const bool planes = use_planes(g, L, TW, nthreads);
+  // Chunks of the line: the input rows of one item within 256 KiB (and, for
+  // strided outputs, its result buffer too), and enough items for the threads.
   auto item_floats = [&](int64_t chunk) {
-    return max_seg * g.Cin * nslots * span_of(chunk) + (strided_out ? NMB * M * chunk : 0);
+    const int64_t rows_in = planes ? in_rows : max_seg;
+    return rows_in * g.Cin * nslots * span_of(chunk) + (strided_out ? NMB * M * chunk : 0);
   };
   int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
   const int64_t rows = g.N * g.G * g.out[0] * g.out[1];
-  while (chunk > TW && item_floats(chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
-  while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
-    chunk = round_up(chunk / 2, TW);
+  if (!planes) {
+    while (chunk > TW && item_floats(chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
+    while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
+      chunk = round_up(chunk / 2, TW);
+  }
   const int64_t nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
   // Few items (one image, few rows): also split the output channel blocks.
   int64_t mb_groups = 1;
-  if (rows * nchunks < 4 * nthreads)
+  if (!planes && rows * nchunks < 4 * nthreads)
     mb_groups = std::min(NMB, (4 * nthreads + rows * nchunks - 1) / (rows * nchunks));
   const int64_t mb_per_group = (NMB + mb_groups - 1) / mb_groups;
-  const int64_t items = rows * nchunks * mb_groups;
+  const int64_t items = planes ? g.N * g.G : rows * nchunks * mb_groups;
   const int64_t span = span_of(chunk);  // floats per input-phase row
-  const int64_t cis = nslots * span;    // per input channel
-  const int64_t in_floats = max_seg * g.Cin * cis;
+  const int64_t row_floats = nslots * span;  // one input row, all its phases
+  // Input channel stride in the buffer: rows [seg][ci][phase] or planes [ci][row][phase].
+  const int64_t cis = planes ? in_rows * row_floats : row_floats;
+  const int64_t in_floats = (planes ? 1 : max_seg) * g.Cin * cis;
   // Channel blocks whose input rows stay in L1 (32 KiB) while all output
   // channel blocks use them; later blocks accumulate.
-  const int64_t cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (max_seg * cis)));
+  const int64_t cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (max_seg * row_floats)));
 
   // Per-phase tap tables (shared): input offset (slot * span + off) and weights offset.
   std::vector<std::vector<int64_t>> tap_in(L.out_phases), tap_w(L.out_phases);
@@ -393,55 +441,32 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
       tap_w[r].push_back(static_cast<int64_t>(t) * M);
     }
   const int64_t s2 = g.s[2];
+  const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
 
 #pragma omp parallel num_threads(nthreads)
   {
     float* buf = thread_buffer(1, item_floats(chunk));
     float* obuf = buf + in_floats;  // strided outputs: [channel][chunk] of one phase
-    std::vector<int64_t> k0s(K0), i0s(K0), k1s(K1), i1s(K1), seg_in, seg_w;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      int64_t rest = item;
-      const int64_t mg = rest % mb_groups;
-      rest /= mb_groups;
-      const int64_t ch = rest % nchunks;
-      rest /= nchunks;
-      const int64_t o1 = rest % g.out[1];
-      rest /= g.out[1];
-      const int64_t o0 = rest % g.out[0];
-      rest /= g.out[0];
-      const int64_t gi = rest % g.G;
-      const int64_t n = rest / g.G;
-      const int64_t t0 = ch * chunk, t1 = std::min(L.max_len, t0 + chunk);
-      const int64_t mb0 = mg * mb_per_group, mb1 = std::min(NMB, mb0 + mb_per_group);
-      if (mb0 >= mb1) continue;
+    std::vector<int64_t> seg_in(max_seg), seg_w(max_seg);
 
-      // Segments: valid (k0, k1) and their input rows; copy the rows.
-      const int n0 = outer_taps(g, 0, o0, k0s.data(), i0s.data());
-      const int n1 = outer_taps(g, 1, o1, k1s.data(), i1s.data());
-      seg_in.clear();
-      seg_w.clear();
-      const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, VL) + ext;
-      const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
-      for (int a = 0; a < n0; ++a)
-        for (int b = 0; b < n1; ++b) {
-          const int64_t sidx = static_cast<int64_t>(seg_in.size());
-          seg_in.push_back(sidx * g.Cin * cis);
-          seg_w.push_back((k0s[a] * K1 + k1s[b]) * seg_floats);
-          const int64_t row = (i0s[a] * g.in[1] + i1s[b]) * g.in[2];
-          for (int64_t ci = 0; ci < g.Cin; ++ci) {
-            const float* src_row = in_img + ci * in_plane + row;
-            for (int64_t sl = 0; sl < nslots; ++sl)
-              copy_phase_row(src_row, g.in[2], L.in_step, L.slot_q[sl], jlo, jn,
-                             buf + seg_in.back() + ci * cis + sl * span);
-          }
+    // Output row (o0, o1), positions [t0, t1) of each phase, channel blocks
+    // [mb0, mb1), of image n and group gi; in_row(i0, i1) is the buffer
+    // offset of an input row (copying it first in row mode).
+    auto compute_row = [&](int64_t n, int64_t gi, int64_t o0, int64_t o1, int64_t t0,
+                           int64_t t1, int64_t mb0, int64_t mb1, auto&& in_row) {
+      const OuterTaps& t0s = taps0[o0];
+      const OuterTaps& t1s = taps1[o1];
+      int64_t nseg = 0;
+      for (int a = 0; a < t0s.n; ++a)
+        for (int b = 0; b < t1s.n; ++b, ++nseg) {
+          seg_in[nseg] = in_row(t0s.i[a], t1s.i[b], nseg);
+          seg_w[nseg] = (t0s.k[a] * K1 + t1s.k[b]) * seg_floats;
         }
-
       PlanarTileArgs args;
       args.in = buf;
       args.seg_in = seg_in.data();
       args.seg_w = seg_w.data();
-      args.nseg = static_cast<int64_t>(seg_in.size());
+      args.nseg = nseg;
       args.c_in_stride = cis;
       const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
       float* out_img = out + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
@@ -484,17 +509,61 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
           }
         }
       }
+    };
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      if (planes) {
+        const int64_t gi = item % g.G, n = item / g.G;
+        const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
+        const int64_t jn = round_up(L.max_len, VL) + ext;
+        for (int64_t ci = 0; ci < g.Cin; ++ci)
+          for (int64_t row = 0; row < in_rows; ++row)
+            for (int64_t sl = 0; sl < nslots; ++sl)
+              copy_phase_row(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
+                             L.slot_q[sl], L.min_off, jn,
+                             buf + ci * cis + row * row_floats + sl * span);
+        auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
+          return (i0 * g.in[1] + i1) * row_floats;
+        };
+        for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+          for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+            compute_row(n, gi, o0, o1, 0, L.max_len, 0, NMB, plane_row);
+        continue;
+      }
+      int64_t rest = item;
+      const int64_t mg = rest % mb_groups;
+      rest /= mb_groups;
+      const int64_t ch = rest % nchunks;
+      rest /= nchunks;
+      const int64_t o1 = rest % g.out[1];
+      rest /= g.out[1];
+      const int64_t o0 = rest % g.out[0];
+      rest /= g.out[0];
+      const int64_t gi = rest % g.G;
+      const int64_t n = rest / g.G;
+      const int64_t t0 = ch * chunk, t1 = std::min(L.max_len, t0 + chunk);
+      const int64_t mb0 = mg * mb_per_group, mb1 = std::min(NMB, mb0 + mb_per_group);
+      if (mb0 >= mb1) continue;
+      // Copy the input rows of the row's segments: [seg][ci][phase][span].
+      const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, VL) + ext;
+      const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
+      auto copy_row = [&](int64_t i0, int64_t i1, int64_t sidx) {
+        const int64_t off = sidx * g.Cin * cis;
+        const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
+        for (int64_t ci = 0; ci < g.Cin; ++ci)
+          for (int64_t sl = 0; sl < nslots; ++sl)
+            copy_phase_row(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q[sl], jlo, jn,
+                           buf + off + ci * cis + sl * span);
+        return off;
+      };
+      compute_row(n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
     }
   }
+
   return true;
 }
 
-// Measured on the benchmark layers (interleaved A/B runs, AVX-512, 2 threads):
-// the planar kernels win where the channels-last ones are weak or the layout
-// changes dominate: long lines with few channels on one side (RGB layers:
-// 1.2-4x), or little work per activation element (1x1 strided, 2x2 stride-2
-// upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle, and the
-// channels-last GEMM tiles are faster) and depthwise layers stay channels-last.
 // Backward-weights on dense NCX tensors (AVX-512):
 //   diff_W(g*ICg+a, b, k) = sum_{n, i} src[n, g*ICg+a, i] * diff_dst[n, g*OCg+b, i*s - pb + k*d]
 // Dot-product tiles (planar_f32.h) reduce along the innermost axis: per block
@@ -649,6 +718,21 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   return true;
 }
 
+bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  const Geometry g = geometry(p, forward);
+  const Line L = make_line(g);
+  const TileShape ts = choose_tile(isa, g, L);
+  return use_planes(g, L, int64_t{ts.NV} * ts.VL, nthreads);
+}
+
+// Measured on the benchmark layers (interleaved A/B runs, AVX-512, 2 threads):
+// the planar kernels win where the channels-last ones are weak or the layout
+// changes dominate: long lines with few channels on one side (RGB layers:
+// 1.2-4x; depthwise layers on planes of 32x32 and more: 1.1-1.8x), or little
+// work per activation element (1x1 strided, 2x2 stride-2 upsampling:
+// 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
+// GEMM tiles are faster) and anything on lines shorter than one vector stay
+// channels-last.
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (pass == Pass::BackwardWeights) {
     // The dot tiles pay a horizontal sum per tile and row block: they win
@@ -663,7 +747,6 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
-  if (g.Cin == 1 && g.Cout == 1 && g.G > 1) return false;  // depthwise
   if (std::min(g.Cin, g.Cout) <= 4) return true;
   const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
                        static_cast<double>(p.OC()) * p.dst_spatial();

@@ -20,6 +20,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 // bias may be null; else in = diff_dst, out = diff_src, bias must be null.
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads);
+// Whether planar_f32 cuts this problem into whole-plane items (small planes,
+// many images x groups) rather than output rows.
+bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads);
 // Planar backward-weights over dense NCX src / diff_dst (AVX-512 only; false
 // for other ISAs, and the caller takes another path).
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,

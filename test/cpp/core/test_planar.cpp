@@ -160,6 +160,36 @@ TEST(PlanarF32, Randomized) {
   EXPECT_EQ(done, 400);
 }
 
+// Many images x groups on small planes: whole-plane work items (each image's
+// input planes copied once, every output row reading them); most of these
+// problems must take that path, for both passes.
+TEST(PlanarF32, PlaneItems) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  std::mt19937 rng(9191);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int done = 0, planes = 0;
+  for (int attempt = 0; done < 150 && attempt < 10000; ++attempt) {
+    const int S = static_cast<int>(uni(1, 3));
+    const bool depthwise = uni(0, 1) == 0;
+    const int64_t G = depthwise ? uni(2, 12) : uni(1, 3);
+    const int64_t ICg = depthwise ? 1 : uni(1, 5), OCg = depthwise ? 1 : uni(1, 5);
+    Axes ax;
+    if (!random_axes(uni, S, uni(0, 5) == 0, 70, ax)) continue;
+    const ConvProblem p = make(S, uni(4, 9), G, ICg, OCg, ax.I, ax.K, ax.s, ax.d, ax.pb, ax.pe, ax.op);
+    if (p.macs() > 3e5) continue;
+    const int nt = static_cast<int>(uni(1, 2));
+    planes += x86::planar_uses_planes(isas()[0], p, true, nt) &&
+              x86::planar_uses_planes(isas()[0], p, false, nt);
+    check(p, static_cast<uint32_t>(attempt), nt);
+    if (::testing::Test::HasFailure()) return;
+    ++done;
+  }
+  EXPECT_EQ(done, 150);
+  EXPECT_GT(planes, 75);
+}
+
 // Layers large enough for several channel blocks (accumulated), line chunks,
 // output channel block groups (one image, few rows) and full register tiles.
 TEST(PlanarF32, LargerLayers) {
