@@ -55,5 +55,22 @@ using PlanarDotFn = void (*)(const PlanarDotArgs*);
 constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4;
 PlanarDotFn planar_f32_avx512_dot(int m, int n);  // m <= kPlanarDotMaxM, n <= kPlanarDotMaxN
 
+// Backward-weights GEMM tile of 1x1 kernels: m src channels x up to 32
+// diff_dst channels, reduced over kc positions:
+//   c[i*c_stride + j] = (accumulate ? c[i*c_stride + j] : 0)
+//                       + sum_{r < kc} a[i*a_stride + r] * b[r*b_stride + j]
+// for i < m, j < n (n <= 32; b rows are readable for n floats). a rows are
+// src rows read in place (one broadcast per element), b the diff_dst
+// positions packed transposed (16-float vectors per row).
+struct PlanarGemmArgs {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t kc, a_stride, b_stride, c_stride, n, accumulate;
+};
+using PlanarGemmFn = void (*)(const PlanarGemmArgs*);
+constexpr int kPlanarGemmMaxM = 12, kPlanarGemmN = 32;
+PlanarGemmFn planar_f32_avx512_gemm(int m);  // 1 <= m <= kPlanarGemmMaxM
+
 }  // namespace x86
 }  // namespace tct

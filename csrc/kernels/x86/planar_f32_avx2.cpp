@@ -1,4 +1,6 @@
 // AVX2 tiles of the planar (NCX) f32 passes; see planar_f32.h.
+// Loops over a tile's rows and vectors are unrolled in full (pragmas) so that
+// GCC keeps the accumulators in registers.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,9 +22,11 @@ template <int M, int NV>
 void tile(const PlanarTileArgs* a) {
   __m256 acc[M][NV];
   const int64_t nx = a->nx;
+  #pragma GCC unroll 32
   for (int r = 0; r < M; ++r) {
     if (a->accumulate) {
       const float* o = a->out + r * a->out_stride;
+      #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) {
         const int64_t left = nx - 8 * v;
         acc[r][v] = left >= 8 ? _mm256_loadu_ps(o + 8 * v) : _mm256_maskload_ps(o + 8 * v, lanes(left));
@@ -30,6 +34,7 @@ void tile(const PlanarTileArgs* a) {
       continue;
     }
     const __m256 b = a->bias ? _mm256_set1_ps(a->bias[r]) : _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) acc[r][v] = b;
   }
   const int64_t cin = a->cin, ntap = a->ntap, cis = a->c_in_stride, cws = a->c_w_stride;
@@ -41,16 +46,21 @@ void tile(const PlanarTileArgs* a) {
         const float* ip = ib + a->tap_in[t];
         const float* wp = wb + a->tap_w[t];
         __m256 x[NV];
+        #pragma GCC unroll 32
         for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(ip + 8 * v);
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
           const __m256 b = _mm256_set1_ps(wp[r]);
+          #pragma GCC unroll 32
           for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(b, x[v], acc[r][v]);
         }
       }
     }
   }
+  #pragma GCC unroll 32
   for (int r = 0; r < M; ++r) {
     float* o = a->out + r * a->out_stride;
+    #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) {
       const int64_t left = nx - 8 * v;
       if (left >= 8) {

@@ -1,4 +1,7 @@
 // AVX-512 tiles of the planar (NCX) f32 passes; see planar_f32.h.
+// Every loop over a tile's rows or vectors is unrolled in full (pragmas), so
+// that GCC keeps the accumulators in registers: without it they are stored to
+// the stack on every iteration.
 #include <immintrin.h>
 
 #include <array>
@@ -9,16 +12,20 @@ namespace tct {
 namespace x86 {
 namespace {
 
-// The first n lanes (n < 16; none when n <= 0).
-__mmask16 lanes(int64_t n) { return n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+// The first n lanes (none when n <= 0, all 16 when n >= 16).
+__mmask16 lanes(int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+}
 
 template <int M, int NV>
 void tile(const PlanarTileArgs* a) {
   __m512 acc[M][NV];
   const int64_t nx = a->nx;
+  #pragma GCC unroll 32
   for (int r = 0; r < M; ++r) {
     if (a->accumulate) {
       const float* o = a->out + r * a->out_stride;
+      #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) {
         const int64_t left = nx - 16 * v;
         acc[r][v] = left >= 16 ? _mm512_loadu_ps(o + 16 * v)
@@ -27,6 +34,7 @@ void tile(const PlanarTileArgs* a) {
       continue;
     }
     const __m512 b = a->bias ? _mm512_set1_ps(a->bias[r]) : _mm512_setzero_ps();
+    #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) acc[r][v] = b;
   }
   const int64_t cin = a->cin, ntap = a->ntap, cis = a->c_in_stride, cws = a->c_w_stride;
@@ -38,16 +46,21 @@ void tile(const PlanarTileArgs* a) {
         const float* ip = ib + a->tap_in[t];
         const float* wp = wb + a->tap_w[t];
         __m512 x[NV];
+        #pragma GCC unroll 32
         for (int v = 0; v < NV; ++v) x[v] = _mm512_loadu_ps(ip + 16 * v);
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
           const __m512 b = _mm512_set1_ps(wp[r]);
+          #pragma GCC unroll 32
           for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(b, x[v], acc[r][v]);
         }
       }
     }
   }
+  #pragma GCC unroll 32
   for (int r = 0; r < M; ++r) {
     float* o = a->out + r * a->out_stride;
+    #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) {
       const int64_t left = nx - 16 * v;
       if (left >= 16) {
@@ -81,20 +94,28 @@ Table make_table() {
 template <int M, int N>
 void dot(const PlanarDotArgs* a) {
   __m512 acc[M][N];
+  #pragma GCC unroll 32
   for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 32
     for (int j = 0; j < N; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t r = 0; r < a->nrows; ++r) {
     const float* pa = a->a[r];
     const float* pb = a->b[r];
     for (int64_t v = 0; v < a->nvec; ++v, pa += 16, pb += 16) {
       __m512 x[M], y[N];
+      #pragma GCC unroll 32
       for (int i = 0; i < M; ++i) x[i] = _mm512_loadu_ps(pa + i * a->a_stride);
+      #pragma GCC unroll 32
       for (int j = 0; j < N; ++j) y[j] = _mm512_loadu_ps(pb + j * a->b_stride);
+      #pragma GCC unroll 32
       for (int i = 0; i < M; ++i)
+        #pragma GCC unroll 32
         for (int j = 0; j < N; ++j) acc[i][j] = _mm512_fmadd_ps(x[i], y[j], acc[i][j]);
     }
   }
+  #pragma GCC unroll 32
   for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 32
     for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += _mm512_reduce_add_ps(acc[i][j]);
 }
 
@@ -116,7 +137,57 @@ DotTable make_dot_table() {
   return t;
 }
 
+template <int M>
+void gemm(const PlanarGemmArgs* a) {
+  // Arguments in locals, accumulators set without branches: keeps GCC from
+  // spilling the tile to the stack in the loop.
+  const __mmask16 k0 = lanes(a->n), k1 = lanes(a->n - 16);
+  const __mmask16 l0 = a->accumulate ? k0 : 0, l1 = a->accumulate ? k1 : 0;
+  const int64_t kc = a->kc, as = a->a_stride, bs = a->b_stride, cs = a->c_stride;
+  float* const c = a->c;
+  __m512 acc0[M], acc1[M];
+  #pragma GCC unroll 32
+  for (int i = 0; i < M; ++i) {
+    acc0[i] = _mm512_maskz_loadu_ps(l0, c + i * cs);
+    acc1[i] = _mm512_maskz_loadu_ps(l1, c + i * cs + 16);
+  }
+  const float* pa = a->a;
+  const float* pb = a->b;
+  for (int64_t r = 0; r < kc; ++r, ++pa, pb += bs) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(k0, pb), b1 = _mm512_maskz_loadu_ps(k1, pb + 16);
+    #pragma GCC unroll 32
+    for (int i = 0; i < M; ++i) {
+      const __m512 x = _mm512_set1_ps(pa[i * as]);
+      acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+    }
+  }
+  #pragma GCC unroll 32
+  for (int i = 0; i < M; ++i) {
+    _mm512_mask_storeu_ps(c + i * cs, k0, acc0[i]);
+    _mm512_mask_storeu_ps(c + i * cs + 16, k1, acc1[i]);
+  }
+}
+
+using GemmTable = std::array<PlanarGemmFn, kPlanarGemmMaxM + 1>;
+
+template <int M>
+void fill_gemm(GemmTable& t) {
+  t[M] = &gemm<M>;
+  if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
+}
+
 }  // namespace
+
+PlanarGemmFn planar_f32_avx512_gemm(int m) {
+  static const GemmTable table = [] {
+    GemmTable t{};
+    fill_gemm<1>(t);
+    return t;
+  }();
+  if (m < 1 || m > kPlanarGemmMaxM) return nullptr;
+  return table[m];
+}
 
 PlanarDotFn planar_f32_avx512_dot(int m, int n) {
   static const DotTable table = make_dot_table();

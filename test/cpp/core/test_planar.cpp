@@ -231,7 +231,7 @@ TEST(PlanarF32, ZeroSizes) {
 
 // Backward-weights (AVX-512 only): random geometry into an XOI-strided result
 // and the larger layers, against the reference.
-void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads) {
+void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool iox = false) {
   SCOPED_TRACE(describe(p));
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
@@ -242,15 +242,19 @@ void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads) {
   reference_backward_weights(p, DType::F32, ncx_view(x.data(), p.I, IC),
                              ncx_view(dy.data(), p.O, OC), wv, 1);
   std::vector<float> got(want.size(), NAN);
-  // XOI: (K0, K1, K2, OCg, IC)
+  // XOI: (K0, K1, K2, OCg, IC), or IOX like the reference's.
   const int64_t k_stride = p.OCg * IC;
-  const WeightsView gv{got.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  const WeightsView gv =
+      iox ? WeightsView{got.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}}
+          : WeightsView{got.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
   ASSERT_TRUE(x86::planar_bwd_weights_f32(Isa::Avx512, p, x.data(), dy.data(), gv, nthreads));
   int64_t bad = 0;
   for (int64_t ic = 0; ic < IC; ++ic)
     for (int64_t oc = 0; oc < p.OCg; ++oc)
-      for (int64_t k = 0; k < T; ++k)
-        bad += !(got[(k * p.OCg + oc) * IC + ic] == want[(ic * p.OCg + oc) * T + k]);
+      for (int64_t k = 0; k < T; ++k) {
+        const int64_t at = iox ? (ic * p.OCg + oc) * T + k : (k * p.OCg + oc) * IC + ic;
+        bad += !(got[at] == want[(ic * p.OCg + oc) * T + k]);
+      }
   EXPECT_EQ(bad, 0);
 }
 
@@ -277,6 +281,25 @@ TEST(PlanarF32, BackwardWeights) {
   check_bwd_weights(make(1, 2, 1, 64, 3, {300}, {7}, {2}, {1}, {3}, {2}, {1}), 1, 2);
   check_bwd_weights(make(2, 1, 1, 4, 36, {5, 100}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 2, 3);
   check_bwd_weights(make(2, 2, 1, 20, 12, {6, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 3, 2);
+}
+
+// 1x1 kernels with 8+ src and 16+ diff_dst channels per group: the GEMM path
+// (packed diff_dst chunks of 256 positions, panels of channels), with
+// strides, pads, output_padding, groups, channel tails, chunk tails, both
+// result layouts and several thread counts.
+TEST(PlanarF32, BackwardWeightsPointwiseGemm) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  int seed = 100;
+  for (bool iox : {false, true})
+    for (int nt : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(iox ? "IOX" : "XOI") + " threads " + std::to_string(nt));
+      check_bwd_weights(make(2, 2, 1, 24, 37, {14, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 3, 1, 13, 16, {9, 30}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 1, 2, 8, 300, {5, 23}, {1, 1}, {2, 3}, {1, 1}, {1, 2}, {0, 1}), ++seed, nt, iox);
+      check_bwd_weights(make(1, 2, 1, 33, 20, {600}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox);
+      check_bwd_weights(make(3, 1, 3, 9, 17, {3, 5, 7}, {1, 1, 1}, {2, 1, 3}, {1, 1, 1}, {1, 0, 2}, {1, 0, 0}, {1, 0, 2}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 0, 1, 16, 16, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
+    }
 }
 
 }  // namespace
