@@ -565,120 +565,164 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   return true;
 }
 
-// Backward-weights of 1x1 kernels on dense NCX tensors (AVX-512) as GEMMs:
-//   diff_W(g*ICg+a, b) = sum_{n, p} src[n, g*ICg+a, p] * diff_dst[n, g*OCg+b, pos(p)]
-// over the src positions p of each image (contiguous in NCX), pos(p) being the
-// dst position p*s - pb per axis (zero where it falls outside). Items are
-// (group, panel of diff_dst channels): each walks every image in chunks of kKc
-// positions, packs its panel's diff_dst values of the chunk transposed
-// ([position][channel], 16x16 register transposes) and runs the GEMM tiles
-// (planar_f32.h) over 32-channel slices of the pack, which stay in L1, against
-// the src rows read in place. Threads own disjoint parts of the result (no
-// reduction); extra memory: one pack per thread, plus the result in [ic][oc]
-// order when the weights' layout has another.
+// Backward-weights on dense NCX tensors (AVX-512) as GEMMs over im2col
+// chunks of diff_dst:
+//   diff_W(g*ICg+a, b, k) = sum_{n, p} src[n, g*ICg+a, p] * D[n, p, (b, k)]
+//   D[n, p, (b, k)] = diff_dst[n, g*OCg+b, p*s - pb + k*d]  (per axis; 0 outside)
+// over the src positions p of each image (contiguous in NCX). The columns
+// j = b*taps + k are the weights' own IOX order. Per chunk of kKc positions
+// an item packs its columns of D transposed ([position][column], gathered
+// rows then 16x16 register transposes) and runs the GEMM tiles (planar_f32.h)
+// over 32-column slices of the pack, which stay in L1, against the src rows
+// read in place. Work is split over the reduction (each part sums its chunks
+// into its own copy of the result: extra memory parts-1 copies, used when the
+// result is small) and over panels of columns (each panel's owner writes it
+// alone). Extra memory: one pack per thread, the partial sums, and the
+// result in [ic][column] order when the weights' layout has another.
 namespace {
 constexpr int64_t kKc = 256;
 
-bool pointwise_kernel(const ConvProblem& p) { return p.taps() == 1; }
+// Where the GEMMs beat both the dot tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.2-2x):
+// enough src channels for the tiles' rows, columns for a vector, chunks of
+// positions per image, and rows long enough that the per-row gathers of the
+// packing stay cheap (1x1 kernels pack whole runs). 2D/3D layers with
+// innermost strides of 4 and more gather element by element and lose.
+bool gemm_preferred(const ConvProblem& p) {
+  const int64_t P = p.src_spatial(), W = p.I[2];
+  return p.ICg >= 8 && p.OCg * p.taps() >= 16 && P >= 128 && (p.taps() == 1 || W >= 48) &&
+         !(p.spatial_rank >= 2 && p.s[2] >= 4);
+}
 
 bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, WeightsView dw,
                       int nthreads) {
-  const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G;
+  const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
+  const int64_t J = OCg * T;  // columns per group
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
   float* const out = static_cast<float*>(dw.data);
-  // The result in [ic][oc] rows: the weights themselves when oc is their unit stride.
-  const bool direct = dw.so == 1 || OCg == 1;
-  const int64_t c_stride = direct ? dw.si : OCg;
-  Buf scratch = direct ? Buf() : aligned(IC * OCg);
-  float* const C = direct ? out : scratch.get();
+  auto out_at = [&](int64_t ic, int64_t j) {
+    const int64_t b = j / T, t = j % T;
+    const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+    return out + ic * dw.si + b * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
+  };
+  // The result in [ic][j] rows: the weights themselves when they are IOX-dense per ic.
+  bool direct = OCg == 1 || dw.so == T;
+  if (p.K[2] > 1) direct = direct && dw.sk[2] == 1;
+  if (p.K[1] > 1) direct = direct && dw.sk[1] == p.K[2];
+  if (p.K[0] > 1) direct = direct && dw.sk[0] == p.K[1] * p.K[2];
+  const int64_t c_stride = direct ? dw.si : J;
   if (p.N == 0 || P == 0) {
     for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t oc = 0; oc < OCg; ++oc) out[ic * dw.si + oc * dw.so] = 0.f;
+      for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = 0.f;
     return true;
   }
-  // Panels of diff_dst channels: enough items for the threads, at most 256 wide.
-  int64_t npanels = std::max<int64_t>(1, (nthreads + G - 1) / G);
-  npanels = std::max(npanels, (OCg + 255) / 256);
-  const int64_t NC = round_up((OCg + npanels - 1) / npanels, 16);
-  npanels = (OCg + NC - 1) / NC;
-  const int64_t items = G * npanels;
-  // Which dst position each src position reads, per axis (-1: outside).
-  std::array<std::vector<int64_t>, kAxes> pos;
-  bool identity = true;
-  for (int a = 0; a < kAxes; ++a) {
-    for (int64_t i = 0; i < p.I[a]; ++i) {
-      const int64_t y = i * p.s[a] - p.pb[a];
-      pos[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
-      identity = identity && y == i;
-    }
-    identity = identity && p.O[a] == p.I[a];
-  }
+  const int64_t per_image = (P + kKc - 1) / kKc, chunks = p.N * per_image;
+  // Reduction parts while the result is small next to the activations and
+  // there are chunks for them; else panels of columns for the threads.
+  const int64_t result = IC * J;
+  int64_t parts = 1;
+  if (nthreads > 1 && chunks >= 2 * nthreads &&
+      (nthreads - 1) * result * 8 <= p.N * (IC * P + OC * Q))
+    parts = nthreads;
+  int64_t npanels = parts > 1 ? 1 : std::max<int64_t>(1, (nthreads + G - 1) / G);
+  npanels = std::max(npanels, (J + 255) / 256);
+  const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
+  npanels = (J + NC - 1) / NC;
+  const int64_t items = parts * G * npanels;
+  Buf scratch = direct ? Buf() : aligned(result);
+  float* const C = direct ? out : scratch.get();
+  Buf partial = aligned((parts - 1) * result);
+
+  // Taps: per axis and kernel index, the dst coordinate of each src coordinate (-1: outside);
+  // innermost: the input phase and offset of copy_phase_row.
+  std::array<std::vector<int64_t>, 2> pos;
+  for (int a = 0; a < 2; ++a)
+    for (int64_t k = 0; k < p.K[a]; ++k)
+      for (int64_t i = 0; i < p.I[a]; ++i) {
+        const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
+        pos[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
+      }
   const int64_t W = p.I[2];
-  const int64_t q2 = floor_mod(-p.pb[2], p.s[2]), j2 = floor_div(-p.pb[2], p.s[2]);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < items; ++item) {
-    const int64_t gi = item / npanels, b0 = (item % npanels) * NC;
-    const int64_t nc = std::min(NC, OCg - b0);
-    float* const tmp = thread_buffer(1, 16 * kKc + kKc * NC);  // [16 channels][kKc]
+    const int64_t part = item / (G * npanels), rest = item % (G * npanels);
+    const int64_t gi = rest / npanels, j0p = (rest % npanels) * NC;
+    const int64_t nc = std::min(NC, J - j0p);
+    const int64_t c_lo = part * chunks / parts, c_hi = (part + 1) * chunks / parts;
+    float* const target = part == 0 ? C : partial.get() + (part - 1) * result;
+    const int64_t t_stride = part == 0 ? c_stride : J;  // partial sums: [ic][j]
+    float* const tmp = thread_buffer(1, 16 * kKc + kKc * NC);  // [16 columns][kKc]
     float* const pack = tmp + 16 * kKc;                        // [kKc][NC]
-    bool first = true;
-    for (int64_t n = 0; n < p.N; ++n)
-      for (int64_t p0 = 0; p0 < P; p0 += kKc) {
-        const int64_t kc = std::min(kKc, P - p0);
-        // Pack diff_dst channels b0 .. b0+nc of positions p0 .. p0+kc.
-        for (int64_t c0 = 0; c0 < nc; c0 += 16) {
-          for (int64_t c = 0; c < 16; ++c) {
-            float* row = tmp + c * kKc;
-            if (c0 + c >= nc) {
-              std::memset(row, 0, sizeof(float) * kKc);
-              continue;
-            }
-            const float* plane = dy + (n * OC + gi * OCg + b0 + c0 + c) * Q;
-            if (identity) {
-              std::memcpy(row, plane + p0, sizeof(float) * kc);
-              continue;
-            }
-            for (int64_t q = p0; q < p0 + kc;) {  // by src rows
-              const int64_t x = q % W, r = q / W, i1 = r % p.I[1], i0 = r / p.I[1];
-              const int64_t len = std::min(W - x, p0 + kc - q);
-              const int64_t y0 = pos[0][i0], y1 = pos[1][i1];
-              if (y0 < 0 || y1 < 0) {
-                std::memset(row + (q - p0), 0, sizeof(float) * len);
-              } else {
-                copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2,
-                               len, row + (q - p0));
-              }
-              q += len;
-            }
+    if (c_lo >= c_hi) {  // nothing to sum: this part's columns are zero
+      for (int64_t a = 0; a < ICg; ++a)
+        std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
+      continue;
+    }
+    for (int64_t ch = c_lo; ch < c_hi; ++ch) {
+      const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
+      const int64_t kc = std::min(kKc, P - p0);
+      // Pack columns j0p .. j0p+nc of positions p0 .. p0+kc.
+      for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+        for (int64_t c = 0; c < 16; ++c) {
+          float* row = tmp + c * kKc;
+          const int64_t j = j0p + c0 + c;
+          if (c0 + c >= nc) {
+            std::memset(row, 0, sizeof(float) * kKc);
+            continue;
           }
-          for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
-            transpose_block16_avx512(tmp + r0, kKc, pack + r0 * NC + c0, NC);
-        }
-        // GEMM tiles: 32-channel slices of the pack x all src channels of the group.
-        PlanarGemmArgs args;
-        args.kc = kc;
-        args.a_stride = P;
-        args.b_stride = NC;
-        args.c_stride = c_stride;
-        args.accumulate = !first;
-        for (int64_t j0 = 0; j0 < nc; j0 += kPlanarGemmN) {
-          args.b = pack + j0;
-          args.n = std::min<int64_t>(kPlanarGemmN, nc - j0);
-          for (int64_t i0 = 0; i0 < ICg; i0 += kPlanarGemmMaxM) {
-            const int m = static_cast<int>(std::min<int64_t>(kPlanarGemmMaxM, ICg - i0));
-            const int64_t ic = gi * ICg + i0;
-            args.a = src + (n * IC + ic) * P + p0;
-            args.c = C + ic * c_stride + b0 + j0;
-            planar_f32_avx512_gemm(m)(&args);
+          const int64_t b = j / T, t = j % T;
+          const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+          const float* plane = dy + (n * OC + gi * OCg + b) * Q;
+          const int64_t e = k2 * p.d[2] - p.pb[2];
+          const int64_t q2 = floor_mod(e, p.s[2]), j2 = floor_div(e, p.s[2]);
+          for (int64_t q = p0; q < p0 + kc;) {  // by src rows
+            const int64_t x = q % W, r = q / W, i1 = r % p.I[1], i0 = r / p.I[1];
+            const int64_t len = std::min(W - x, p0 + kc - q);
+            const int64_t y0 = pos[0][k0 * p.I[0] + i0], y1 = pos[1][k1 * p.I[1] + i1];
+            if (y0 < 0 || y1 < 0) {
+              std::memset(row + (q - p0), 0, sizeof(float) * len);
+            } else {
+              copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2,
+                             len, row + (q - p0));
+            }
+            q += len;
           }
         }
-        first = false;
+        for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
+          transpose_block16_avx512(tmp + r0, kKc, pack + r0 * NC + c0, NC);
       }
+      // GEMM tiles: 32-column slices of the pack x all src channels of the group.
+      PlanarGemmArgs args;
+      args.kc = kc;
+      args.a_stride = P;
+      args.b_stride = NC;
+      args.c_stride = t_stride;
+      args.accumulate = ch > c_lo;
+      for (int64_t js = 0; js < nc; js += kPlanarGemmN) {
+        args.b = pack + js;
+        args.n = std::min<int64_t>(kPlanarGemmN, nc - js);
+        for (int64_t a0 = 0; a0 < ICg; a0 += kPlanarGemmMaxM) {
+          const int m = static_cast<int>(std::min<int64_t>(kPlanarGemmMaxM, ICg - a0));
+          const int64_t ic = gi * ICg + a0;
+          args.a = src + (n * IC + ic) * P + p0;
+          args.c = target + ic * t_stride + j0p + js;
+          planar_f32_avx512_gemm(m)(&args);
+        }
+      }
+    }
   }
-  if (!direct) {
-    for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t oc = 0; oc < OCg; ++oc) out[ic * dw.si + oc * dw.so] = C[ic * OCg + oc];
+  // Sum the parts into the result (parallel over channels), then write the
+  // weights' layout when the result went through [ic][j] scratch.
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t ic = 0; ic < IC; ++ic) {
+    float* c = C + ic * c_stride;
+    for (int64_t r = 1; r < parts; ++r) {
+      const float* s2 = partial.get() + (r - 1) * result + ic * J;
+      for (int64_t j = 0; j < J; ++j) c[j] += s2[j];
+    }
+    if (!direct)
+      for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = c[j];
   }
   return true;
 }
@@ -696,8 +740,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
                             WeightsView dw, int nthreads) {
   if (isa != Isa::Avx512) return false;
-  if (pointwise_kernel(p) && p.ICg >= 8 && p.OCg >= 16)
-    return gemm_bwd_weights(p, src, dy, dw, nthreads);
+  if (gemm_preferred(p)) return gemm_bwd_weights(p, src, dy, dw, nthreads);  // else dot tiles
   float* const out = static_cast<float*>(dw.data);
   const int64_t IC = p.IC(), OC = p.OC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
   const int64_t taps = K0 * K1 * K2;
@@ -857,12 +900,11 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
 // channels-last.
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (pass == Pass::BackwardWeights) {
-    // The dot tiles pay a horizontal sum per tile and row block: they win
-    // (1.05-2x) only on long lines with few channels on one side and few
-    // taps (RGB / few-channel layers), where the channels-last tiles are weak.
-    // 1x1 kernels with enough channels run as GEMMs reading src in place and
-    // packing only the diff_dst positions they use (1.8-2x).
-    if (pointwise_kernel(p) && p.ICg >= 8 && p.OCg >= 16) return p.G * p.OCg >= 64;
+    // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
+    // which pay a horizontal sum per tile and row block: they win (1.05-2x)
+    // only on long lines with few channels on one side and few taps (RGB /
+    // few-channel layers), where the channels-last tiles are weak.
+    if (gemm_preferred(p)) return true;
     const int64_t line = geometry(p, false).src[2];
     return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
   }

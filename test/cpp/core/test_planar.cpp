@@ -283,11 +283,12 @@ TEST(PlanarF32, BackwardWeights) {
   check_bwd_weights(make(2, 2, 1, 20, 12, {6, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 3, 2);
 }
 
-// 1x1 kernels with 8+ src and 16+ diff_dst channels per group: the GEMM path
-// (packed diff_dst chunks of 256 positions, panels of channels), with
-// strides, pads, output_padding, groups, channel tails, chunk tails, both
-// result layouts and several thread counts.
-TEST(PlanarF32, BackwardWeightsPointwiseGemm) {
+// The GEMM path (x86::planar_bwd_weights_f32 takes it for 8+ src channels
+// per group, 16+ (channel, tap) columns, 128+ positions per image and rows of
+// 48+ or 1x1 kernels): 1x1 and larger kernels with strides, dilations, pads,
+// output_padding, groups, column and chunk tails, reduction parts and column
+// panels, both result layouts and several thread counts.
+TEST(PlanarF32, BackwardWeightsGemm) {
   if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
   int seed = 100;
   for (bool iox : {false, true})
@@ -299,6 +300,10 @@ TEST(PlanarF32, BackwardWeightsPointwiseGemm) {
       check_bwd_weights(make(1, 2, 1, 33, 20, {600}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox);
       check_bwd_weights(make(3, 1, 3, 9, 17, {3, 5, 7}, {1, 1, 1}, {2, 1, 3}, {1, 1, 1}, {1, 0, 2}, {1, 0, 0}, {1, 0, 2}), ++seed, nt, iox);
       check_bwd_weights(make(2, 0, 1, 16, 16, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 3, 1, 9, 5, {6, 50}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, {1, 1}), ++seed, nt, iox);
+      check_bwd_weights(make(1, 1, 1, 12, 40, {700}, {5}, {3}, {2}, {3}, {1}), ++seed, nt, iox);
+      check_bwd_weights(make(3, 2, 2, 8, 7, {2, 3, 60}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 1, 0}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 1, 1, 16, 100, {4, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), ++seed, nt, iox);
     }
 }
 
