@@ -72,5 +72,8 @@ using PlanarGemmFn = void (*)(const PlanarGemmArgs*);
 constexpr int kPlanarGemmMaxM = 12, kPlanarGemmN = 32;
 PlanarGemmFn planar_f32_avx512_gemm(int m);  // 1 <= m <= kPlanarGemmMaxM
 
+// dst[j] = src[j * step] for j < n (AVX-512 gathers; any step >= 1).
+void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst);
+
 }  // namespace x86
 }  // namespace tct

@@ -179,6 +179,20 @@ void fill_gemm(GemmTable& t) {
 
 }  // namespace
 
+void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                           12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int>(step)));
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16, src += 16 * step)
+    _mm512_storeu_ps(dst + j, _mm512_i32gather_ps(idx, src, 4));
+  if (j < n) {  // only the lanes in the mask are read
+    const __mmask16 k = lanes(n - j);
+    _mm512_mask_storeu_ps(dst + j, k,
+                          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, src, 4));
+  }
+}
+
 PlanarGemmFn planar_f32_avx512_gemm(int m) {
   static const GemmTable table = [] {
     GemmTable t{};

@@ -241,10 +241,18 @@ int64_t max_segments(const Geometry& g) {
   return std::max<int64_t>(max_seg, 1);
 }
 
+// A strided copy of the ISA (dst[j] = src[j*step], j < n), or null.
+using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
+
+StridedCopy strided_copy(Isa isa) {
+  return isa == Isa::Avx512 ? planar_f32_avx512_strided_copy : nullptr;
+}
+
 // One input phase of a row, zero-padded: dst[j - jlo] = row[j*step + q] for
-// j in [jlo, jlo + jn), zero where j*step + q falls outside [0, len).
+// j in [jlo, jlo + jn), zero where j*step + q falls outside [0, len). Steps
+// above 2 use `strided` when given.
 void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int64_t jlo,
-                    int64_t jn, float* dst) {
+                    int64_t jn, float* dst, StridedCopy strided = nullptr) {
   const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
   const int64_t jb = std::min<int64_t>(jlo + jn, floor_div(len - 1 - q, step) + 1);
   if (jb <= ja) {
@@ -264,6 +272,8 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
       _mm_storeu_ps(dp + j, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
     }
     for (; j < n; ++j) dp[j] = sp[2 * j];
+  } else if (strided) {
+    strided(sp, step, n, dp);
   } else {
     for (int64_t j = 0; j < n; ++j) dp[j] = sp[j * step];
   }
@@ -443,6 +453,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
     }
   const int64_t s2 = g.s[2];
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
+  const StridedCopy gather = strided_copy(isa);
 
 #pragma omp parallel num_threads(nthreads)
   {
@@ -523,7 +534,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
             for (int64_t sl = 0; sl < nslots; ++sl)
               copy_phase_row(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
                              L.slot_q[sl], L.min_off, jn,
-                             buf + ci * cis + row * row_floats + sl * span);
+                             buf + ci * cis + row * row_floats + sl * span, gather);
         auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
           return (i0 * g.in[1] + i1) * row_floats;
         };
@@ -555,7 +566,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
         for (int64_t ci = 0; ci < g.Cin; ++ci)
           for (int64_t sl = 0; sl < nslots; ++sl)
             copy_phase_row(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q[sl], jlo, jn,
-                           buf + off + ci * cis + sl * span);
+                           buf + off + ci * cis + sl * span, gather);
         return off;
       };
       compute_row(n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
@@ -586,12 +597,10 @@ constexpr int64_t kKc = 256;
 // (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.2-2x):
 // enough src channels for the tiles' rows, columns for a vector, chunks of
 // positions per image, and rows long enough that the per-row gathers of the
-// packing stay cheap (1x1 kernels pack whole runs). 2D/3D layers with
-// innermost strides of 4 and more gather element by element and lose.
+// packing stay cheap (1x1 kernels pack whole runs).
 bool gemm_preferred(const ConvProblem& p) {
   const int64_t P = p.src_spatial(), W = p.I[2];
-  return p.ICg >= 8 && p.OCg * p.taps() >= 16 && P >= 128 && (p.taps() == 1 || W >= 48) &&
-         !(p.spatial_rank >= 2 && p.s[2] >= 4);
+  return p.ICg >= 8 && p.OCg * p.taps() >= 16 && P >= 128 && (p.taps() == 1 || W >= 48);
 }
 
 bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, WeightsView dw,
@@ -643,6 +652,10 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
         pos[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
       }
   const int64_t W = p.I[2];
+  // Pointwise (1x1, unit strides, no pads): a chunk is one run of each channel.
+  bool identity = T == 1;
+  for (int a = 0; a < kAxes; ++a)
+    identity = identity && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < items; ++item) {
@@ -674,6 +687,10 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
           const int64_t b = j / T, t = j % T;
           const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
           const float* plane = dy + (n * OC + gi * OCg + b) * Q;
+          if (identity) {
+            std::memcpy(row, plane + p0, sizeof(float) * kc);
+            continue;
+          }
           const int64_t e = k2 * p.d[2] - p.pb[2];
           const int64_t q2 = floor_mod(e, p.s[2]), j2 = floor_div(e, p.s[2]);
           for (int64_t q = p0; q < p0 + kc;) {  // by src rows
@@ -684,7 +701,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
               std::memset(row + (q - p0), 0, sizeof(float) * len);
             } else {
               copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2,
-                             len, row + (q - p0));
+                             len, row + (q - p0), planar_f32_avx512_strided_copy);
             }
             q += len;
           }
@@ -820,7 +837,8 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             for (int64_t c = 0; c < OC; ++c)
               for (int64_t sl = 0; sl < nslots; ++sl)
                 copy_phase_row(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q[sl], jlo, jn,
-                               bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span);
+                               bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span,
+                               planar_f32_avx512_strided_copy);
           }
       }
       // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
