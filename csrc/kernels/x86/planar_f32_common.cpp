@@ -280,6 +280,17 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
   std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
 }
 
+// Whether the weights' (oc, tap) elements of each ic are one dense run in the
+// IOX order (j = oc * taps + tap), so that [ic][j] rows are the weights
+// themselves, w.si apart.
+bool iox_rows(const ConvProblem& p, const WeightsView& w) {
+  bool dense = p.OCg == 1 || w.so == p.taps();
+  if (p.K[2] > 1) dense = dense && w.sk[2] == 1;
+  if (p.K[1] > 1) dense = dense && w.sk[1] == p.K[2];
+  if (p.K[0] > 1) dense = dense && w.sk[0] == p.K[1] * p.K[2];
+  return dense;
+}
+
 // Backward-data as one dot product per output: src is one pixel, the kernel
 // covers diff_dst exactly (dst position = tap), and the (oc, tap) run is
 // whole AVX-512 vectors.
@@ -299,8 +310,7 @@ bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, 
                                 float* dx, int nthreads) {
   const int64_t T = p.taps(), J = p.OCg * T;
   // (oc, tap) contiguous in the weights; an axis of one tap may have any stride.
-  const bool fits = isa == Isa::Avx512 && one_pixel_covering(p) && w.so == T && (p.K[2] == 1 || w.sk[2] == 1) &&
-         (p.K[1] == 1 || w.sk[1] == p.K[2]) && (p.K[0] == 1 || w.sk[0] == p.K[1] * p.K[2]);
+  const bool fits = isa == Isa::Avx512 && one_pixel_covering(p) && iox_rows(p, w);
   if (!fits) return false;
   const float* wd = static_cast<const float*>(w.data);
   const int64_t IC = p.IC(), OC = p.OC();
@@ -336,9 +346,15 @@ bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
 
 }  // namespace
 
+namespace {
+bool gemm_bwd_data_preferred(const ConvProblem& p);
+bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* dx, int nthreads);
+}  // namespace
+
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
   if (!forward && planar_dense_backward_data(isa, p, in, w, out, nthreads)) return true;
+  if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(p, in, w, out, nthreads);
   const Geometry g = geometry(p, forward);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
@@ -593,6 +609,54 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 namespace {
 constexpr int64_t kKc = 256;
 
+// Rows of the im2col matrix of diff_dst used by the backward GEMMs: for src
+// position q of an image and column j = (b, t), D[q][j] = diff_dst plane b at
+// q*s - pb + k(t)*d per axis (0 outside).
+class Im2col {
+ public:
+  explicit Im2col(const ConvProblem& p) : p_(p) {
+    for (int a = 0; a < 2; ++a)
+      for (int64_t k = 0; k < p.K[a]; ++k)
+        for (int64_t i = 0; i < p.I[a]; ++i) {
+          const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
+          pos_[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
+        }
+    identity_ = p.taps() == 1;
+    for (int a = 0; a < kAxes; ++a)
+      identity_ = identity_ && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+  }
+
+  // out[q - p0] = D[q][(b, t)] for q in [p0, p0 + kc), plane = diff_dst plane b.
+  void row(const float* plane, int64_t t, int64_t p0, int64_t kc, float* out) const {
+    if (identity_) {  // pointwise: one run
+      std::memcpy(out, plane + p0, sizeof(float) * kc);
+      return;
+    }
+    const ConvProblem& p = p_;
+    const int64_t W = p.I[2];
+    const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+    const int64_t e = k2 * p.d[2] - p.pb[2];
+    const int64_t q2 = floor_mod(e, p.s[2]), j2 = floor_div(e, p.s[2]);
+    for (int64_t q = p0; q < p0 + kc;) {  // by src rows
+      const int64_t x = q % W, r = q / W, i1 = r % p.I[1], i0 = r / p.I[1];
+      const int64_t len = std::min(W - x, p0 + kc - q);
+      const int64_t y0 = pos_[0][k0 * p.I[0] + i0], y1 = pos_[1][k1 * p.I[1] + i1];
+      if (y0 < 0 || y1 < 0) {
+        std::memset(out + (q - p0), 0, sizeof(float) * len);
+      } else {
+        copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2, len,
+                       out + (q - p0), planar_f32_avx512_strided_copy);
+      }
+      q += len;
+    }
+  }
+
+ private:
+  const ConvProblem& p_;
+  std::array<std::vector<int64_t>, 2> pos_;  // outer axes: [k * I + i] -> dst coordinate, -1 outside
+  bool identity_ = false;
+};
+
 // Where the GEMMs beat both the dot tiles and the channels-last path
 // (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.2-2x):
 // enough src channels for the tiles' rows, columns for a vector, chunks of
@@ -615,10 +679,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
     return out + ic * dw.si + b * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
   };
   // The result in [ic][j] rows: the weights themselves when they are IOX-dense per ic.
-  bool direct = OCg == 1 || dw.so == T;
-  if (p.K[2] > 1) direct = direct && dw.sk[2] == 1;
-  if (p.K[1] > 1) direct = direct && dw.sk[1] == p.K[2];
-  if (p.K[0] > 1) direct = direct && dw.sk[0] == p.K[1] * p.K[2];
+  const bool direct = iox_rows(p, dw);
   const int64_t c_stride = direct ? dw.si : J;
   if (p.N == 0 || P == 0) {
     for (int64_t ic = 0; ic < IC; ++ic)
@@ -642,20 +703,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
   float* const C = direct ? out : scratch.get();
   Buf partial = aligned((parts - 1) * result);
 
-  // Taps: per axis and kernel index, the dst coordinate of each src coordinate (-1: outside);
-  // innermost: the input phase and offset of copy_phase_row.
-  std::array<std::vector<int64_t>, 2> pos;
-  for (int a = 0; a < 2; ++a)
-    for (int64_t k = 0; k < p.K[a]; ++k)
-      for (int64_t i = 0; i < p.I[a]; ++i) {
-        const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
-        pos[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
-      }
-  const int64_t W = p.I[2];
-  // Pointwise (1x1, unit strides, no pads): a chunk is one run of each channel.
-  bool identity = T == 1;
-  for (int a = 0; a < kAxes; ++a)
-    identity = identity && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+  const Im2col im2col(p);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < items; ++item) {
@@ -684,27 +732,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
             std::memset(row, 0, sizeof(float) * kKc);
             continue;
           }
-          const int64_t b = j / T, t = j % T;
-          const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
-          const float* plane = dy + (n * OC + gi * OCg + b) * Q;
-          if (identity) {
-            std::memcpy(row, plane + p0, sizeof(float) * kc);
-            continue;
-          }
-          const int64_t e = k2 * p.d[2] - p.pb[2];
-          const int64_t q2 = floor_mod(e, p.s[2]), j2 = floor_div(e, p.s[2]);
-          for (int64_t q = p0; q < p0 + kc;) {  // by src rows
-            const int64_t x = q % W, r = q / W, i1 = r % p.I[1], i0 = r / p.I[1];
-            const int64_t len = std::min(W - x, p0 + kc - q);
-            const int64_t y0 = pos[0][k0 * p.I[0] + i0], y1 = pos[1][k1 * p.I[1] + i1];
-            if (y0 < 0 || y1 < 0) {
-              std::memset(row + (q - p0), 0, sizeof(float) * len);
-            } else {
-              copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2,
-                             len, row + (q - p0), planar_f32_avx512_strided_copy);
-            }
-            q += len;
-          }
+          im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, p0, kc, row);
         }
         for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
           transpose_block16_avx512(tmp + r0, kKc, pack + r0 * NC + c0, NC);
@@ -740,6 +768,111 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
     }
     if (!direct)
       for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = c[j];
+  }
+  return true;
+}
+
+// Backward-data on dense NCX tensors (AVX-512) as GEMMs over the same im2col
+// chunks of diff_dst (for the layers of gemm_bwd_data_preferred):
+//   diff_src[n, g*ICg+a, q] = sum_j W(g*ICg+a, j) * D[n, q, j],  j = (b, k)
+// Per item (image, group, chunk of src positions, block of src channels) the
+// chunk's rows of D^T are gathered once into slices of 32 positions
+// ([slice][j][32], so that a slice's rows are contiguous and stay in L1), and
+// the GEMM tiles (planar_f32.h) run over the slices, the reduction cut into
+// parts of at most kJp columns, against the weights rows (read in place when
+// they are IOX-dense, else packed once to [ic][j]), writing diff_src in place.
+// Extra memory: one chunk of D^T per thread, and the packed weights.
+constexpr int64_t kJp = 192;
+
+// Where the GEMMs beat the planar tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.05-1.35x):
+// kernels that do not overlap (K <= s on every axis: D is a permutation of
+// diff_dst, gathered once, like 1x1 and k2 s2 layers) with a reduction of at
+// most 512 columns (deeper ones run faster channels-last) and src channels
+// for the tiles' rows. Overlapping kernels gather each diff_dst element
+// several times, where the planar tiles' shifted reads win.
+bool gemm_bwd_data_preferred(const ConvProblem& p) {
+  bool disjoint = true;
+  for (int a = 0; a < kAxes; ++a) disjoint = disjoint && p.K[a] <= p.s[a];
+  const int64_t J = p.OCg * p.taps();
+  return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
+}
+
+bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* dx, int nthreads) {
+  const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
+  const int64_t J = OCg * T;
+  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
+  const int64_t P = p.src_spatial(), Q = p.dst_spatial();
+  const float* const wd = static_cast<const float*>(w.data);
+  if (p.N == 0 || P == 0 || IC == 0) return true;
+  if (J == 0) {
+    std::memset(dx, 0, sizeof(float) * p.N * IC * P);
+    return true;
+  }
+  // The weights as [ic][j] rows: in place when IOX-dense per ic, else packed.
+  const bool direct = iox_rows(p, w);
+  Buf packed = direct ? Buf() : aligned(IC * J);
+  if (!direct) {
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t ic = 0; ic < IC; ++ic)
+      for (int64_t j = 0; j < J; ++j) {
+        const int64_t b = j / T, t = j % T;
+        const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+        packed[ic * J + j] =
+            wd[ic * w.si + b * w.so + k0 * w.sk[0] + k1 * w.sk[1] + k2 * w.sk[2]];
+      }
+  }
+  const float* const A = direct ? wd : packed.get();
+  const int64_t a_stride = direct ? w.si : J;
+  // Chunks of positions whose D^T stays within 512 KiB (L2).
+  const int64_t kc_max = std::max<int64_t>(
+      SW, std::min<int64_t>(kKc, (512 << 10) / (4 * J) / SW * SW));
+  const int64_t per_image = (P + kc_max - 1) / kc_max;
+  // Blocks of src channels (multiples of the tile's rows) when the chunks
+  // alone give the threads too few items; each block gathers its own D^T.
+  int64_t ablocks = 1;
+  const int64_t base_items = p.N * G * per_image;
+  while (base_items * ablocks < 4 * nthreads && ICg / (2 * ablocks) >= MR) ablocks *= 2;
+  const int64_t AB = round_up((ICg + ablocks - 1) / ablocks, MR);
+  ablocks = (ICg + AB - 1) / AB;
+  const int64_t items = base_items * ablocks;
+  const int64_t parts = (J + kJp - 1) / kJp, JP = (J + parts - 1) / parts;
+  const Im2col im2col(p);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t ab = item % ablocks, chunk = item / ablocks;
+    const int64_t n = chunk / (G * per_image), gi = (chunk / per_image) % G;
+    const int64_t p0 = (chunk % per_image) * kc_max, kc = std::min(kc_max, P - p0);
+    const int64_t nslices = (kc + SW - 1) / SW;
+    float* const tmp = thread_buffer(1, kc_max + nslices * J * SW);
+    float* const pack = tmp + kc_max;  // [slice][j][32]
+    for (int64_t j = 0; j < J; ++j) {
+      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, p0, kc, tmp);
+      for (int64_t sl = 0; sl < nslices; ++sl)
+        std::memcpy(pack + (sl * J + j) * SW, tmp + sl * SW,
+                    sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
+    }
+    const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
+    PlanarGemmArgs args;
+    args.a_stride = a_stride;
+    args.b_stride = SW;
+    args.c_stride = P;
+    for (int64_t sl = 0; sl < nslices; ++sl) {
+      args.n = std::min<int64_t>(SW, kc - sl * SW);
+      for (int64_t j0 = 0; j0 < J; j0 += JP) {
+        args.kc = std::min(JP, J - j0);
+        args.b = pack + (sl * J + j0) * SW;
+        args.accumulate = j0 > 0;
+        for (int64_t a0 = a_lo; a0 < a_hi; a0 += MR) {
+          const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
+          const int64_t ic = gi * ICg + a0;
+          args.a = A + ic * a_stride + j0;
+          args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
+          planar_f32_avx512_gemm(m)(&args);
+        }
+      }
+    }
   }
   return true;
 }
@@ -916,6 +1049,10 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
 // 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
 // GEMM tiles are faster) and anything on lines shorter than one vector stay
 // channels-last.
+bool planar_backward_data_gemm(Isa isa, const ConvProblem& p) {
+  return isa == Isa::Avx512 && !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
+}
+
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
@@ -929,6 +1066,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const bool forward = pass == Pass::Forward;
   if (!forward && isa == Isa::Avx512 && one_pixel_covering(p))
     return true;  // dot products per output (z -> 4x4: 8x faster)
+  if (!forward && planar_backward_data_gemm(isa, p)) return true;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;

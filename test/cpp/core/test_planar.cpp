@@ -307,5 +307,53 @@ TEST(PlanarF32, BackwardWeightsGemm) {
     }
 }
 
+// Backward-data GEMMs (AVX-512; x86::planar_backward_data_gemm: kernels that
+// do not overlap, 32+ src channels per group, 32-512 (channel, tap) columns,
+// 64+ positions): 1x1 kernels with and without strides, k2 s2 and k3 s3 with
+// pads and output_padding, groups, 3D, row / slice / reduction-part tails,
+// channel blocks for few items, IOX (read in place) and XOI (packed) weights
+// and several thread counts, against the reference.
+void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool iox) {
+  SCOPED_TRACE(describe(p));
+  ASSERT_TRUE(x86::planar_backward_data_gemm(Isa::Avx512, p));
+  std::mt19937 rng(seed);
+  const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
+  auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
+  auto dy = random_ints(static_cast<size_t>(p.N * OC * p.dst_spatial()), rng);
+  const WeightsView wv{w.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};
+  std::vector<float> want(static_cast<size_t>(p.N * IC * p.src_spatial()));
+  reference_backward_data(p, DType::F32, ncx_view(dy.data(), p.O, OC), wv,
+                          ncx_view(want.data(), p.I, IC), 1);
+  // XOI: (K0, K1, K2, OCg, IC).
+  std::vector<float> wx(w.size());
+  const int64_t k_stride = p.OCg * IC;
+  for (int64_t ic = 0; ic < IC; ++ic)
+    for (int64_t oc = 0; oc < p.OCg; ++oc)
+      for (int64_t k = 0; k < T; ++k) wx[(k * p.OCg + oc) * IC + ic] = w[(ic * p.OCg + oc) * T + k];
+  const WeightsView xv{wx.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  std::vector<float> got(want.size(), NAN);
+  ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, false, dy.data(), iox ? wv : xv, nullptr, got.data(),
+                              nthreads));
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) bad += !(got[i] == want[i]);  // NaN: unwritten
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(PlanarF32, BackwardDataGemm) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  int seed = 200;
+  for (bool iox : {false, true})
+    for (int nt : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(iox ? "IOX" : "XOI") + " threads " + std::to_string(nt));
+      check_bwd_data_gemm(make(2, 2, 1, 40, 33, {9, 11}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
+      check_bwd_data_gemm(make(2, 3, 1, 37, 100, {9, 30}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1}), ++seed, nt, iox);
+      check_bwd_data_gemm(make(2, 1, 2, 50, 20, {13, 17}, {2, 2}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, {0, 1}), ++seed, nt, iox);
+      check_bwd_data_gemm(make(2, 1, 1, 36, 4, {10, 40}, {3, 3}, {3, 3}, {1, 1}, {0, 1}, {2, 0}), ++seed, nt, iox);
+      check_bwd_data_gemm(make(3, 2, 1, 33, 16, {3, 5, 6}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox);
+      check_bwd_data_gemm(make(1, 1, 1, 64, 300, {700}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox);  // parts, chunks
+      check_bwd_data_gemm(make(2, 1, 1, 100, 64, {8, 8}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);  // blocks
+    }
+}
+
 }  // namespace
 }  // namespace tct
