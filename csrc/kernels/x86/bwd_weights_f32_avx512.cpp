@@ -243,10 +243,6 @@ void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width,
   }
 }
 
-// GCC 12 flags the _mm512_undefined_ps() inside the shuffle intrinsics.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
                       float* dst, int64_t ld_n, bool stream) {
   const __mmask16 nm = static_cast<__mmask16>((1u << nn) - 1u);
@@ -303,8 +299,6 @@ void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int 
   for (int n = 0; n < 16; ++n)
     if (n < nn) _mm512_mask_storeu_ps(dst + n * ld_n, tm, r[n]);
 }
-
-#pragma GCC diagnostic pop
 
 void store_fence_avx512() { _mm_sfence(); }
 

@@ -17,15 +17,6 @@ __mmask16 lanes(int64_t n) {
   return n <= 0 ? 0 : n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// The sum of v's 16 lanes. GCC 12 reports the undefined pass-through operand
-// of the unmasked shuffle / reduce intrinsics as uninitialized (a false
-// positive: every lane is written), hence the pragmas.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
-#pragma GCC diagnostic pop
-
 template <int M, int NV>
 void tile(const PlanarTileArgs* a) {
   __m512 acc[M][NV];
@@ -125,7 +116,7 @@ void dot(const PlanarDotArgs* a) {
   #pragma GCC unroll 32
   for (int i = 0; i < M; ++i)
     #pragma GCC unroll 32
-    for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += hsum(acc[i][j]);
+    for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += _mm512_reduce_add_ps(acc[i][j]);
 }
 
 using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
