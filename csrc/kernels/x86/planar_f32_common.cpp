@@ -612,6 +612,46 @@ constexpr int64_t kKc = 256;
 // Rows of the im2col matrix of diff_dst used by the backward GEMMs: for src
 // position q of an image and column j = (b, t), D[q][j] = diff_dst plane b at
 // q*s - pb + k(t)*d per axis (0 outside).
+// diff_dst rows split into their stride phases along the innermost axis,
+// kept for the im2col columns that share them: the taps k2 whose k2*d - pb
+// fall in the same phase read the same phase row at different offsets, so a
+// row is gathered once instead of once per tap (K2/s times fewer gathers).
+// A small direct-mapped cache of one work item (rows keyed by address).
+class PhaseRows {
+ public:
+  PhaseRows(int64_t len, int64_t step)
+      : len_(len), step_(step), nq_((len + step - 1) / step),
+        buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
+        keys_(kEntries, nullptr) {}
+
+  // dst[j - jlo] = row[j*step + q] for j in [jlo, jlo + jn), 0 outside the
+  // row; `index` is the row's index in its plane (picks the cache slot).
+  void copy(const float* row, int64_t index, int64_t q, int64_t jlo, int64_t jn, float* dst) {
+    const int64_t slot = index & (kEntries - 1);
+    float* entry = buf_.data() + slot * step_ * nq_;
+    if (keys_[slot] != row) {
+      for (int64_t r = 0; r < step_; ++r)
+        copy_phase_row(row, len_, step_, r, 0, nq_, entry + r * nq_, planar_f32_avx512_strided_copy);
+      keys_[slot] = row;
+    }
+    const float* ph = entry + q * nq_;  // zero past the phase's last element
+    const int64_t ja = std::max<int64_t>(jlo, 0), jb = std::min(jlo + jn, nq_);
+    if (jb <= ja) {
+      std::memset(dst, 0, sizeof(float) * jn);
+      return;
+    }
+    std::memset(dst, 0, sizeof(float) * (ja - jlo));
+    std::memcpy(dst + (ja - jlo), ph + ja, sizeof(float) * (jb - ja));
+    std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+  }
+
+ private:
+  static constexpr int64_t kEntries = 32;  // a power of 2
+  int64_t len_, step_, nq_;
+  std::vector<float> buf_;
+  std::vector<const float*> keys_;
+};
+
 class Im2col {
  public:
   explicit Im2col(const ConvProblem& p) : p_(p) {
@@ -624,36 +664,70 @@ class Im2col {
     identity_ = p.taps() == 1;
     for (int a = 0; a < kAxes; ++a)
       identity_ = identity_ && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+    for (int64_t t = 0; t < p.taps(); ++t) {
+      const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+      const int64_t e = k2 * p.d[2] - p.pb[2];
+      taps_.push_back({k0 * p.I[0], k1 * p.I[1], floor_mod(e, p.s[2]), floor_div(e, p.s[2])});
+    }
   }
 
-  // out[q - p0] = D[q][(b, t)] for q in [p0, p0 + kc), plane = diff_dst plane b.
-  void row(const float* plane, int64_t t, int64_t p0, int64_t kc, float* out) const {
+  // Whether the taps share phase rows (see PhaseRows): strided, K2 > s.
+  bool shares_phases() const { return !identity_ && p_.s[2] > 1 && p_.K[2] > p_.s[2]; }
+
+  // Position p0 of an image as src coordinates (computed once per chunk).
+  struct Start {
+    int64_t p0, x, i1, i0;
+  };
+  Start start(int64_t p0) const {
+    const int64_t W = p_.I[2];
+    return {p0, p0 % W, (p0 / W) % p_.I[1], p0 / W / p_.I[1]};
+  }
+
+  // out[q - p0] = D[q][(b, t)] for q in [p0, p0 + kc), plane = diff_dst plane b;
+  // through `phases` when given.
+  void row(const float* plane, int64_t t, const Start& st, int64_t kc, float* out,
+           PhaseRows* phases = nullptr) const {
+    const int64_t p0 = st.p0;
     if (identity_) {  // pointwise: one run
       std::memcpy(out, plane + p0, sizeof(float) * kc);
       return;
     }
     const ConvProblem& p = p_;
-    const int64_t W = p.I[2];
-    const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
-    const int64_t e = k2 * p.d[2] - p.pb[2];
-    const int64_t q2 = floor_mod(e, p.s[2]), j2 = floor_div(e, p.s[2]);
-    for (int64_t q = p0; q < p0 + kc;) {  // by src rows
-      const int64_t x = q % W, r = q / W, i1 = r % p.I[1], i0 = r / p.I[1];
+    const int64_t W = p.I[2], I1 = p.I[1], O1 = p.O[1], O2 = p.O[2];
+    const Tap& tp = taps_[t];
+    const int64_t* const pos0 = pos_[0].data() + tp.off0;
+    const int64_t* const pos1 = pos_[1].data() + tp.off1;
+    // By src rows, stepped from the start.
+    int64_t x = st.x, i1 = st.i1, i0 = st.i0;
+    for (int64_t q = p0; q < p0 + kc;) {
       const int64_t len = std::min(W - x, p0 + kc - q);
-      const int64_t y0 = pos_[0][k0 * p.I[0] + i0], y1 = pos_[1][k1 * p.I[1] + i1];
+      const int64_t y0 = pos0[i0], y1 = pos1[i1];
       if (y0 < 0 || y1 < 0) {
         std::memset(out + (q - p0), 0, sizeof(float) * len);
+      } else if (phases) {
+        phases->copy(plane + (y0 * O1 + y1) * O2, y0 * O1 + y1, tp.q2, x + tp.j2, len,
+                     out + (q - p0));
       } else {
-        copy_phase_row(plane + (y0 * p.O[1] + y1) * p.O[2], p.O[2], p.s[2], q2, x + j2, len,
+        copy_phase_row(plane + (y0 * O1 + y1) * O2, O2, p.s[2], tp.q2, x + tp.j2, len,
                        out + (q - p0), planar_f32_avx512_strided_copy);
       }
       q += len;
+      x = 0;
+      if (++i1 == I1) {
+        i1 = 0;
+        ++i0;
+      }
     }
   }
 
  private:
+  struct Tap {
+    int64_t off0, off1;  // into pos_[0], pos_[1]
+    int64_t q2, j2;      // innermost: input phase and offset (copy_phase_row)
+  };
   const ConvProblem& p_;
   std::array<std::vector<int64_t>, 2> pos_;  // outer axes: [k * I + i] -> dst coordinate, -1 outside
+  std::vector<Tap> taps_;
   bool identity_ = false;
 };
 
@@ -720,9 +794,12 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
         std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
       continue;
     }
+    std::unique_ptr<PhaseRows> phases;
+    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2]);
     for (int64_t ch = c_lo; ch < c_hi; ++ch) {
       const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
       const int64_t kc = std::min(kKc, P - p0);
+      const Im2col::Start st = im2col.start(p0);
       // Pack columns j0p .. j0p+nc of positions p0 .. p0+kc.
       for (int64_t c0 = 0; c0 < nc; c0 += 16) {
         for (int64_t c = 0; c < 16; ++c) {
@@ -732,7 +809,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
             std::memset(row, 0, sizeof(float) * kKc);
             continue;
           }
-          im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, p0, kc, row);
+          im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases.get());
         }
         for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
           transpose_block16_avx512(tmp + r0, kKc, pack + r0 * NC + c0, NC);
@@ -847,8 +924,9 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
     const int64_t nslices = (kc + SW - 1) / SW;
     float* const tmp = thread_buffer(1, kc_max + nslices * J * SW);
     float* const pack = tmp + kc_max;  // [slice][j][32]
+    const Im2col::Start st = im2col.start(p0);
     for (int64_t j = 0; j < J; ++j) {
-      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, p0, kc, tmp);
+      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, tmp);
       for (int64_t sl = 0; sl < nslices; ++sl)
         std::memcpy(pack + (sl * J + j) * SW, tmp + sl * SW,
                     sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));

@@ -287,7 +287,8 @@ TEST(PlanarF32, BackwardWeights) {
 // per group, 16+ (channel, tap) columns, 128+ positions per image and rows of
 // 48+ or 1x1 kernels): 1x1 and larger kernels with strides, dilations, pads,
 // output_padding, groups, column and chunk tails, reduction parts and column
-// panels, both result layouts and several thread counts.
+// panels, diff_dst rows shared by several taps (phase rows), both result
+// layouts and several thread counts.
 TEST(PlanarF32, BackwardWeightsGemm) {
   if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
   int seed = 100;
@@ -304,6 +305,8 @@ TEST(PlanarF32, BackwardWeightsGemm) {
       check_bwd_weights(make(1, 1, 1, 12, 40, {700}, {5}, {3}, {2}, {3}, {1}), ++seed, nt, iox);
       check_bwd_weights(make(3, 2, 2, 8, 7, {2, 3, 60}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 1, 0}), ++seed, nt, iox);
       check_bwd_weights(make(2, 1, 1, 16, 100, {4, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), ++seed, nt, iox);
+      // Taps sharing phase rows (K > s) over more diff_dst rows than the row cache holds.
+      check_bwd_weights(make(2, 2, 1, 16, 3, {40, 60}, {7, 7}, {4, 4}, {1, 1}, {3, 3}, {2, 3}, {0, 1}), ++seed, nt, iox);
     }
 }
 
