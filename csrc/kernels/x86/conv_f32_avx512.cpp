@@ -46,11 +46,19 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   const float* const* a = args->a;
   const int64_t cred = args->cred, a_off = args->a_off;
   const int32_t* wtap = args->wtap;
+  const float* const* rows = args->rows;
+  const int64_t* tapoff = args->tapoff;
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
     const float* p[MR];
+    if (rows) {
+      const int64_t o = tapoff[t] + a_off;
 #pragma GCC unroll 32
-    for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+      for (int m = 0; m < MR; ++m) p[m] = rows[m] + o;
+    } else {
+#pragma GCC unroll 32
+      for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+    }
     for (int64_t c = 0; c < cred; ++c) {
       __m512 wv[NV];
 #pragma GCC unroll 4

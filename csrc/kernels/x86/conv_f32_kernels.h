@@ -21,18 +21,23 @@ namespace x86 {
 // (zero padded). w is 64-byte aligned. When wtap is not null, tap t's weights
 // are at w + wtap[t]*cred*NR instead of w + t*cred*NR (taps that only hit
 // padding for every row of the tile are left out).
+// Row mode (GEMM tiles only): when rows is not null, a is not read and row
+// m's input of tap t is rows[m] + tapoff[t] (tiles whose every tap is inside
+// the input, where the pointers are a row base plus a per-tap offset).
 struct ConvTileArgs {
-  const float* const* a;
-  const float* w;
-  const int32_t* wtap;
-  const float* bias;
-  float* const* out;
-  int64_t ntaps;
-  int64_t cred;
-  int64_t a_off;
-  int64_t col_off;
-  int64_t ncols;
-  int64_t accumulate;
+  const float* const* a = nullptr;
+  const float* w = nullptr;
+  const int32_t* wtap = nullptr;
+  const float* bias = nullptr;
+  float* const* out = nullptr;
+  int64_t ntaps = 0;
+  int64_t cred = 0;
+  int64_t a_off = 0;
+  int64_t col_off = 0;
+  int64_t ncols = 0;
+  int64_t accumulate = 0;
+  const float* const* rows = nullptr;
+  const int64_t* tapoff = nullptr;
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
