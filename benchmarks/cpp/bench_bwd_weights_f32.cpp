@@ -105,7 +105,7 @@ void bench_tile(Isa isa, int rows, int cols, int pix, int64_t a_step, int64_t b_
       b(static_cast<size_t>(pix) * b_step + 64, 0.5f), c(static_cast<size_t>(rows) * 64, 0.f);
   std::vector<x86::bww::Pix> px(pix);
   for (int i = 0; i < pix; ++i) px[i] = {a.data() + i * a_step, b.data() + i * b_step};
-  x86::bww::TileArgs t{px.data(), pix, 0, 0, c.data(), 64, rows, cols, 1};
+  x86::bww::TileArgs t{px.data(), pix, 0, 0, c.data(), 64, rows, cols, 1, nullptr, nullptr, 0, 0, 0};
   auto fn = isa == Isa::Avx512 ? x86::bww::gemm_tile_avx512 : x86::bww::gemm_tile_avx2;
   const int calls = 200;
   const double sec = best_seconds([&] {

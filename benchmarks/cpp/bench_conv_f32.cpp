@@ -72,7 +72,9 @@ __attribute__((target("avx512f,fma"), noinline)) float fma_loop_avx512(long iter
   }
   __m512 s = acc[0];
   for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  float out[16];  // (GCC 12 warns about _mm512_reduce_add_ps)
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
 }
 __attribute__((target("avx2,fma"), noinline)) float fma_loop_avx2(long iters, float mul) {
   __m256 acc[12];
