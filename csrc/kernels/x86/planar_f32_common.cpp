@@ -301,19 +301,51 @@ bool one_pixel_covering(const ConvProblem& p) {
   return fits;
 }
 
+}  // namespace
+
 // Backward-data of a layer whose src is one pixel and whose kernel covers
 // diff_dst exactly (the "z -> 4x4" first layer of a generator): each output
-// is a dot product of a weights row and a diff_dst image, both contiguous in
-// (oc, tap) order for IOX-strided weights. AVX-512 dot tiles; false when the
-// shapes or the weights' strides do not fit (then the general path runs).
-bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
-                                float* dx, int nthreads) {
+// is a dot product of a weights row and one image of diff_dst, contiguous in
+// (oc, tap) order (NCX) or, for one group, (tap, oc) order (NXC). AVX-512 dot
+// tiles over the weights rows in that order: read in place when the weights'
+// strides give it, else packed once. False when the shapes do not fit (then
+// the general paths run).
+bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
+                             float* dx, int nthreads, bool channels_last) {
   const int64_t T = p.taps(), J = p.OCg * T;
-  // (oc, tap) contiguous in the weights; an axis of one tap may have any stride.
-  const bool fits = isa == Isa::Avx512 && one_pixel_covering(p) && iox_rows(p, w);
-  if (!fits) return false;
-  const float* wd = static_cast<const float*>(w.data);
+  if (isa != Isa::Avx512 || !one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
   const int64_t IC = p.IC(), OC = p.OC();
+  // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
+  bool in_place = iox_rows(p, w);
+  if (channels_last) {
+    in_place = p.OCg == 1 ? iox_rows(p, w) : w.so == 1;
+    if (p.K[2] > 1) in_place = in_place && w.sk[2] == p.OCg;
+    if (p.K[1] > 1) in_place = in_place && w.sk[1] == p.K[2] * p.OCg;
+    if (p.K[0] > 1) in_place = in_place && w.sk[0] == p.K[1] * p.K[2] * p.OCg;
+  }
+  const float* wd = static_cast<const float*>(w.data);
+  Buf packed = in_place ? Buf() : aligned(IC * J);
+  if (!in_place) {
+    std::vector<int64_t> koff(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t)
+      koff[t] = t / (p.K[1] * p.K[2]) * w.sk[0] + (t / p.K[2]) % p.K[1] * w.sk[1] +
+                t % p.K[2] * w.sk[2];
+    const int64_t OCg = p.OCg;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t ic = 0; ic < IC; ++ic) {
+      const float* src = wd + ic * w.si;
+      float* dst = packed.get() + ic * J;
+      if (channels_last) {
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t b = 0; b < OCg; ++b) dst[t * OCg + b] = src[b * w.so + koff[t]];
+      } else {
+        for (int64_t b = 0; b < OCg; ++b)
+          for (int64_t t = 0; t < T; ++t) dst[b * T + t] = src[b * w.so + koff[t]];
+      }
+    }
+  }
+  const float* const A = in_place ? wd : packed.get();
+  const int64_t a_stride = in_place ? w.si : J;
   const int64_t mblocks = (p.ICg + kPlanarDotMaxM - 1) / kPlanarDotMaxM;
   const int64_t nblocks = (p.N + kPlanarDotMaxN - 1) / kPlanarDotMaxN;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
@@ -324,16 +356,18 @@ bool planar_dense_backward_data(Isa isa, const ConvProblem& p, const float* dy, 
         const int m = static_cast<int>(std::min<int64_t>(kPlanarDotMaxM, p.ICg - a0));
         const int nn = static_cast<int>(std::min<int64_t>(kPlanarDotMaxN, p.N - n0));
         const int64_t ic = gi * p.ICg + a0;
-        const float* arow = wd + ic * w.si;
+        const float* arow = A + ic * a_stride;
         const float* brow = dy + n0 * OC * T + gi * J;
-        float* o = dx + n0 * IC + ic;
+        float* o = dx + n0 * IC + ic;  // one pixel: NCX and NXC agree
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < nn; ++j) o[i + j * IC] = 0.f;
-        PlanarDotArgs args{&arow, &brow, o, 1, J / 16, w.si, OC * T, 1, IC};
+        PlanarDotArgs args{&arow, &brow, o, 1, J / 16, a_stride, OC * T, 1, IC};
         planar_f32_avx512_dot(m, nn)(&args);
       }
   return true;
 }
+
+namespace {
 
 // Plane items (see planar_f32): one image's input planes of a group, phase-
 // split and padded, fit in 64 KiB, and there are enough of them for the threads.
@@ -353,7 +387,7 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
 
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
-  if (!forward && planar_dense_backward_data(isa, p, in, w, out, nthreads)) return true;
+  if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
   if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(p, in, w, out, nthreads);
   const Geometry g = geometry(p, forward);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];

@@ -15,6 +15,11 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
 
+// Backward-data of a one-pixel src whose kernel covers diff_dst exactly, as
+// dot products (planar_f32_common.cpp); dense NCX or (one group) NXC
+// activations. False when the problem does not have that shape.
+bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, WeightsView w,
+                             float* diff_src, int nthreads, bool channels_last);
 // Planar (NCX) forward / backward-data over dense NCX activations, read and
 // written in place (planar_f32_common.cpp). forward: in = src, out = dst,
 // bias may be null; else in = diff_dst, out = diff_src, bias must be null.

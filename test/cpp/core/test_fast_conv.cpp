@@ -206,6 +206,24 @@ TEST(FastConvF32, HandPicked) {
   for (const Case& c : cases) check_case(c, seed++);
 }
 
+// A one-pixel src under a kernel that covers diff_dst (z -> 4x4): backward-
+// data as dot products over (tap, oc) rows (AVX-512, one group; weights read
+// in place when OCg == 1, else packed), image and channel tails, every rank
+// and weights layout; groups take the general path.
+TEST(FastConvF32, OnePixelCovering) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  using WF = WeightsFormat;
+  std::vector<Case> cases;
+  for (WF wf : {WF::IOX, WF::XOI, WF::OIX, WF::XIO})
+    cases.push_back(make(2, 9, 1, 7, 4, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, {0, 0}, true, wf));
+  cases.push_back(make(2, 5, 1, 10, 1, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));
+  cases.push_back(make(3, 3, 1, 5, 2, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}));
+  cases.push_back(make(1, 6, 1, 13, 16, {1}, {3}, {2}, {1}, {0}, {0}, {0}, false));
+  cases.push_back(make(2, 4, 2, 3, 4, {1, 1}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, {0, 0}));
+  uint32_t seed = 300;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
 // Few output columns: the reduction-vectorized (dot) tiles for 1..4 columns
 // (AVX-512; AVX2 runs the GEMM tiles), reduction tails, padding taps, groups;
 // and the kernel-tiles-output forward (K == s: one GEMM over taps x OCg
