@@ -316,9 +316,12 @@ TEST(PlanarF32, BackwardWeightsGemm) {
 // pads and output_padding, groups, 3D, row / slice / reduction-part tails,
 // channel blocks for few items, IOX (read in place) and XOI (packed) weights
 // and several thread counts, against the reference.
-void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool iox) {
+void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                         bool gemm = true) {
   SCOPED_TRACE(describe(p));
-  ASSERT_TRUE(x86::planar_backward_data_gemm(Isa::Avx512, p));
+  if (gemm) {
+    ASSERT_TRUE(x86::planar_backward_data_gemm(Isa::Avx512, p));
+  }
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
   auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
@@ -355,6 +358,18 @@ TEST(PlanarF32, BackwardDataGemm) {
       check_bwd_data_gemm(make(3, 2, 1, 33, 16, {3, 5, 6}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox);
       check_bwd_data_gemm(make(1, 1, 1, 64, 300, {700}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox);  // parts, chunks
       check_bwd_data_gemm(make(2, 1, 1, 100, 64, {8, 8}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);  // blocks
+    }
+}
+
+// Backward-data of a one-pixel src under a covering kernel (dot products):
+// IOX weights read in place, XOI packed first; groups, image and channel tails.
+TEST(PlanarF32, OnePixelCovering) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  int seed = 400;
+  for (bool iox : {false, true})
+    for (int nt : {1, 2}) {
+      check_bwd_data_gemm(make(2, 6, 1, 9, 4, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, false);
+      check_bwd_data_gemm(make(3, 5, 2, 3, 2, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, false);
     }
 }
 
