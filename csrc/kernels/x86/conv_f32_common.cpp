@@ -340,13 +340,17 @@ void pack_slab(const float* src, int64_t rs, int64_t cs, int64_t c0, int64_t c1,
 // input pixel (row), all taps x OCg columns at once (vectors filled even when
 // OCg is small), into a per-thread tile buffer, and each tap's OCg outputs are
 // copied to their pixel (along the innermost axis the taps' pixels are
-// consecutive: one run of K2 * OCg floats).
+// consecutive: one run of K2 * OCg floats). A one-pixel src (the "z -> 4x4"
+// first layer of a generator) is the same for any stride and any OCg: the
+// row-per-output-pixel GEMM would keep one tap of the tile's rows in six.
 bool patch_applies(Isa isa, const ConvProblem& p) {
-  if (p.G != 1 || p.ICg < 1 || p.OCg >= (isa == Isa::Avx512 ? 16 : 8) || p.taps() < 2)
-    return false;
-  for (int ax = 0; ax < kAxes; ++ax)
-    if (p.d[ax] != 1 || p.K[ax] != p.s[ax] || p.pb[ax] + p.O[ax] > p.s[ax] * p.I[ax])
-      return false;
+  if (p.G != 1 || p.ICg < 1 || p.taps() < 2) return false;
+  const bool one_pixel = p.src_spatial() == 1;
+  if (!one_pixel && p.OCg >= (isa == Isa::Avx512 ? 16 : 8)) return false;
+  for (int ax = 0; ax < kAxes; ++ax) {
+    const int64_t s = one_pixel ? p.K[ax] : p.s[ax];  // (one input: the stride is unused)
+    if (p.d[ax] != 1 || p.K[ax] != s || p.pb[ax] + p.O[ax] > s * p.I[ax]) return false;
+  }
   return true;
 }
 
@@ -374,19 +378,32 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
       for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
         tap_off[t] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
   const int64_t tiles = (rows + MR - 1) / MR;
-  const int64_t TBt = 16;  // tiles per work item
+  // Tiles per work item: up to 16, at least 4 items per thread when the
+  // tiles allow (a one-pixel src has one row per image).
+  const int64_t TBt = std::clamp<int64_t>(tiles / (4 * static_cast<int64_t>(nthreads)), 1, 16);
   const int64_t items = (tiles + TBt - 1) / TBt;
 #pragma omp parallel num_threads(nthreads)
   {
 #pragma omp for schedule(static)
-    for (int64_t c = 0; c < IC; ++c)
+    for (int64_t c = 0; c < IC; ++c) {
+      // Column j = t * OC + oc, walked by (t, oc): no divisions per element.
+      const float* src = W + c * wv.si;
+      int64_t t = 0, oc = 0;
       for (int64_t nb = 0; nb < NB; ++nb) {
         float* d = wp.get() + (nb * IC + c) * NR;
         for (int64_t jj = 0; jj < NR; ++jj) {
-          const int64_t j = nb * NR + jj;
-          d[jj] = j < ncol ? W[c * wv.si + (j % OC) * wv.so + tap_off[j / OC]] : 0.f;
+          if (t >= T) {
+            d[jj] = 0.f;
+            continue;
+          }
+          d[jj] = src[oc * wv.so + tap_off[t]];
+          if (++oc == OC) {
+            oc = 0;
+            ++t;
+          }
         }
       }
+    }
     AlignedBuf tile = aligned_floats(MR * ldS);
     std::vector<const float*> a(static_cast<size_t>(MR));
     std::vector<float*> o(static_cast<size_t>(MR));

@@ -369,6 +369,68 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
 
 namespace {
 
+// Forward of a one-pixel src whose kernel covers dst exactly (no pads,
+// dilation 1 where K > 1): each output pixel is one tap, and per image
+// dst[n, g*OCg + oc, tap] = bias + sum_a src[n, g*ICg + a] * W[g*ICg + a, oc, tap],
+// a GEMM whose columns (oc, tap) are the weights' IOX rows and dst's NCX
+// order. AVX-512 GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
+// the weights read in place when IOX-dense, else packed once.
+bool one_pixel_forward(const ConvProblem& p) {
+  bool fits = p.src_spatial() == 1;
+  for (int a = 0; a < kAxes && fits; ++a)
+    fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
+  return fits;
+}
+
+bool dense_forward(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
+                   float* dst, int nthreads) {
+  const int64_t T = p.taps(), J = p.OCg * T, IC = p.IC(), OC = p.OC(), ICg = p.ICg;
+  if (p.N == 0 || J == 0) return true;
+  const float* wd = static_cast<const float*>(w.data);
+  const bool in_place = iox_rows(p, w);
+  Buf packed = in_place ? Buf() : aligned(IC * J);
+  if (!in_place) {
+    std::vector<int64_t> koff(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t)
+      koff[t] = t / (p.K[1] * p.K[2]) * w.sk[0] + (t / p.K[2]) % p.K[1] * w.sk[1] +
+                t % p.K[2] * w.sk[2];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t ic = 0; ic < IC; ++ic)
+      for (int64_t b = 0; b < p.OCg; ++b)
+        for (int64_t t = 0; t < T; ++t) packed[ic * J + b * T + t] = wd[ic * w.si + b * w.so + koff[t]];
+  }
+  const float* const A = in_place ? wd : packed.get();
+  const int64_t w_stride = in_place ? w.si : J;
+  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;
+  const int64_t slices = (J + SW - 1) / SW, nblocks = (p.N + MR - 1) / MR;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+  for (int64_t gi = 0; gi < p.G; ++gi)
+    for (int64_t sl = 0; sl < slices; ++sl) {
+      const int64_t j0 = sl * SW;
+      PlanarGemmArgs args;
+      args.b = A + gi * ICg * w_stride + j0;
+      args.kc = ICg;
+      args.a_stride = IC;
+      args.b_stride = w_stride;
+      args.c_stride = OC * T;
+      args.n = std::min(SW, J - j0);
+      args.accumulate = bias != nullptr;
+      for (int64_t nb = 0; nb < nblocks; ++nb) {  // the slice's weights stay in L1
+        const int64_t n0 = nb * MR;
+        const int m = static_cast<int>(std::min(MR, p.N - n0));
+        float* c = dst + n0 * OC * T + gi * J + j0;
+        if (bias) {
+          for (int i = 0; i < m; ++i)
+            for (int64_t j = 0; j < args.n; ++j) c[i * OC * T + j] = bias[gi * p.OCg + (j0 + j) / T];
+        }
+        args.a = src + n0 * IC + gi * ICg;
+        args.c = c;
+        planar_f32_avx512_gemm(m)(&args);
+      }
+    }
+  return true;
+}
+
 // Plane items (see planar_f32): one image's input planes of a group, phase-
 // split and padded, fit in 64 KiB, and there are enough of them for the threads.
 bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
@@ -387,6 +449,8 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
 
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
+  if (forward && isa == Isa::Avx512 && one_pixel_forward(p))
+    return dense_forward(p, in, w, bias, out, nthreads);
   if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
   if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(p, in, w, out, nthreads);
   const Geometry g = geometry(p, forward);
@@ -1178,6 +1242,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const bool forward = pass == Pass::Forward;
   if (!forward && isa == Isa::Avx512 && one_pixel_covering(p))
     return true;  // dot products per output (z -> 4x4: 8x faster)
+  if (forward && isa == Isa::Avx512 && one_pixel_forward(p)) return true;  // one GEMM
   if (!forward && planar_backward_data_gemm(isa, p)) return true;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);

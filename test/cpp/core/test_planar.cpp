@@ -361,8 +361,35 @@ TEST(PlanarF32, BackwardDataGemm) {
     }
 }
 
-// Backward-data of a one-pixel src under a covering kernel (dot products):
-// IOX weights read in place, XOI packed first; groups, image and channel tails.
+// A one-pixel src under a covering kernel: backward-data as dot products,
+// forward as one GEMM over (oc, tap) columns; IOX weights read in place, XOI
+// packed first; bias or none, groups, image (tile rows) and column tails.
+void check_one_pixel_forward(const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                             bool with_bias) {
+  SCOPED_TRACE(describe(p));
+  std::mt19937 rng(seed);
+  const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
+  auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
+  auto x = random_ints(static_cast<size_t>(p.N * IC), rng);
+  auto bias = random_ints(static_cast<size_t>(OC), rng);
+  const WeightsView wv{w.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};
+  std::vector<float> want(static_cast<size_t>(p.N * OC * p.dst_spatial()));
+  reference_forward(p, DType::F32, ncx_view(x.data(), p.I, IC), wv, with_bias ? bias.data() : nullptr,
+                    ncx_view(want.data(), p.O, OC), 1);
+  std::vector<float> wx(w.size());  // XOI: (K0, K1, K2, OCg, IC)
+  const int64_t k_stride = p.OCg * IC;
+  for (int64_t ic = 0; ic < IC; ++ic)
+    for (int64_t oc = 0; oc < p.OCg; ++oc)
+      for (int64_t k = 0; k < T; ++k) wx[(k * p.OCg + oc) * IC + ic] = w[(ic * p.OCg + oc) * T + k];
+  const WeightsView xv{wx.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  std::vector<float> got(want.size(), NAN);
+  ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, true, x.data(), iox ? wv : xv,
+                              with_bias ? bias.data() : nullptr, got.data(), nthreads));
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) bad += !(got[i] == want[i]);
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(PlanarF32, OnePixelCovering) {
   if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
   int seed = 400;
@@ -370,6 +397,11 @@ TEST(PlanarF32, OnePixelCovering) {
     for (int nt : {1, 2}) {
       check_bwd_data_gemm(make(2, 6, 1, 9, 4, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, false);
       check_bwd_data_gemm(make(3, 5, 2, 3, 2, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, false);
+      for (bool b : {false, true}) {
+        check_one_pixel_forward(make(2, 27, 1, 9, 5, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, b);
+        check_one_pixel_forward(make(3, 5, 2, 3, 3, {1, 1, 1}, {2, 3, 2}, {2, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, b);
+        check_one_pixel_forward(make(1, 13, 3, 4, 7, {1}, {6}, {3}, {1}, {0}, {0}), ++seed, nt, iox, b);
+      }
     }
 }
 
