@@ -722,10 +722,13 @@ class PhaseRows {
         buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
         keys_(kEntries, nullptr) {}
 
-  // dst[j - jlo] = row[j*step + q] for j in [jlo, jlo + jn), 0 outside the
-  // row; `index` is the row's index in its plane (picks the cache slot).
-  void copy(const float* row, int64_t index, int64_t q, int64_t jlo, int64_t jn, float* dst) {
-    const int64_t slot = index & (kEntries - 1);
+  // dst[j - jlo] = row[j*step + q] for j in [jlo, jlo + jn), 0 outside the row.
+  void copy(const float* row, int64_t q, int64_t jlo, int64_t jn, float* dst) {
+    // The slot of the row's index in diff_dst (all planes: rows of several
+    // channels are live at once).
+    const int64_t slot =
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) / (sizeof(float) * len_)) &
+        (kEntries - 1);
     float* entry = buf_.data() + slot * step_ * nq_;
     if (keys_[slot] != row) {
       for (int64_t r = 0; r < step_; ++r)
@@ -769,8 +772,13 @@ class Im2col {
     }
   }
 
-  // Whether the taps share phase rows (see PhaseRows): strided, K2 > s.
-  bool shares_phases() const { return !identity_ && p_.s[2] > 1 && p_.K[2] > p_.s[2]; }
+  // Whether the taps share phase rows (see PhaseRows): strided, K2 > s, and
+  // rows not much longer than what a chunk of kKc positions reads of them (a
+  // cached row is gathered whole: 1D signals would gather their whole line
+  // per chunk and channel).
+  bool shares_phases() const {
+    return !identity_ && p_.s[2] > 1 && p_.K[2] > p_.s[2] && p_.O[2] <= 2 * kKc * p_.s[2];
+  }
 
   // Position p0 of an image as src coordinates (computed once per chunk).
   struct Start {
@@ -803,8 +811,7 @@ class Im2col {
       if (y0 < 0 || y1 < 0) {
         std::memset(out + (q - p0), 0, sizeof(float) * len);
       } else if (phases) {
-        phases->copy(plane + (y0 * O1 + y1) * O2, y0 * O1 + y1, tp.q2, x + tp.j2, len,
-                     out + (q - p0));
+        phases->copy(plane + (y0 * O1 + y1) * O2, tp.q2, x + tp.j2, len, out + (q - p0));
       } else {
         copy_phase_row(plane + (y0 * O1 + y1) * O2, O2, p.s[2], tp.q2, x + tp.j2, len,
                        out + (q - p0), planar_f32_avx512_strided_copy);
