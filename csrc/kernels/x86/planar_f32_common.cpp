@@ -314,6 +314,7 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
                              float* dx, int nthreads, bool channels_last) {
   const int64_t T = p.taps(), J = p.OCg * T;
   if (isa != Isa::Avx512 || !one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
+  nthreads = std::max(1, nthreads);
   const int64_t IC = p.IC(), OC = p.OC();
   // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
   bool in_place = iox_rows(p, w);
