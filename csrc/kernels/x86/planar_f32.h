@@ -55,13 +55,14 @@ using PlanarDotFn = void (*)(const PlanarDotArgs*);
 constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4;
 PlanarDotFn planar_f32_avx512_dot(int m, int n);  // m <= kPlanarDotMaxM, n <= kPlanarDotMaxN
 
-// Backward-weights GEMM tile of 1x1 kernels: m src channels x up to 32
-// diff_dst channels, reduced over kc positions:
+// GEMM tile: m rows x up to 32 columns, reduced over kc:
 //   c[i*c_stride + j] = (accumulate ? c[i*c_stride + j] : 0)
 //                       + sum_{r < kc} a[i*a_stride + r] * b[r*b_stride + j]
-// for i < m, j < n (n <= 32; b rows are readable for n floats). a rows are
-// src rows read in place (one broadcast per element), b the diff_dst
-// positions packed transposed (16-float vectors per row).
+// for i < m, j < n (n <= 32; b rows are readable for n floats); a is read one
+// broadcast per element, b as 16-float vectors. Used by the backward-weights
+// GEMMs (a = src rows, b = packed im2col of diff_dst), the backward-data
+// GEMMs (a = weights rows, b = im2col slices) and the one-pixel forward
+// (a = src pixels, b = weights rows).
 struct PlanarGemmArgs {
   const float* a;
   const float* b;

@@ -291,14 +291,63 @@ bool iox_rows(const ConvProblem& p, const WeightsView& w) {
   return dense;
 }
 
-// Backward-data as one dot product per output: src is one pixel, the kernel
-// covers diff_dst exactly (dst position = tap), and the (oc, tap) run is
-// whole AVX-512 vectors.
-bool one_pixel_covering(const ConvProblem& p) {
-  bool fits = p.src_spatial() == 1 && p.OCg * p.taps() > 0 && (p.OCg * p.taps()) % 16 == 0;
+// The weights as one row per input channel ic, column j = oc * taps + t (the
+// IOX order) or, taps_outer, j = t * OCg + oc: the weights themselves when
+// their strides give those rows (stride: w.si), else a copy packed once.
+struct WeightRows {
+  Buf packed;
+  const float* data;
+  int64_t stride;
+};
+
+WeightRows weight_rows(const ConvProblem& p, const WeightsView& w, bool taps_outer,
+                       int nthreads) {
+  const int64_t T = p.taps(), OCg = p.OCg, J = OCg * T, IC = p.IC();
+  const float* wd = static_cast<const float*>(w.data);
+  bool in_place = iox_rows(p, w);
+  if (taps_outer && OCg > 1) {
+    in_place = w.so == 1;
+    if (p.K[2] > 1) in_place = in_place && w.sk[2] == OCg;
+    if (p.K[1] > 1) in_place = in_place && w.sk[1] == p.K[2] * OCg;
+    if (p.K[0] > 1) in_place = in_place && w.sk[0] == p.K[1] * p.K[2] * OCg;
+  }
+  if (in_place) return {Buf(), wd, w.si};
+  WeightRows r{aligned(IC * J), nullptr, J};
+  r.data = r.packed.get();
+  std::vector<int64_t> koff(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    koff[t] = t / (p.K[1] * p.K[2]) * w.sk[0] + (t / p.K[2]) % p.K[1] * w.sk[1] +
+              t % p.K[2] * w.sk[2];
+  float* const out = r.packed.get();
+#pragma omp parallel for schedule(static) num_threads(std::max(1, nthreads))
+  for (int64_t ic = 0; ic < IC; ++ic) {
+    const float* src = wd + ic * w.si;
+    float* dst = out + ic * J;
+    if (taps_outer) {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t b = 0; b < OCg; ++b) dst[t * OCg + b] = src[b * w.so + koff[t]];
+    } else {
+      for (int64_t b = 0; b < OCg; ++b)
+        for (int64_t t = 0; t < T; ++t) dst[b * T + t] = src[b * w.so + koff[t]];
+    }
+  }
+  return r;
+}
+
+// src is one pixel and the kernel covers dst exactly (no pads, dilation 1
+// where K > 1): each dst position is one tap.
+bool one_pixel_forward(const ConvProblem& p) {
+  bool fits = p.src_spatial() == 1;
   for (int a = 0; a < kAxes && fits; ++a)
     fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
   return fits;
+}
+
+// Backward-data as one dot product per output: one_pixel_forward's shape,
+// with the (oc, tap) run whole AVX-512 vectors.
+bool one_pixel_covering(const ConvProblem& p) {
+  const int64_t J = p.OCg * p.taps();
+  return J > 0 && J % 16 == 0 && one_pixel_forward(p);
 }
 
 }  // namespace
@@ -317,36 +366,9 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
   nthreads = std::max(1, nthreads);
   const int64_t IC = p.IC(), OC = p.OC();
   // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
-  bool in_place = iox_rows(p, w);
-  if (channels_last) {
-    in_place = p.OCg == 1 ? iox_rows(p, w) : w.so == 1;
-    if (p.K[2] > 1) in_place = in_place && w.sk[2] == p.OCg;
-    if (p.K[1] > 1) in_place = in_place && w.sk[1] == p.K[2] * p.OCg;
-    if (p.K[0] > 1) in_place = in_place && w.sk[0] == p.K[1] * p.K[2] * p.OCg;
-  }
-  const float* wd = static_cast<const float*>(w.data);
-  Buf packed = in_place ? Buf() : aligned(IC * J);
-  if (!in_place) {
-    std::vector<int64_t> koff(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t)
-      koff[t] = t / (p.K[1] * p.K[2]) * w.sk[0] + (t / p.K[2]) % p.K[1] * w.sk[1] +
-                t % p.K[2] * w.sk[2];
-    const int64_t OCg = p.OCg;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t ic = 0; ic < IC; ++ic) {
-      const float* src = wd + ic * w.si;
-      float* dst = packed.get() + ic * J;
-      if (channels_last) {
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t b = 0; b < OCg; ++b) dst[t * OCg + b] = src[b * w.so + koff[t]];
-      } else {
-        for (int64_t b = 0; b < OCg; ++b)
-          for (int64_t t = 0; t < T; ++t) dst[b * T + t] = src[b * w.so + koff[t]];
-      }
-    }
-  }
-  const float* const A = in_place ? wd : packed.get();
-  const int64_t a_stride = in_place ? w.si : J;
+  const WeightRows rows = weight_rows(p, w, channels_last, nthreads);
+  const float* const A = rows.data;
+  const int64_t a_stride = rows.stride;
   const int64_t mblocks = (p.ICg + kPlanarDotMaxM - 1) / kPlanarDotMaxM;
   const int64_t nblocks = (p.N + kPlanarDotMaxN - 1) / kPlanarDotMaxN;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
@@ -370,38 +392,20 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
 
 namespace {
 
-// Forward of a one-pixel src whose kernel covers dst exactly (no pads,
-// dilation 1 where K > 1): each output pixel is one tap, and per image
+// Forward of a one-pixel src whose kernel covers dst exactly
+// (one_pixel_forward): per image
 // dst[n, g*OCg + oc, tap] = bias + sum_a src[n, g*ICg + a] * W[g*ICg + a, oc, tap],
 // a GEMM whose columns (oc, tap) are the weights' IOX rows and dst's NCX
 // order. AVX-512 GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
 // the weights read in place when IOX-dense, else packed once.
-bool one_pixel_forward(const ConvProblem& p) {
-  bool fits = p.src_spatial() == 1;
-  for (int a = 0; a < kAxes && fits; ++a)
-    fits = p.O[a] == p.K[a] && p.pb[a] == 0 && (p.K[a] == 1 || p.d[a] == 1);
-  return fits;
-}
 
 bool dense_forward(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
                    float* dst, int nthreads) {
   const int64_t T = p.taps(), J = p.OCg * T, IC = p.IC(), OC = p.OC(), ICg = p.ICg;
   if (p.N == 0 || J == 0) return true;
-  const float* wd = static_cast<const float*>(w.data);
-  const bool in_place = iox_rows(p, w);
-  Buf packed = in_place ? Buf() : aligned(IC * J);
-  if (!in_place) {
-    std::vector<int64_t> koff(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t)
-      koff[t] = t / (p.K[1] * p.K[2]) * w.sk[0] + (t / p.K[2]) % p.K[1] * w.sk[1] +
-                t % p.K[2] * w.sk[2];
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t b = 0; b < p.OCg; ++b)
-        for (int64_t t = 0; t < T; ++t) packed[ic * J + b * T + t] = wd[ic * w.si + b * w.so + koff[t]];
-  }
-  const float* const A = in_place ? wd : packed.get();
-  const int64_t w_stride = in_place ? w.si : J;
+  const WeightRows rows = weight_rows(p, w, false, nthreads);
+  const float* const A = rows.data;
+  const int64_t w_stride = rows.stride;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;
   const int64_t slices = (J + SW - 1) / SW, nblocks = (p.N + MR - 1) / MR;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
@@ -986,27 +990,15 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
   const int64_t J = OCg * T;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
-  const float* const wd = static_cast<const float*>(w.data);
   if (p.N == 0 || P == 0 || IC == 0) return true;
   if (J == 0) {
     std::memset(dx, 0, sizeof(float) * p.N * IC * P);
     return true;
   }
-  // The weights as [ic][j] rows: in place when IOX-dense per ic, else packed.
-  const bool direct = iox_rows(p, w);
-  Buf packed = direct ? Buf() : aligned(IC * J);
-  if (!direct) {
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t j = 0; j < J; ++j) {
-        const int64_t b = j / T, t = j % T;
-        const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
-        packed[ic * J + j] =
-            wd[ic * w.si + b * w.so + k0 * w.sk[0] + k1 * w.sk[1] + k2 * w.sk[2]];
-      }
-  }
-  const float* const A = direct ? wd : packed.get();
-  const int64_t a_stride = direct ? w.si : J;
+  // The weights as [ic][j] rows (in place when IOX-dense per ic).
+  const WeightRows rows = weight_rows(p, w, false, nthreads);
+  const float* const A = rows.data;
+  const int64_t a_stride = rows.stride;
   // Chunks of positions whose D^T stays within 512 KiB (L2).
   const int64_t kc_max = std::max<int64_t>(
       SW, std::min<int64_t>(kKc, (512 << 10) / (4 * J) / SW * SW));
