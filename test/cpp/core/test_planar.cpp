@@ -229,6 +229,26 @@ TEST(PlanarF32, ZeroSizes) {
   }
 }
 
+// Weights views over a dense buffer: IOX (the reference's) and XOI
+// (K0, K1, K2, OCg, IC).
+WeightsView iox_view(float* data, const ConvProblem& p) {
+  return WeightsView{data, p.OCg * p.taps(), p.taps(), {p.K[1] * p.K[2], p.K[2], 1}};
+}
+WeightsView xoi_view(float* data, const ConvProblem& p) {
+  const int64_t k_stride = p.OCg * p.IC();
+  return WeightsView{data, 1, p.IC(), {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+}
+
+// IOX weights copied into the XOI layout.
+std::vector<float> to_xoi(const std::vector<float>& w, const ConvProblem& p) {
+  const int64_t IC = p.IC(), T = p.taps();
+  std::vector<float> wx(w.size());
+  for (int64_t ic = 0; ic < IC; ++ic)
+    for (int64_t oc = 0; oc < p.OCg; ++oc)
+      for (int64_t k = 0; k < T; ++k) wx[(k * p.OCg + oc) * IC + ic] = w[(ic * p.OCg + oc) * T + k];
+  return wx;
+}
+
 // Backward-weights (AVX-512 only): random geometry into an XOI-strided result
 // and the larger layers, against the reference.
 void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool iox = false) {
@@ -238,15 +258,12 @@ void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool i
   auto x = random_ints(static_cast<size_t>(p.N * IC * p.src_spatial()), rng);
   auto dy = random_ints(static_cast<size_t>(p.N * OC * p.dst_spatial()), rng);
   std::vector<float> want(static_cast<size_t>(IC * p.OCg * T));
-  const WeightsView wv{want.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};  // IOX
+  const WeightsView wv = iox_view(want.data(), p);
   reference_backward_weights(p, DType::F32, ncx_view(x.data(), p.I, IC),
                              ncx_view(dy.data(), p.O, OC), wv, 1);
   std::vector<float> got(want.size(), NAN);
-  // XOI: (K0, K1, K2, OCg, IC), or IOX like the reference's.
-  const int64_t k_stride = p.OCg * IC;
-  const WeightsView gv =
-      iox ? WeightsView{got.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}}
-          : WeightsView{got.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  // XOI, or IOX like the reference's.
+  const WeightsView gv = iox ? iox_view(got.data(), p) : xoi_view(got.data(), p);
   ASSERT_TRUE(x86::planar_bwd_weights_f32(Isa::Avx512, p, x.data(), dy.data(), gv, nthreads));
   int64_t bad = 0;
   for (int64_t ic = 0; ic < IC; ++ic)
@@ -326,17 +343,12 @@ void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
   auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
   auto dy = random_ints(static_cast<size_t>(p.N * OC * p.dst_spatial()), rng);
-  const WeightsView wv{w.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};
+  const WeightsView wv = iox_view(w.data(), p);
   std::vector<float> want(static_cast<size_t>(p.N * IC * p.src_spatial()));
   reference_backward_data(p, DType::F32, ncx_view(dy.data(), p.O, OC), wv,
                           ncx_view(want.data(), p.I, IC), 1);
-  // XOI: (K0, K1, K2, OCg, IC).
-  std::vector<float> wx(w.size());
-  const int64_t k_stride = p.OCg * IC;
-  for (int64_t ic = 0; ic < IC; ++ic)
-    for (int64_t oc = 0; oc < p.OCg; ++oc)
-      for (int64_t k = 0; k < T; ++k) wx[(k * p.OCg + oc) * IC + ic] = w[(ic * p.OCg + oc) * T + k];
-  const WeightsView xv{wx.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  std::vector<float> wx = to_xoi(w, p);
+  const WeightsView xv = xoi_view(wx.data(), p);
   std::vector<float> got(want.size(), NAN);
   ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, false, dy.data(), iox ? wv : xv, nullptr, got.data(),
                               nthreads));
@@ -372,16 +384,12 @@ void check_one_pixel_forward(const ConvProblem& p, uint32_t seed, int nthreads, 
   auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
   auto x = random_ints(static_cast<size_t>(p.N * IC), rng);
   auto bias = random_ints(static_cast<size_t>(OC), rng);
-  const WeightsView wv{w.data(), p.OCg * T, T, {p.K[1] * p.K[2], p.K[2], 1}};
+  const WeightsView wv = iox_view(w.data(), p);
   std::vector<float> want(static_cast<size_t>(p.N * OC * p.dst_spatial()));
   reference_forward(p, DType::F32, ncx_view(x.data(), p.I, IC), wv, with_bias ? bias.data() : nullptr,
                     ncx_view(want.data(), p.O, OC), 1);
-  std::vector<float> wx(w.size());  // XOI: (K0, K1, K2, OCg, IC)
-  const int64_t k_stride = p.OCg * IC;
-  for (int64_t ic = 0; ic < IC; ++ic)
-    for (int64_t oc = 0; oc < p.OCg; ++oc)
-      for (int64_t k = 0; k < T; ++k) wx[(k * p.OCg + oc) * IC + ic] = w[(ic * p.OCg + oc) * T + k];
-  const WeightsView xv{wx.data(), 1, IC, {p.K[1] * p.K[2] * k_stride, p.K[2] * k_stride, k_stride}};
+  std::vector<float> wx = to_xoi(w, p);
+  const WeightsView xv = xoi_view(wx.data(), p);
   std::vector<float> got(want.size(), NAN);
   ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, true, x.data(), iox ? wv : xv,
                               with_bias ? bias.data() : nullptr, got.data(), nthreads));
