@@ -850,6 +850,15 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       // looked up in the phase's row order).
       const int64_t* const perm = ph.perm.empty() ? nullptr : ph.perm.data();
       int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
+      auto next = [R1, R2](int64_t& c0, int64_t& c1, int64_t& c2) {  // the next row
+        if (++c2 == R2) {
+          c2 = 0;
+          if (++c1 == R1) {
+            c1 = 0;
+            ++c0;
+          }
+        }
+      };
       const bool rows_ok = !ph.tapoff.empty();
       const char *int0 = a0.interior.data(), *int1 = a1.interior.data(), *int2 = a2.interior.data();
       for (int64_t tile = 0; tile < ntiles; ++tile) {
@@ -862,13 +871,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           for (int64_t m = 0; m < mr && all; ++m) {
             if (r0 + tile * mr + m >= prows) break;
             all = int0[k0] && int1[k1] && int2[k2];
-            if (++k2 == R2) {
-              k2 = 0;
-              if (++k1 == R1) {
-                k1 = 0;
-                ++k0;
-              }
-            }
+            next(k0, k1, k2);
           }
           if (all) {
             const float** rb = row_base.data() + tile * mr;
@@ -880,13 +883,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
               }
               rb[m] = in_base + in0[j0 * T0] + in1[j1 * T1] + in2[j2 * T2];
               outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
-              if (++j2 == R2) {
-                j2 = 0;
-                if (++j1 == R1) {
-                  j1 = 0;
-                  ++j0;
-                }
-              }
+              next(j0, j1, j2);
             }
             tile_rowmode[tile] = 1;
             tile_fused[tile] = fuse;  // every axis-2 tap is inside
@@ -924,13 +921,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                   pad |= o < 0;
                   *a = o >= 0 ? in_base + o : zp;
                 }
-              if (++j2 == R2) {
-                j2 = 0;
-                if (++j1 == R1) {
-                  j1 = 0;
-                  ++j0;
-                }
-              }
+              next(j0, j1, j2);
             }
             tile_pad[tile] = pad;
             continue;
@@ -963,13 +954,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                 *a = o >= 0 ? in_base + o : zp;
               }
             }
-          if (++j2 == R2) {
-            j2 = 0;
-            if (++j1 == R1) {
-              j1 = 0;
-              ++j0;
-            }
-          }
+          next(j0, j1, j2);
         }
         tile_pad[tile] = pad;
       }
