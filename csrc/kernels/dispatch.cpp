@@ -120,8 +120,6 @@ void set_ncx_path(NcxPath path) { g_ncx.store(static_cast<int>(path), std::memor
 bool use_planar(const ConvProblem& p, Pass pass) {
   const Isa isa = active_isa();
   if (isa == Isa::Reference) return false;
-  // The planar backward-weights kernel is AVX-512 only.
-  if (pass == Pass::BackwardWeights && isa != Isa::Avx512) return false;
   switch (ncx_path()) {
     case NcxPath::Planar: return true;
     case NcxPath::ChannelsLast: return false;

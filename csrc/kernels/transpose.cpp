@@ -1,6 +1,6 @@
 // Batched f32 transpose for the layout changes between NCX and the
 // channels-last buffers of the fast kernels: cache-sized tiles in parallel,
-// 16x16 register blocks on AVX-512, scalar loops elsewhere and on the edges.
+// 16x16 register blocks on AVX-512 and AVX2, scalar loops elsewhere and on the edges.
 #include <algorithm>
 
 #include "dispatch.h"
@@ -27,7 +27,11 @@ void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int6
 
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
                    int nthreads) {
-  const bool avx512 = active_isa() == Isa::Avx512;
+  const Isa isa = active_isa();
+  void (*const block)(const float*, int64_t, float*, int64_t) =
+      isa == Isa::Avx512 ? x86::transpose_block16_avx512
+      : isa == Isa::Avx2 ? x86::transpose_block16_avx2
+                         : nullptr;
   const int64_t tr = (rows + kTileRows - 1) / kTileRows,
                 tc = (cols + kTileCols - 1) / kTileCols;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
@@ -39,12 +43,12 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
         const int64_t i0 = bi * kTileRows, i1 = std::min(rows, i0 + kTileRows);
         const int64_t j0 = bj * kTileCols, j1 = std::min(cols, j0 + kTileCols);
         int64_t i_full = i0, j_full = j0;
-        if (avx512) {
+        if (block) {
           i_full = i0 + (i1 - i0) / 16 * 16;
           j_full = j0 + (j1 - j0) / 16 * 16;
           for (int64_t i = i0; i < i_full; i += 16)
             for (int64_t j = j0; j < j_full; j += 16)
-              x86::transpose_block16_avx512(s + i * cols + j, cols, d + j * rows + i, rows);
+              block(s + i * cols + j, cols, d + j * rows + i, rows);
         } else {
           i_full = j_full = -1;  // everything below
         }

@@ -52,14 +52,19 @@ struct PlanarDotArgs {
   int64_t nrows, nvec, a_stride, b_stride, out_m, out_n;
 };
 using PlanarDotFn = void (*)(const PlanarDotArgs*);
-constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4;
-PlanarDotFn planar_f32_avx512_dot(int m, int n);  // m <= kPlanarDotMaxM, n <= kPlanarDotMaxN
+// m <= kPlanarDotMaxM, n <= kPlanarDotMaxN; AVX2 also m * n <= kPlanarAvx2DotAccs
+// (null past it: the accumulators and one loaded vector per tile row and
+// column fill the 16 registers).
+constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4, kPlanarAvx2DotAccs = 9;
+PlanarDotFn planar_f32_avx512_dot(int m, int n);
+PlanarDotFn planar_f32_avx2_dot(int m, int n);
 
 // GEMM tile: m rows x up to 32 columns, reduced over kc:
 //   c[i*c_stride + j] = (accumulate ? c[i*c_stride + j] : 0)
 //                       + sum_{r < kc} a[i*a_stride + r] * b[r*b_stride + j]
 // for i < m, j < n (n <= 32; b rows are readable for n floats); a is read one
-// broadcast per element, b as 16-float vectors. Used by the backward-weights
+// broadcast per element, b as vectors (AVX2: sub-tiles of up to 6 rows x 16
+// columns, each reading its rows of a and columns of b). Used by the backward-weights
 // GEMMs (a = src rows, b = packed im2col of diff_dst), the backward-data
 // GEMMs (a = weights rows, b = im2col slices) and the one-pixel forward
 // (a = src pixels, b = weights rows).
@@ -72,9 +77,12 @@ struct PlanarGemmArgs {
 using PlanarGemmFn = void (*)(const PlanarGemmArgs*);
 constexpr int kPlanarGemmMaxM = 12, kPlanarGemmN = 32;
 PlanarGemmFn planar_f32_avx512_gemm(int m);  // 1 <= m <= kPlanarGemmMaxM
+PlanarGemmFn planar_f32_avx2_gemm(int m);
 
-// dst[j] = src[j * step] for j < n (AVX-512 gathers; any step >= 1).
+// dst[j] = src[j * step] for j < n (gathers; any step >= 1 with 15 * step
+// within int32).
 void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst);
+void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, float* dst);
 
 }  // namespace x86
 }  // namespace tct

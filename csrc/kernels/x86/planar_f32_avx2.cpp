@@ -91,7 +91,171 @@ Table make_table() {
   return t;
 }
 
+// Dot tile (planar_f32.h): each 16-float unit of a row as two vectors.
+template <int M, int N>
+void dot(const PlanarDotArgs* a) {
+  __m256 acc[M][N];
+  #pragma GCC unroll 32
+  for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 32
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int64_t as = a->a_stride, bs = a->b_stride, nf = a->nvec * 16;
+  for (int64_t r = 0; r < a->nrows; ++r) {
+    const float* pa = a->a[r];
+    const float* pb = a->b[r];
+    for (int64_t x = 0; x < nf; x += 8) {
+      __m256 u[M], v[N];
+      #pragma GCC unroll 32
+      for (int i = 0; i < M; ++i) u[i] = _mm256_loadu_ps(pa + i * as + x);
+      #pragma GCC unroll 32
+      for (int j = 0; j < N; ++j) v[j] = _mm256_loadu_ps(pb + j * bs + x);
+      #pragma GCC unroll 32
+      for (int i = 0; i < M; ++i)
+        #pragma GCC unroll 32
+        for (int j = 0; j < N; ++j) acc[i][j] = _mm256_fmadd_ps(u[i], v[j], acc[i][j]);
+    }
+  }
+  #pragma GCC unroll 32
+  for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 32
+    for (int j = 0; j < N; ++j) {
+      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]), _mm256_extractf128_ps(acc[i][j], 1));
+      const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      a->out[i * a->out_m + j * a->out_n] += _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+    }
+}
+
+using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
+
+template <int M, int N>
+void fill_dot(DotTable& t) {
+  if constexpr (M * N <= kPlanarAvx2DotAccs) t[M][N] = &dot<M, N>;
+  if constexpr (N < kPlanarDotMaxN) {
+    fill_dot<M, N + 1>(t);
+  } else if constexpr (M < kPlanarDotMaxM) {
+    fill_dot<M + 1, 1>(t);
+  }
+}
+
+// GEMM (planar_f32.h) as sub-tiles of R <= 6 rows x NV <= 2 vectors (16
+// columns): 2R accumulators, NV B vectors and a broadcast in the 16 ymm
+// registers. Full: all NV*8 columns are inside n (no masks).
+template <int R, int NV, bool Full>
+void gemm_sub(const PlanarGemmArgs* a, int64_t row0, int64_t col0) {
+  const int64_t left = a->n - col0;
+  const __m256i k0 = lanes(std::min<int64_t>(left, 8)), k1 = lanes(std::min<int64_t>(left - 8, 8));
+  const int64_t kc = a->kc, as = a->a_stride, bs = a->b_stride, cs = a->c_stride;
+  float* const c = a->c + row0 * cs + col0;
+  __m256 acc[R][NV];
+  #pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    #pragma GCC unroll 32
+    for (int v = 0; v < NV; ++v) {
+      const float* o = c + i * cs + 8 * v;
+      acc[i][v] = !a->accumulate ? _mm256_setzero_ps()
+                  : Full         ? _mm256_loadu_ps(o)
+                                 : _mm256_maskload_ps(o, v == 0 ? k0 : k1);
+    }
+  const float* pa = a->a + row0 * as;
+  const float* pb = a->b + col0;
+  for (int64_t r = 0; r < kc; ++r, ++pa, pb += bs) {
+    __m256 b[NV];
+    #pragma GCC unroll 32
+    for (int v = 0; v < NV; ++v)
+      b[v] = Full ? _mm256_loadu_ps(pb + 8 * v) : _mm256_maskload_ps(pb + 8 * v, v == 0 ? k0 : k1);
+    #pragma GCC unroll 32
+    for (int i = 0; i < R; ++i) {
+      const __m256 x = _mm256_broadcast_ss(pa + i * as);
+      #pragma GCC unroll 32
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(x, b[v], acc[i][v]);
+    }
+  }
+  #pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    #pragma GCC unroll 32
+    for (int v = 0; v < NV; ++v) {
+      float* o = c + i * cs + 8 * v;
+      if (Full) {
+        _mm256_storeu_ps(o, acc[i][v]);
+      } else {
+        _mm256_maskstore_ps(o, v == 0 ? k0 : k1, acc[i][v]);
+      }
+    }
+}
+
+using GemmSub = void (*)(const PlanarGemmArgs*, int64_t, int64_t);
+constexpr int kSubRows = 6;
+
+template <int R>
+void fill_sub(std::array<std::array<GemmSub, 3>, kSubRows + 1>& t) {
+  t[R][0] = &gemm_sub<R, 1, false>;
+  t[R][1] = &gemm_sub<R, 2, false>;
+  t[R][2] = &gemm_sub<R, 2, true>;
+  if constexpr (R < kSubRows) fill_sub<R + 1>(t);
+}
+
+void gemm(const PlanarGemmArgs* a, int m) {
+  static const auto subs = [] {
+    std::array<std::array<GemmSub, 3>, kSubRows + 1> t{};
+    fill_sub<1>(t);
+    return t;
+  }();
+  // Even row chunks (7 rows: 4 + 3), columns in 16-wide halves.
+  const int chunks = (m + kSubRows - 1) / kSubRows, rows = (m + chunks - 1) / chunks;
+  for (int64_t col0 = 0; col0 < a->n; col0 += 16) {
+    const int64_t nc = std::min<int64_t>(16, a->n - col0);
+    const int kind = nc == 16 ? 2 : nc > 8 ? 1 : 0;
+    for (int row0 = 0; row0 < m; row0 += rows) subs[std::min(rows, m - row0)][kind](a, row0, col0);
+  }
+}
+
+template <int M>
+void gemm_m(const PlanarGemmArgs* a) {
+  gemm(a, M);
+}
+
+using GemmTable = std::array<PlanarGemmFn, kPlanarGemmMaxM + 1>;
+
+template <int M>
+void fill_gemm(GemmTable& t) {
+  t[M] = &gemm_m<M>;
+  if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
+}
+
 }  // namespace
+
+void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                         _mm256_set1_epi32(static_cast<int>(step)));
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8, src += 8 * step) _mm256_storeu_ps(dst + j, _mm256_i32gather_ps(src, idx, 4));
+  if (j < n) {  // only the lanes in the mask are read
+    const __m256i k = lanes(n - j);
+    _mm256_maskstore_ps(dst + j, k,
+                        _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, idx,
+                                                 _mm256_castsi256_ps(k), 4));
+  }
+}
+
+PlanarGemmFn planar_f32_avx2_gemm(int m) {
+  static const GemmTable table = [] {
+    GemmTable t{};
+    fill_gemm<1>(t);
+    return t;
+  }();
+  if (m < 1 || m > kPlanarGemmMaxM) return nullptr;
+  return table[m];
+}
+
+PlanarDotFn planar_f32_avx2_dot(int m, int n) {
+  static const DotTable table = [] {
+    DotTable t{};
+    fill_dot<1, 1>(t);
+    return t;
+  }();
+  if (m < 1 || m > kPlanarDotMaxM || n < 1 || n > kPlanarDotMaxN) return nullptr;
+  return table[m][n];
+}
 
 PlanarTileFn planar_f32_avx2_tile(int m, int nv) {
   static const Table table = make_table();

@@ -245,7 +245,53 @@ int64_t max_segments(const Geometry& g) {
 using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
 
 StridedCopy strided_copy(Isa isa) {
-  return isa == Isa::Avx512 ? planar_f32_avx512_strided_copy : nullptr;
+  return isa == Isa::Avx512 ? planar_f32_avx512_strided_copy
+         : isa == Isa::Avx2 ? planar_f32_avx2_strided_copy
+                            : nullptr;
+}
+
+// The helper kernels of an ISA (planar_f32.h, transpose.h) used by the GEMM
+// and dot-product paths.
+struct Ops {
+  PlanarGemmFn (*gemm)(int m);
+  PlanarDotFn (*dot)(int m, int n);
+  StridedCopy copy;
+  void (*transpose16)(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
+  bool avx512;
+};
+
+Ops ops(Isa isa) {
+  if (isa == Isa::Avx512)
+    return {planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
+            transpose_block16_avx512, true};
+  return {planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
+          transpose_block16_avx2, false};
+}
+
+// The dot tile (rows x columns) that covers an M x N result best: AVX-512
+// 4 x 4; AVX2 the shape with the least work over the whole result, a tile
+// of m x n costing max(m*n FMAs, m + n loads) per vector (both two per cycle).
+struct DotShape {
+  int m, n;
+};
+
+DotShape dot_shape(const Ops& k, int64_t M, int64_t N) {
+  if (k.avx512) return {kPlanarDotMaxM, kPlanarDotMaxN};
+  DotShape best{1, 1};
+  int64_t best_cost = -1;
+  for (int m = 1; m <= kPlanarDotMaxM; ++m)
+    for (int n = 1; n <= kPlanarDotMaxN; ++n) {
+      if (m * n > kPlanarAvx2DotAccs) continue;
+      auto tile = [](int64_t a, int64_t b) { return std::max(a * b, a + b); };
+      const int64_t fm = M / m, rm = M % m, fn = N / n, rn = N % n;
+      const int64_t cost = fm * fn * tile(m, n) + (rm ? fn * tile(rm, n) : 0) +
+                           (rn ? fm * tile(m, rn) : 0) + (rm && rn ? tile(rm, rn) : 0);
+      if (best_cost < 0 || cost < best_cost || (cost == best_cost && m * n > best.m * best.n)) {
+        best = {m, n};
+        best_cost = cost;
+      }
+    }
+  return best;
 }
 
 // One input phase of a row, zero-padded: dst[j - jlo] = row[j*step + q] for
@@ -344,7 +390,7 @@ bool one_pixel_forward(const ConvProblem& p) {
 }
 
 // Backward-data as one dot product per output: one_pixel_forward's shape,
-// with the (oc, tap) run whole AVX-512 vectors.
+// with the (oc, tap) run a multiple of 16 floats (the dot tiles' unit).
 bool one_pixel_covering(const ConvProblem& p) {
   const int64_t J = p.OCg * p.taps();
   return J > 0 && J % 16 == 0 && one_pixel_forward(p);
@@ -355,29 +401,31 @@ bool one_pixel_covering(const ConvProblem& p) {
 // Backward-data of a layer whose src is one pixel and whose kernel covers
 // diff_dst exactly (the "z -> 4x4" first layer of a generator): each output
 // is a dot product of a weights row and one image of diff_dst, contiguous in
-// (oc, tap) order (NCX) or, for one group, (tap, oc) order (NXC). AVX-512 dot
+// (oc, tap) order (NCX) or, for one group, (tap, oc) order (NXC). Dot
 // tiles over the weights rows in that order: read in place when the weights'
 // strides give it, else packed once. False when the shapes do not fit (then
 // the general paths run).
 bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
                              float* dx, int nthreads, bool channels_last) {
   const int64_t T = p.taps(), J = p.OCg * T;
-  if (isa != Isa::Avx512 || !one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
+  if (!one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
   nthreads = std::max(1, nthreads);
+  const Ops k = ops(isa);
+  const DotShape ds = dot_shape(k, p.ICg, p.N);
   const int64_t IC = p.IC(), OC = p.OC();
   // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
   const WeightRows rows = weight_rows(p, w, channels_last, nthreads);
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
-  const int64_t mblocks = (p.ICg + kPlanarDotMaxM - 1) / kPlanarDotMaxM;
-  const int64_t nblocks = (p.N + kPlanarDotMaxN - 1) / kPlanarDotMaxN;
+  const int64_t mblocks = (p.ICg + ds.m - 1) / ds.m;
+  const int64_t nblocks = (p.N + ds.n - 1) / ds.n;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
   for (int64_t gi = 0; gi < p.G; ++gi)
     for (int64_t mb = 0; mb < mblocks; ++mb)
       for (int64_t nb = 0; nb < nblocks; ++nb) {
-        const int64_t a0 = mb * kPlanarDotMaxM, n0 = nb * kPlanarDotMaxN;
-        const int m = static_cast<int>(std::min<int64_t>(kPlanarDotMaxM, p.ICg - a0));
-        const int nn = static_cast<int>(std::min<int64_t>(kPlanarDotMaxN, p.N - n0));
+        const int64_t a0 = mb * ds.m, n0 = nb * ds.n;
+        const int m = static_cast<int>(std::min<int64_t>(ds.m, p.ICg - a0));
+        const int nn = static_cast<int>(std::min<int64_t>(ds.n, p.N - n0));
         const int64_t ic = gi * p.ICg + a0;
         const float* arow = A + ic * a_stride;
         const float* brow = dy + n0 * OC * T + gi * J;
@@ -385,7 +433,7 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < nn; ++j) o[i + j * IC] = 0.f;
         PlanarDotArgs args{&arow, &brow, o, 1, J / 16, a_stride, OC * T, 1, IC};
-        planar_f32_avx512_dot(m, nn)(&args);
+        k.dot(m, nn)(&args);
       }
   return true;
 }
@@ -396,11 +444,11 @@ namespace {
 // (one_pixel_forward): per image
 // dst[n, g*OCg + oc, tap] = bias + sum_a src[n, g*ICg + a] * W[g*ICg + a, oc, tap],
 // a GEMM whose columns (oc, tap) are the weights' IOX rows and dst's NCX
-// order. AVX-512 GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
+// order. GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
 // the weights read in place when IOX-dense, else packed once.
 
-bool dense_forward(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
-                   float* dst, int nthreads) {
+bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
+                   const float* bias, float* dst, int nthreads) {
   const int64_t T = p.taps(), J = p.OCg * T, IC = p.IC(), OC = p.OC(), ICg = p.ICg;
   if (p.N == 0 || J == 0) return true;
   const WeightRows rows = weight_rows(p, w, false, nthreads);
@@ -430,7 +478,7 @@ bool dense_forward(const ConvProblem& p, const float* src, WeightsView w, const 
         }
         args.a = src + n0 * IC + gi * ICg;
         args.c = c;
-        planar_f32_avx512_gemm(m)(&args);
+        ops(isa).gemm(m)(&args);
       }
     }
   return true;
@@ -449,15 +497,15 @@ bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
 
 namespace {
 bool gemm_bwd_data_preferred(const ConvProblem& p);
-bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* dx, int nthreads);
+bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
+                   int nthreads);
 }  // namespace
 
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads) {
-  if (forward && isa == Isa::Avx512 && one_pixel_forward(p))
-    return dense_forward(p, in, w, bias, out, nthreads);
+  if (forward && one_pixel_forward(p)) return dense_forward(isa, p, in, w, bias, out, nthreads);
   if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
-  if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(p, in, w, out, nthreads);
+  if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(isa, p, in, w, out, nthreads);
   const Geometry g = geometry(p, forward);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
@@ -695,14 +743,14 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   return true;
 }
 
-// Backward-weights on dense NCX tensors (AVX-512) as GEMMs over im2col
+// Backward-weights on dense NCX tensors (AVX-512, AVX2) as GEMMs over im2col
 // chunks of diff_dst:
 //   diff_W(g*ICg+a, b, k) = sum_{n, p} src[n, g*ICg+a, p] * D[n, p, (b, k)]
 //   D[n, p, (b, k)] = diff_dst[n, g*OCg+b, p*s - pb + k*d]  (per axis; 0 outside)
 // over the src positions p of each image (contiguous in NCX). The columns
 // j = b*taps + k are the weights' own IOX order. Per chunk of kKc positions
 // an item packs its columns of D transposed ([position][column], gathered
-// rows then 16x16 register transposes) and runs the GEMM tiles (planar_f32.h)
+// rows then 16x16 block transposes) and runs the GEMM tiles (planar_f32.h)
 // over 32-column slices of the pack, which stay in L1, against the src rows
 // read in place. Work is split over the reduction (each part sums its chunks
 // into its own copy of the result: extra memory parts-1 copies, used when the
@@ -722,8 +770,8 @@ constexpr int64_t kKc = 256;
 // A small direct-mapped cache of one work item (rows keyed by address).
 class PhaseRows {
  public:
-  PhaseRows(int64_t len, int64_t step)
-      : len_(len), step_(step), nq_((len + step - 1) / step),
+  PhaseRows(int64_t len, int64_t step, StridedCopy strided)
+      : len_(len), step_(step), nq_((len + step - 1) / step), strided_(strided),
         buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
         keys_(kEntries, nullptr) {}
 
@@ -737,7 +785,7 @@ class PhaseRows {
     float* entry = buf_.data() + slot * step_ * nq_;
     if (keys_[slot] != row) {
       for (int64_t r = 0; r < step_; ++r)
-        copy_phase_row(row, len_, step_, r, 0, nq_, entry + r * nq_, planar_f32_avx512_strided_copy);
+        copy_phase_row(row, len_, step_, r, 0, nq_, entry + r * nq_, strided_);
       keys_[slot] = row;
     }
     const float* ph = entry + q * nq_;  // zero past the phase's last element
@@ -754,13 +802,14 @@ class PhaseRows {
  private:
   static constexpr int64_t kEntries = 32;  // a power of 2
   int64_t len_, step_, nq_;
+  StridedCopy strided_;
   std::vector<float> buf_;
   std::vector<const float*> keys_;
 };
 
 class Im2col {
  public:
-  explicit Im2col(const ConvProblem& p) : p_(p) {
+  Im2col(const ConvProblem& p, StridedCopy strided) : p_(p), strided_(strided) {
     for (int a = 0; a < 2; ++a)
       for (int64_t k = 0; k < p.K[a]; ++k)
         for (int64_t i = 0; i < p.I[a]; ++i) {
@@ -819,7 +868,7 @@ class Im2col {
         phases->copy(plane + (y0 * O1 + y1) * O2, tp.q2, x + tp.j2, len, out + (q - p0));
       } else {
         copy_phase_row(plane + (y0 * O1 + y1) * O2, O2, p.s[2], tp.q2, x + tp.j2, len,
-                       out + (q - p0), planar_f32_avx512_strided_copy);
+                       out + (q - p0), strided_);
       }
       q += len;
       x = 0;
@@ -836,6 +885,7 @@ class Im2col {
     int64_t q2, j2;      // innermost: input phase and offset (copy_phase_row)
   };
   const ConvProblem& p_;
+  StridedCopy strided_;
   std::array<std::vector<int64_t>, 2> pos_;  // outer axes: [k * I + i] -> dst coordinate, -1 outside
   std::vector<Tap> taps_;
   bool identity_ = false;
@@ -851,8 +901,9 @@ bool gemm_preferred(const ConvProblem& p) {
   return p.ICg >= 8 && p.OCg * p.taps() >= 16 && P >= 128 && (p.taps() == 1 || W >= 48);
 }
 
-bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, WeightsView dw,
-                      int nthreads) {
+bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const float* dy,
+                      WeightsView dw, int nthreads) {
+  const Ops k = ops(isa);
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
   const int64_t J = OCg * T;  // columns per group
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
@@ -887,7 +938,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
   float* const C = direct ? out : scratch.get();
   Buf partial = aligned((parts - 1) * result);
 
-  const Im2col im2col(p);
+  const Im2col im2col(p, k.copy);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < items; ++item) {
@@ -905,7 +956,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
       continue;
     }
     std::unique_ptr<PhaseRows> phases;
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2]);
+    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k.copy);
     for (int64_t ch = c_lo; ch < c_hi; ++ch) {
       const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
       const int64_t kc = std::min(kKc, P - p0);
@@ -922,7 +973,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
           im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases.get());
         }
         for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
-          transpose_block16_avx512(tmp + r0, kKc, pack + r0 * NC + c0, NC);
+          k.transpose16(tmp + r0, kKc, pack + r0 * NC + c0, NC);
       }
       // GEMM tiles: 32-column slices of the pack x all src channels of the group.
       PlanarGemmArgs args;
@@ -939,7 +990,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
           const int64_t ic = gi * ICg + a0;
           args.a = src + (n * IC + ic) * P + p0;
           args.c = target + ic * t_stride + j0p + js;
-          planar_f32_avx512_gemm(m)(&args);
+          k.gemm(m)(&args);
         }
       }
     }
@@ -959,7 +1010,7 @@ bool gemm_bwd_weights(const ConvProblem& p, const float* src, const float* dy, W
   return true;
 }
 
-// Backward-data on dense NCX tensors (AVX-512) as GEMMs over the same im2col
+// Backward-data on dense NCX tensors (AVX-512, AVX2) as GEMMs over the same im2col
 // chunks of diff_dst (for the layers of gemm_bwd_data_preferred):
 //   diff_src[n, g*ICg+a, q] = sum_j W(g*ICg+a, j) * D[n, q, j],  j = (b, k)
 // Per item (image, group, chunk of src positions, block of src channels) the
@@ -985,7 +1036,9 @@ bool gemm_bwd_data_preferred(const ConvProblem& p) {
   return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
 }
 
-bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* dx, int nthreads) {
+bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
+                   int nthreads) {
+  const Ops k = ops(isa);
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
   const int64_t J = OCg * T;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
@@ -1012,7 +1065,7 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
   ablocks = (ICg + AB - 1) / AB;
   const int64_t items = base_items * ablocks;
   const int64_t parts = (J + kJp - 1) / kJp, JP = (J + parts - 1) / parts;
-  const Im2col im2col(p);
+  const Im2col im2col(p, k.copy);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < items; ++item) {
@@ -1045,7 +1098,7 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
           const int64_t ic = gi * ICg + a0;
           args.a = A + ic * a_stride + j0;
           args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
-          planar_f32_avx512_gemm(m)(&args);
+          k.gemm(m)(&args);
         }
       }
     }
@@ -1054,7 +1107,7 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
 }
 }  // namespace
 
-// Backward-weights on dense NCX tensors (AVX-512):
+// Backward-weights on dense NCX tensors (AVX-512, AVX2):
 //   diff_W(g*ICg+a, b, k) = sum_{n, i} src[n, g*ICg+a, i] * diff_dst[n, g*OCg+b, i*s - pb + k*d]
 // Dot-product tiles (planar_f32.h) reduce along the innermost axis: per block
 // of src rows (and chunk of the line), the src rows are copied zero-padded and
@@ -1065,8 +1118,9 @@ bool gemm_bwd_data(const ConvProblem& p, const float* dy, WeightsView w, float* 
 // threads-1 copies of the weight gradient plus one row block per thread.
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
                             WeightsView dw, int nthreads) {
-  if (isa != Isa::Avx512) return false;
-  if (gemm_preferred(p)) return gemm_bwd_weights(p, src, dy, dw, nthreads);  // else dot tiles
+  if (gemm_preferred(p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
+  const Ops k = ops(isa);
+  const DotShape ds = dot_shape(k, p.ICg, p.OCg);
   float* const out = static_cast<float*>(dw.data);
   const int64_t IC = p.IC(), OC = p.OC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
   const int64_t taps = K0 * K1 * K2;
@@ -1147,7 +1201,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
               for (int64_t sl = 0; sl < nslots; ++sl)
                 copy_phase_row(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q[sl], jlo, jn,
                                bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span,
-                               planar_f32_avx512_strided_copy);
+                               k.copy);
           }
       }
       // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
@@ -1163,10 +1217,10 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             const int64_t k2 = L.k[0][tk];
             const int64_t boff = L.slot[0][tk] * span + L.off[0][tk] - L.min_off;
             for (int64_t gi = 0; gi < p.G; ++gi)
-              for (int64_t a0 = 0; a0 < p.ICg; a0 += kPlanarDotMaxM)
-                for (int64_t b0 = 0; b0 < p.OCg; b0 += kPlanarDotMaxN) {
-                  const int m = static_cast<int>(std::min<int64_t>(kPlanarDotMaxM, p.ICg - a0));
-                  const int nn = static_cast<int>(std::min<int64_t>(kPlanarDotMaxN, p.OCg - b0));
+              for (int64_t a0 = 0; a0 < p.ICg; a0 += ds.m)
+                for (int64_t b0 = 0; b0 < p.OCg; b0 += ds.n) {
+                  const int m = static_cast<int>(std::min<int64_t>(ds.m, p.ICg - a0));
+                  const int nn = static_cast<int>(std::min<int64_t>(ds.n, p.OCg - b0));
                   int64_t cnt = 0;
                   for (int64_t r = 0; r < nr; ++r) {
                     const int64_t seg = seg_of[(r * K0 + k0) * K1 + k1];
@@ -1188,7 +1242,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
                     args.out_m = p.OCg;
                     args.out_n = 1;
                   }
-                  planar_f32_avx512_dot(m, nn)(&args);
+                  k.dot(m, nn)(&args);
                 }
           }
     }
@@ -1225,8 +1279,8 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
 // 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
 // GEMM tiles are faster) and anything on lines shorter than one vector stay
 // channels-last.
-bool planar_backward_data_gemm(Isa isa, const ConvProblem& p) {
-  return isa == Isa::Avx512 && !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
+bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
+  return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
 }
 
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
@@ -1240,9 +1294,8 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
     return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
   }
   const bool forward = pass == Pass::Forward;
-  if (!forward && isa == Isa::Avx512 && one_pixel_covering(p))
-    return true;  // dot products per output (z -> 4x4: 8x faster)
-  if (forward && isa == Isa::Avx512 && one_pixel_forward(p)) return true;  // one GEMM
+  if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
+  if (forward && one_pixel_forward(p)) return true;    // one GEMM
   if (!forward && planar_backward_data_gemm(isa, p)) return true;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);

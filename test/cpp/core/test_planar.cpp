@@ -249,10 +249,15 @@ std::vector<float> to_xoi(const std::vector<float>& w, const ConvProblem& p) {
   return wx;
 }
 
-// Backward-weights (AVX-512 only): random geometry into an XOI-strided result
+// Backward-weights on every ISA: random geometry into an XOI-strided result
 // and the larger layers, against the reference.
+void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox);
 void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool iox = false) {
-  SCOPED_TRACE(describe(p));
+  for (Isa isa : isas()) check_bwd_weights(isa, p, seed, nthreads, iox);
+}
+
+void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox) {
+  SCOPED_TRACE(std::string(isa_name(isa)) + " " + describe(p));
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
   auto x = random_ints(static_cast<size_t>(p.N * IC * p.src_spatial()), rng);
@@ -264,7 +269,7 @@ void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool i
   std::vector<float> got(want.size(), NAN);
   // XOI, or IOX like the reference's.
   const WeightsView gv = iox ? iox_view(got.data(), p) : xoi_view(got.data(), p);
-  ASSERT_TRUE(x86::planar_bwd_weights_f32(Isa::Avx512, p, x.data(), dy.data(), gv, nthreads));
+  ASSERT_TRUE(x86::planar_bwd_weights_f32(isa, p, x.data(), dy.data(), gv, nthreads));
   int64_t bad = 0;
   for (int64_t ic = 0; ic < IC; ++ic)
     for (int64_t oc = 0; oc < p.OCg; ++oc)
@@ -276,7 +281,7 @@ void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool i
 }
 
 TEST(PlanarF32, BackwardWeights) {
-  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937 rng(777);
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -307,7 +312,7 @@ TEST(PlanarF32, BackwardWeights) {
 // panels, diff_dst rows shared by several taps (phase rows), both result
 // layouts and several thread counts.
 TEST(PlanarF32, BackwardWeightsGemm) {
-  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   int seed = 100;
   for (bool iox : {false, true})
     for (int nt : {1, 2, 3}) {
@@ -327,17 +332,24 @@ TEST(PlanarF32, BackwardWeightsGemm) {
     }
 }
 
-// Backward-data GEMMs (AVX-512; x86::planar_backward_data_gemm: kernels that
+// Backward-data GEMMs (every ISA; x86::planar_backward_data_gemm: kernels that
 // do not overlap, 32+ src channels per group, 32-512 (channel, tap) columns,
 // 64+ positions): 1x1 kernels with and without strides, k2 s2 and k3 s3 with
 // pads and output_padding, groups, 3D, row / slice / reduction-part tails,
 // channel blocks for few items, IOX (read in place) and XOI (packed) weights
 // and several thread counts, against the reference.
+void check_bwd_data_gemm(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                         bool gemm);
 void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
                          bool gemm = true) {
-  SCOPED_TRACE(describe(p));
+  for (Isa isa : isas()) check_bwd_data_gemm(isa, p, seed, nthreads, iox, gemm);
+}
+
+void check_bwd_data_gemm(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                         bool gemm) {
+  SCOPED_TRACE(std::string(isa_name(isa)) + " " + describe(p));
   if (gemm) {
-    ASSERT_TRUE(x86::planar_backward_data_gemm(Isa::Avx512, p));
+    ASSERT_TRUE(x86::planar_backward_data_gemm(isa, p));
   }
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
@@ -350,7 +362,7 @@ void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool
   std::vector<float> wx = to_xoi(w, p);
   const WeightsView xv = xoi_view(wx.data(), p);
   std::vector<float> got(want.size(), NAN);
-  ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, false, dy.data(), iox ? wv : xv, nullptr, got.data(),
+  ASSERT_TRUE(x86::planar_f32(isa, p, false, dy.data(), iox ? wv : xv, nullptr, got.data(),
                               nthreads));
   int64_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) bad += !(got[i] == want[i]);  // NaN: unwritten
@@ -358,7 +370,7 @@ void check_bwd_data_gemm(const ConvProblem& p, uint32_t seed, int nthreads, bool
 }
 
 TEST(PlanarF32, BackwardDataGemm) {
-  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   int seed = 200;
   for (bool iox : {false, true})
     for (int nt : {1, 2, 3}) {
@@ -376,9 +388,9 @@ TEST(PlanarF32, BackwardDataGemm) {
 // A one-pixel src under a covering kernel: backward-data as dot products,
 // forward as one GEMM over (oc, tap) columns; IOX weights read in place, XOI
 // packed first; bias or none, groups, image (tile rows) and column tails.
-void check_one_pixel_forward(const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
-                             bool with_bias) {
-  SCOPED_TRACE(describe(p));
+void check_one_pixel_forward(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads,
+                             bool iox, bool with_bias) {
+  SCOPED_TRACE(std::string(isa_name(isa)) + " " + describe(p));
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
   auto w = random_ints(static_cast<size_t>(IC * p.OCg * T), rng);  // IOX
@@ -391,7 +403,7 @@ void check_one_pixel_forward(const ConvProblem& p, uint32_t seed, int nthreads, 
   std::vector<float> wx = to_xoi(w, p);
   const WeightsView xv = xoi_view(wx.data(), p);
   std::vector<float> got(want.size(), NAN);
-  ASSERT_TRUE(x86::planar_f32(Isa::Avx512, p, true, x.data(), iox ? wv : xv,
+  ASSERT_TRUE(x86::planar_f32(isa, p, true, x.data(), iox ? wv : xv,
                               with_bias ? bias.data() : nullptr, got.data(), nthreads));
   int64_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) bad += !(got[i] == want[i]);
@@ -399,17 +411,18 @@ void check_one_pixel_forward(const ConvProblem& p, uint32_t seed, int nthreads, 
 }
 
 TEST(PlanarF32, OnePixelCovering) {
-  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   int seed = 400;
   for (bool iox : {false, true})
     for (int nt : {1, 2}) {
       check_bwd_data_gemm(make(2, 6, 1, 9, 4, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, false);
       check_bwd_data_gemm(make(3, 5, 2, 3, 2, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, false);
-      for (bool b : {false, true}) {
-        check_one_pixel_forward(make(2, 27, 1, 9, 5, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, b);
-        check_one_pixel_forward(make(3, 5, 2, 3, 3, {1, 1, 1}, {2, 3, 2}, {2, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, b);
-        check_one_pixel_forward(make(1, 13, 3, 4, 7, {1}, {6}, {3}, {1}, {0}, {0}), ++seed, nt, iox, b);
-      }
+      for (bool b : {false, true})
+        for (Isa isa : isas()) {
+          check_one_pixel_forward(isa, make(2, 27, 1, 9, 5, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, b);
+          check_one_pixel_forward(isa, make(3, 5, 2, 3, 3, {1, 1, 1}, {2, 3, 2}, {2, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), ++seed, nt, iox, b);
+          check_one_pixel_forward(isa, make(1, 13, 3, 4, 7, {1}, {6}, {3}, {1}, {0}, {0}), ++seed, nt, iox, b);
+        }
     }
 }
 
