@@ -202,6 +202,12 @@ struct TileShape {
   int M, NV, VL;
 };
 
+// Even blocks of at most m of the n channels: 17 channels as 6 + 6 + 5, not 8 + 8 + 1.
+int even_block(int64_t n, int m) {
+  const int64_t blocks = (n + m - 1) / m;
+  return static_cast<int>(std::max<int64_t>(1, (n + blocks - 1) / blocks));
+}
+
 TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
   const bool avx512 = isa == Isa::Avx512;
   const int VL = avx512 ? 16 : 8, accs = avx512 ? kPlanarAvx512Accs : kPlanarAvx2Accs;
@@ -215,11 +221,7 @@ TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
     NV = std::max(1, std::min(need, accs / M));
   } else {
     NV = std::max(1, std::min(need, avx512 ? 4 : 3));
-    M = std::min(accs / NV, maxm);
-    // Even blocks: 17 channels as 6 + 6 + 5, not 8 + 8 + 1.
-    const int blocks = static_cast<int>((g.Cout + M - 1) / M);
-    M = static_cast<int>((g.Cout + blocks - 1) / blocks);
-    M = std::max(1, std::min(M, maxm));
+    M = even_block(g.Cout, std::min(accs / NV, maxm));
   }
   return {M, NV, VL};
 }
@@ -1283,6 +1285,8 @@ bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
   return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
 }
 
+bool planar_by_work(const ConvProblem& p, const Line& L);
+
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
@@ -1291,6 +1295,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
     // few-channel layers), where the channels-last tiles are weak.
     if (gemm_preferred(p)) return true;
     const int64_t line = geometry(p, false).src[2];
+    // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last
+    // depthwise tiles are 1.5x faster).
+    if (isa != Isa::Avx512 && p.ICg == 1 && p.OCg == 1) return false;
     return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
   }
   const bool forward = pass == Pass::Forward;
@@ -1300,7 +1307,21 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
-  if (std::min(g.Cin, g.Cout) <= 4) return true;
+  if (isa == Isa::Avx512 && std::min(g.Cin, g.Cout) <= 4) return true;
+  if (isa == Isa::Avx512) return planar_by_work(p, L);
+  // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
+  // every deeper layer of the benchmark (1.1-2x), on depthwise layers
+  // (1.2-1.4x) and on the backward-data of few-channel layers whose outputs
+  // each reduce over many (channel, tap) pairs (AlexNet's k11 s4: 1.3x).
+  if (std::min(g.Cin, g.Cout) > 4 || (p.ICg == 1 && p.OCg == 1)) return false;
+  if (forward) return true;
+  int64_t depth = g.Cin;  // (channel, tap) pairs per output
+  for (int a = 0; a < kAxes; ++a) depth *= (p.K[a] + p.s[a] - 1) / p.s[a];
+  return depth <= 16;
+}
+
+// AVX-512: little work per activation element (the layout changes dominate).
+bool planar_by_work(const ConvProblem& p, const Line& L) {
   const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
                        static_cast<double>(p.OC()) * p.dst_spatial();
   const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
