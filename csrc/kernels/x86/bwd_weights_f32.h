@@ -48,8 +48,8 @@ constexpr int kAvx512Lanes = 16;
 constexpr int kAvx512MaxVecs = 4;
 constexpr int kAvx512Rows[kAvx512MaxVecs + 1] = {0, 14, 14, 8, 6};
 constexpr int kAvx2Lanes = 8;
-constexpr int kAvx2MaxVecs = 2;
-constexpr int kAvx2Rows[kAvx2MaxVecs + 1] = {0, 8, 6};
+constexpr int kAvx2MaxVecs = 3;
+constexpr int kAvx2Rows[kAvx2MaxVecs + 1] = {0, 8, 6, 4};
 // Depthwise kernels take up to this many vectors of channels: whole pixel
 // rows of up to 256 (AVX-512) / 64 (AVX2) channels stream through in order.
 constexpr int kAvx512DwVecs = 16;

@@ -33,13 +33,15 @@ inline void store_vec(float* p, __m256 v, __m256i tail) {
 // vectors in this loop. Unused names are dead code for small tiles.
 #define BWW_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-#define BWW_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
+#define BWW_DECL(i) \
+  __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps(), c##i##_2 = _mm256_setzero_ps();
 
 #define BWW_LOAD(i)                                                   \
   if constexpr (i < MR) {                                             \
     const float* cr = t.c + (i) * t.ldc;                              \
     c##i##_0 = load_vec<0, NV, MASK>(cr, tail);                       \
     if constexpr (NV > 1) c##i##_1 = load_vec<1, NV, MASK>(cr, tail); \
+    if constexpr (NV > 2) c##i##_2 = load_vec<2, NV, MASK>(cr, tail); \
   }
 
 #define BWW_FMA(i)                                                      \
@@ -47,6 +49,7 @@ inline void store_vec(float* p, __m256 v, __m256i tail) {
     const __m256 av = _mm256_broadcast_ss(a + (i));                     \
     c##i##_0 = _mm256_fmadd_ps(av, b0, c##i##_0);                       \
     if constexpr (NV > 1) c##i##_1 = _mm256_fmadd_ps(av, b1, c##i##_1); \
+    if constexpr (NV > 2) c##i##_2 = _mm256_fmadd_ps(av, b2, c##i##_2); \
   }
 
 #define BWW_STORE(i)                                                  \
@@ -54,6 +57,7 @@ inline void store_vec(float* p, __m256 v, __m256i tail) {
     float* cr = t.c + (i) * t.ldc;                                    \
     store_vec<0, NV, MASK>(cr, c##i##_0, tail);                       \
     if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail); \
+    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail); \
   }
 
 // MR x (8*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
@@ -70,8 +74,9 @@ void gemm_kernel(const TileArgs& t) {
     const float* a = PK ? t.pa + i * t.lda : px[i].a + t.a_off;
     const float* b = PK ? t.pb + i * t.ldb : px[i].b + t.b_off;
     const __m256 b0 = load_vec<0, NV, LM>(b, tail);
-    __m256 b1;
+    __m256 b1, b2;
     if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);
+    if constexpr (NV > 2) b2 = load_vec<2, NV, LM>(b, tail);
     BWW_FOR_ROWS(BWW_FMA)
   }
   BWW_FOR_ROWS(BWW_STORE)
@@ -163,6 +168,7 @@ void gemm_tile_avx2(const TileArgs& t) {
   switch (nv) {
     case 1: gemm_by_rows<1>(t, mask); break;
     case 2: gemm_by_rows<2>(t, mask); break;
+    case 3: gemm_by_rows<3>(t, mask); break;
     default: break;
   }
 }
