@@ -88,7 +88,70 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   }
 }
 
+// Dot-product tile: MR rows x NC columns, vectorized over the reduction
+// (conv_f32_kernels.h); each 16-float unit of the packed weights as two
+// vectors, the reduction tail under masks.
+template <int MR, int NC>
+inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
+  __m256 acc[MR][NC];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_setzero_ps();
+  const float* const* a = args->a;
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const int64_t cfull = cred / 8 * 8, credp = (cred + 15) / 16 * 16;
+  const __m256i kt = col_mask(cred - cfull, 0);
+  const int32_t* wtap = args->wtap;
+  for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
+    const float* w = args->w + (wtap ? wtap[t] : t) * credp * NC;
+    const float* p[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+    // Element c of column j: w[(c / 16) * 16 * NC + 16 * j + c % 16].
+    for (int64_t c = 0; c < cred; c += 8) {
+      const float* wc = w + (c / 16) * 16 * NC + (c % 16);
+      __m256 wv[NC];
+#pragma GCC unroll 4
+      for (int j = 0; j < NC; ++j) wv[j] = _mm256_load_ps(wc + 16 * j);
+      if (c < cfull) {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) {
+          const __m256 x = _mm256_loadu_ps(p[m] + c);
+#pragma GCC unroll 4
+          for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_fmadd_ps(x, wv[j], acc[m][j]);
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) {
+          const __m256 x = _mm256_maskload_ps(p[m] + c, kt);
+#pragma GCC unroll 4
+          for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_fmadd_ps(x, wv[j], acc[m][j]);
+        }
+      }
+    }
+  }
+  const float* bias = args->bias;
+  const int64_t col_off = args->col_off;
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+    float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) {
+      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m][j]),
+                                  _mm256_extractf128_ps(acc[m][j], 1));
+      const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      o[j] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q))) + bias[j];
+    }
+  }
+}
+
 }  // namespace
+
+void conv_f32_avx2_dot1(const ConvTileArgs* args) { dot_tile<kDotRowsAvx2[1], 1>(args); }
+void conv_f32_avx2_dot2(const ConvTileArgs* args) { dot_tile<kDotRowsAvx2[2], 2>(args); }
+void conv_f32_avx2_dot3(const ConvTileArgs* args) { dot_tile<kDotRowsAvx2[3], 3>(args); }
+void conv_f32_avx2_dot4(const ConvTileArgs* args) { dot_tile<kDotRowsAvx2[4], 4>(args); }
 
 void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<6, 2>(args); }
 void conv_f32_avx2_8x8(const ConvTileArgs* args) { gemm_tile<8, 1>(args); }

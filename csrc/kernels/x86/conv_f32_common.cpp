@@ -24,7 +24,7 @@
 //   depthwise (ICg = OCg = 1): elementwise over all channels, weights [tap][C];
 //   small groups (AVX-512, <= 8 columns per group): 16 channels of several
 //     groups per vector, inputs permuted into place, weights [tap][c][OC].
-//   few columns (AVX-512, <= 4 columns, reduction >= 16): dot-product tiles
+//   few columns (<= 4 columns, reduction >= 16): dot-product tiles
 //     vectorized over the reduction, weights [tap][c/16][j][16];
 //   forward where the kernel tiles the output (K == s, one group, OCg small):
 //     one GEMM per input pixel over taps x OCg columns, scattered (run_patch);
@@ -511,8 +511,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     }
   }
   const bool whole_pixel = dw || vg;  // one kernel call covers every channel
-  // Few columns, long reduction (AVX-512): vectorize over the reduction.
-  const bool dot = isa == Isa::Avx512 && !whole_pixel && ncol <= 4 && cred >= 16;
+  // Few columns, long reduction: vectorize over the reduction.
+  const bool dot = !whole_pixel && ncol <= 4 && cred >= 16;
   const int64_t credp = (cred + 15) / 16 * 16;
   const int64_t G = whole_pixel ? 1 : p.G;          // group loop of the driver
   const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
@@ -520,9 +520,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   if (whole_pixel) {
     kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw, kDwRows, 0, 1.0};
   } else if (dot) {
-    static const ConvTileFn dot_fns[5] = {nullptr, conv_f32_avx512_dot1, conv_f32_avx512_dot2,
-                                          conv_f32_avx512_dot3, conv_f32_avx512_dot4};
-    kern = {dot_fns[ncol], kDotRows[ncol], static_cast<int>(ncol), 1.0};
+    static const ConvTileFn dot512[5] = {nullptr, conv_f32_avx512_dot1, conv_f32_avx512_dot2,
+                                         conv_f32_avx512_dot3, conv_f32_avx512_dot4};
+    static const ConvTileFn dot2[5] = {nullptr, conv_f32_avx2_dot1, conv_f32_avx2_dot2,
+                                       conv_f32_avx2_dot3, conv_f32_avx2_dot4};
+    kern = isa == Isa::Avx512 ? Kernel{dot512[ncol], kDotRows[ncol], static_cast<int>(ncol), 1.0}
+                              : Kernel{dot2[ncol], kDotRowsAvx2[ncol], static_cast<int>(ncol), 1.0};
   } else {
     kern = choose_gemm_kernel(isa, ncol);
   }

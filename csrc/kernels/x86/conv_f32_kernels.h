@@ -65,11 +65,13 @@ struct ConvGroupedArgs {
 
 // Few output columns (ncols = NC <= 4), long reduction: vectorized over the
 // reduction instead, one accumulator per (row, column), horizontal sums at
-// the end. Same ConvTileArgs; MR rows (kDotRows[NC]); the weights of tap t
+// the end. Same ConvTileArgs; MR rows (kDotRows[NC], AVX2 kDotRowsAvx2[NC]:
+// at most 12 accumulators in its 16 registers); the weights of tap t
 // are w + (wtap ? wtap[t] : t) * credp * NC with credp = cred rounded up to
 // 16, laid out [c/16][j < NC][16] (zero past cred). accumulate must be 0;
 // bias holds NC floats.
 constexpr int kDotRows[5] = {0, 8, 8, 8, 6};
+constexpr int kDotRowsAvx2[5] = {0, 8, 6, 4, 3};
 void conv_f32_avx512_dot1(const ConvTileArgs* args);
 void conv_f32_avx512_dot2(const ConvTileArgs* args);
 void conv_f32_avx512_dot3(const ConvTileArgs* args);
@@ -87,6 +89,10 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
 void conv_f32_avx2_6x16(const ConvTileArgs* args);
 void conv_f32_avx2_8x8(const ConvTileArgs* args);
 void conv_f32_avx2_dw(const ConvTileArgs* args);
+void conv_f32_avx2_dot1(const ConvTileArgs* args);
+void conv_f32_avx2_dot2(const ConvTileArgs* args);
+void conv_f32_avx2_dot3(const ConvTileArgs* args);
+void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
 }  // namespace x86
 }  // namespace tct

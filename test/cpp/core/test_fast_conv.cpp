@@ -207,7 +207,7 @@ TEST(FastConvF32, HandPicked) {
 }
 
 // A one-pixel src under a kernel that covers diff_dst (z -> 4x4): backward-
-// data as dot products over (tap, oc) rows (AVX-512, one group; weights read
+// data as dot products over (tap, oc) rows (one group; weights read
 // in place when OCg == 1, else packed), image and channel tails, every rank
 // and weights layout; groups take the general path.
 TEST(FastConvF32, OnePixelCovering) {
@@ -225,7 +225,7 @@ TEST(FastConvF32, OnePixelCovering) {
 }
 
 // Few output columns: the reduction-vectorized (dot) tiles for 1..4 columns
-// (AVX-512; AVX2 runs the GEMM tiles), reduction tails, padding taps, groups;
+// (AVX-512 and AVX2), reduction tails, padding taps, groups;
 // and the kernel-tiles-output forward (K == s: one GEMM over taps x OCg
 // columns, scattered), with crops and both ISAs.
 TEST(FastConvF32, FewColumns) {
