@@ -3,6 +3,8 @@
 // flags, so it must not instantiate anything that other files also define.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "bwd_weights_f32.h"
 
 namespace tct {
@@ -198,16 +200,55 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
 }
 
 void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
-                    float* dst, int64_t ld_n, bool /*stream*/) {
-  float buf[16][16];  // [n][t]: rows of the scratch read in order, written out by n
-  for (int t = 0; t < nt; ++t)
-    for (int n = 0; n < nn; ++n) {
-      float acc = src[t * ld_t + n];
-      for (int q = 1; q < nq; ++q) acc += src[q * ld_q + t * ld_t + n];
-      buf[n][t] = acc;
+                    float* dst, int64_t ld_n, bool stream) {
+  // Four 8x8 blocks: (taps tb.., channels nb..) -> rows nb.. of dst at tb.
+  const bool whole = stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 31) == 0 &&
+                     (ld_n & 7) == 0;
+  for (int tb = 0; tb < nt; tb += 8)
+    for (int nb = 0; nb < nn; nb += 8) {
+      const __m256i nm = lane_mask(nn - nb < 8 ? nn - nb : 8);
+      const __m256i tm = lane_mask(nt - tb < 8 ? nt - tb : 8);
+      __m256 r[8], u[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        if (tb + t < nt) {
+          const float* sp = src + (tb + t) * ld_t + nb;
+          __m256 v = _mm256_maskload_ps(sp, nm);
+          for (int q = 1; q < nq; ++q) v = _mm256_add_ps(v, _mm256_maskload_ps(sp + q * ld_q, nm));
+          r[t] = v;
+        } else {
+          r[t] = _mm256_setzero_ps();
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 8; i += 2) {
+        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 8; h += 4) {
+        r[h] = _mm256_shuffle_ps(u[h], u[h + 2], 0x44);
+        r[h + 1] = _mm256_shuffle_ps(u[h], u[h + 2], 0xee);
+        r[h + 2] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0x44);
+        r[h + 3] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0xee);
+      }
+      // r[c] (c < 4): channel c (lane 0) and c + 4 (lane 1) of taps 0-3; r[4 + c]: taps 4-7.
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        u[c] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20);
+        u[c + 4] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
+      }
+#pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) {
+        if (nb + n >= nn) break;
+        float* d = dst + (nb + n) * ld_n + tb;
+        if (whole) {
+          _mm256_stream_ps(d, u[n]);
+        } else {
+          _mm256_maskstore_ps(d, tm, u[n]);
+        }
+      }
     }
-  for (int n = 0; n < nn; ++n)
-    for (int t = 0; t < nt; ++t) dst[n * ld_n + t] = buf[n][t];
 }
 
 void store_fence_avx2() { _mm_sfence(); }

@@ -5,6 +5,7 @@
 #include "dense_views.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -95,9 +96,12 @@ void check_case(const Case& c, int nthreads, std::mt19937& rng) {
   for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
     if (!isa_supported(isa)) continue;
     SCOPED_TRACE(isa_name(isa));
-    std::vector<float> got(wn, std::nanf(""));  // every element must be written
+    // Every element must be written; the result 64-byte aligned like torch's
+    // allocations (the streaming stores of large IOX results need it).
+    std::vector<float> buf(wn + 16, std::nanf(""));
+    float* got = buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63) / 4;
     const bool ok = x86::backward_weights_f32(isa, p, src.data(), dd.data(),
-                                              weights_view(p, c.wf, got.data()), nthreads);
+                                              weights_view(p, c.wf, got), nthreads);
     ASSERT_TRUE(ok) << "not covered";
     size_t bad = 0, first = wn;
     for (size_t i = 0; i < wn; ++i)
@@ -260,6 +264,13 @@ TEST(FastBackwardWeights, WideLayersPacked) {
   }
   for (int nt : {1, 2, 3})
     check_case(simple_case(3, 1, 1, 200, 96, 4, 3, 1, 1, WeightsFormat::XOI), nt, rng);
+}
+
+TEST(FastBackwardWeights, LargeIoxStreamed) {
+  // An IOX gradient of 8 MiB (vocoder-like 512 -> 256, k16 s8): the final
+  // pass writes whole runs of 16 taps with streaming stores.
+  std::mt19937 rng(12);
+  for (int nt : {1, 2}) check_case(simple_case(1, 1, 1, 512, 256, 2, 16, 8, 4, WeightsFormat::IOX), nt, rng);
 }
 
 TEST(FastBackwardWeights, FewRowsWideTiles) {
