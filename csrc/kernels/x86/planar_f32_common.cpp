@@ -894,13 +894,20 @@ class Im2col {
 };
 
 // Where the GEMMs beat both the dot tiles and the channels-last path
-// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.2-2x):
-// enough src channels for the tiles' rows, columns for a vector, chunks of
-// positions per image, and rows long enough that the per-row gathers of the
-// packing stay cheap (1x1 kernels pack whole runs).
-bool gemm_preferred(const ConvProblem& p) {
+// (interleaved A/B on the benchmark layers, 2 threads): enough src channels
+// for the tiles' rows and columns for a vector, and
+//  - AVX-512 (1.2-2x): chunks of positions per image and rows long enough
+//    that the per-row gathers of the packing stay cheap (1x1 kernels pack
+//    whole runs);
+//  - AVX2 (Zen 3, 1.1-1.7x, where the channels-last tiles are narrower):
+//    enough src channels x row length to amortize the per-row gathers over
+//    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
+//    ICg * J * P multiply-adds), and 16+ positions per image.
+bool gemm_preferred(Isa isa, const ConvProblem& p) {
   const int64_t P = p.src_spatial(), W = p.I[2];
-  return p.ICg >= 8 && p.OCg * p.taps() >= 16 && P >= 128 && (p.taps() == 1 || W >= 48);
+  if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
+  if (isa != Isa::Avx512) return p.ICg * (p.taps() == 1 ? P : W) >= 1024 && P >= 16;
+  return P >= 128 && (p.taps() == 1 || W >= 48);
 }
 
 bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const float* dy,
@@ -1120,7 +1127,7 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
 // threads-1 copies of the weight gradient plus one row block per thread.
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
                             WeightsView dw, int nthreads) {
-  if (gemm_preferred(p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
+  if (gemm_preferred(isa, p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
   const Ops k = ops(isa);
   const DotShape ds = dot_shape(k, p.ICg, p.OCg);
   float* const out = static_cast<float*>(dw.data);
@@ -1281,6 +1288,8 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
 // 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
 // GEMM tiles are faster) and anything on lines shorter than one vector stay
 // channels-last.
+bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p) { return gemm_preferred(isa, p); }
+
 bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
   return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
 }
@@ -1293,7 +1302,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
     // which pay a horizontal sum per tile and row block: they win (1.05-2x)
     // only on long lines with few channels on one side and few taps (RGB /
     // few-channel layers), where the channels-last tiles are weak.
-    if (gemm_preferred(p)) return true;
+    if (gemm_preferred(isa, p)) return true;
     const int64_t line = geometry(p, false).src[2];
     // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last
     // depthwise tiles are 1.5x faster).

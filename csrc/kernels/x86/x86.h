@@ -30,6 +30,8 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads);
 // Whether planar_f32's backward-data runs as GEMMs over im2col chunks.
 bool planar_backward_data_gemm(Isa isa, const ConvProblem& p);
+// Whether planar_bwd_weights_f32 runs as GEMMs over im2col chunks (else dot tiles).
+bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p);
 // Planar backward-weights over dense NCX src / diff_dst (planar_f32_common.cpp).
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                             WeightsView diff_w, int nthreads);

@@ -251,13 +251,19 @@ std::vector<float> to_xoi(const std::vector<float>& w, const ConvProblem& p) {
 
 // Backward-weights on every ISA: random geometry into an XOI-strided result
 // and the larger layers, against the reference.
-void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox);
-void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool iox = false) {
-  for (Isa isa : isas()) check_bwd_weights(isa, p, seed, nthreads, iox);
+void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                       bool gemm);
+void check_bwd_weights(const ConvProblem& p, uint32_t seed, int nthreads, bool iox = false,
+                       bool gemm = false) {
+  for (Isa isa : isas()) check_bwd_weights(isa, p, seed, nthreads, iox, gemm);
 }
 
-void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox) {
+void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthreads, bool iox,
+                       bool gemm) {
   SCOPED_TRACE(std::string(isa_name(isa)) + " " + describe(p));
+  if (gemm) {
+    ASSERT_TRUE(x86::planar_bwd_weights_gemm(isa, p));
+  }
   std::mt19937 rng(seed);
   const int64_t IC = p.IC(), OC = p.OC(), T = p.taps();
   auto x = random_ints(static_cast<size_t>(p.N * IC * p.src_spatial()), rng);
@@ -305,9 +311,10 @@ TEST(PlanarF32, BackwardWeights) {
   check_bwd_weights(make(2, 2, 1, 20, 12, {6, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 3, 2);
 }
 
-// The GEMM path (x86::planar_bwd_weights_f32 takes it for 8+ src channels
-// per group, 16+ (channel, tap) columns, 128+ positions per image and rows of
-// 48+ or 1x1 kernels): 1x1 and larger kernels with strides, dilations, pads,
+// The GEMM path (x86::planar_bwd_weights_gemm, asserted for every ISA: 8+
+// src channels per group, 16+ (channel, tap) columns; AVX-512 128+ positions
+// per image and rows of 48+ or 1x1 kernels, AVX2 channels x row length of
+// 1024+ and 16+ positions): 1x1 and larger kernels with strides, dilations, pads,
 // output_padding, groups, column and chunk tails, reduction parts and column
 // panels, diff_dst rows shared by several taps (phase rows), both result
 // layouts and several thread counts.
@@ -317,18 +324,18 @@ TEST(PlanarF32, BackwardWeightsGemm) {
   for (bool iox : {false, true})
     for (int nt : {1, 2, 3}) {
       SCOPED_TRACE(std::string(iox ? "IOX" : "XOI") + " threads " + std::to_string(nt));
-      check_bwd_weights(make(2, 2, 1, 24, 37, {14, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
-      check_bwd_weights(make(2, 3, 1, 13, 16, {9, 30}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1}), ++seed, nt, iox);
-      check_bwd_weights(make(2, 1, 2, 8, 300, {5, 23}, {1, 1}, {2, 3}, {1, 1}, {1, 2}, {0, 1}), ++seed, nt, iox);
-      check_bwd_weights(make(1, 2, 1, 33, 20, {600}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox);
-      check_bwd_weights(make(3, 1, 3, 9, 17, {3, 5, 7}, {1, 1, 1}, {2, 1, 3}, {1, 1, 1}, {1, 0, 2}, {1, 0, 0}, {1, 0, 2}), ++seed, nt, iox);
-      check_bwd_weights(make(2, 0, 1, 16, 16, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox);
-      check_bwd_weights(make(2, 3, 1, 9, 5, {6, 50}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, {1, 1}), ++seed, nt, iox);
-      check_bwd_weights(make(1, 1, 1, 12, 40, {700}, {5}, {3}, {2}, {3}, {1}), ++seed, nt, iox);
-      check_bwd_weights(make(3, 2, 2, 8, 7, {2, 3, 60}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 1, 0}), ++seed, nt, iox);
-      check_bwd_weights(make(2, 1, 1, 16, 100, {4, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 2, 1, 24, 37, {14, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, true);
+      check_bwd_weights(make(2, 3, 1, 13, 16, {9, 30}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1}), ++seed, nt, iox, true);
+      check_bwd_weights(make(2, 1, 2, 8, 300, {5, 130}, {1, 1}, {2, 3}, {1, 1}, {1, 2}, {0, 1}), ++seed, nt, iox, true);
+      check_bwd_weights(make(1, 2, 1, 33, 20, {600}, {1}, {1}, {1}, {0}, {0}), ++seed, nt, iox, true);
+      check_bwd_weights(make(3, 1, 3, 9, 17, {3, 5, 120}, {1, 1, 1}, {2, 1, 3}, {1, 1, 1}, {1, 0, 2}, {1, 0, 0}, {1, 0, 2}), ++seed, nt, iox, true);
+      check_bwd_weights(make(2, 0, 1, 16, 16, {4, 64}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), ++seed, nt, iox, true);
+      check_bwd_weights(make(2, 3, 1, 9, 5, {6, 120}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, {1, 1}), ++seed, nt, iox, true);
+      check_bwd_weights(make(1, 1, 1, 12, 40, {700}, {5}, {3}, {2}, {3}, {1}), ++seed, nt, iox, true);
+      check_bwd_weights(make(3, 2, 2, 8, 7, {2, 3, 130}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 1, 0}), ++seed, nt, iox, true);
+      check_bwd_weights(make(2, 1, 1, 16, 100, {4, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), ++seed, nt, iox, true);
       // Taps sharing phase rows (K > s) over more diff_dst rows than the row cache holds.
-      check_bwd_weights(make(2, 2, 1, 16, 3, {40, 60}, {7, 7}, {4, 4}, {1, 1}, {3, 3}, {2, 3}, {0, 1}), ++seed, nt, iox);
+      check_bwd_weights(make(2, 2, 1, 16, 3, {40, 64}, {7, 7}, {4, 4}, {1, 1}, {3, 3}, {2, 3}, {0, 1}), ++seed, nt, iox, true);
     }
 }
 
