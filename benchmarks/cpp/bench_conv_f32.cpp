@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
       {"avx512 14x16", Isa::Avx512, x86::conv_f32_avx512_14x16, 14, 16},
       {"avx2 6x16", Isa::Avx2, x86::conv_f32_avx2_6x16, 6, 16},
       {"avx2 8x8", Isa::Avx2, x86::conv_f32_avx2_8x8, 8, 8},
+      {"avx2 4x24", Isa::Avx2, x86::conv_f32_avx2_4x24, 4, 24},
   };
   for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
     if (!only_isa.empty() && only_isa != isa_name(isa)) continue;

@@ -25,17 +25,17 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   __m256 acc[MR][NV];
   const int64_t col_off = args->col_off;
   __m256i k[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) k[v] = col_mask(args->ncols, v);
   if (args->accumulate) {
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const float* o = args->out[m] + col_off;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_maskload_ps(o + 8 * v, k[v]);
     }
   } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const __m256 b = _mm256_loadu_ps(args->bias + 8 * v);
 #pragma GCC unroll 16
@@ -60,13 +60,13 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
     }
     for (int64_t c = 0; c < cred; ++c) {
       __m256 wv[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) wv[v] = _mm256_load_ps(w + 8 * v);
       w += NR;
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) {
         const __m256 x = _mm256_broadcast_ss(p[m] + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(x, wv[v], acc[m][v]);
       }
     }
@@ -75,14 +75,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       float* o = args->out[m] + col_off;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, acc[m][v]);
     }
   } else {
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       float* o = args->out[m] + col_off;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) _mm256_maskstore_ps(o + 8 * v, k[v], acc[m][v]);
     }
   }
@@ -96,7 +96,7 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   __m256 acc[MR][NC];
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_setzero_ps();
   const float* const* a = args->a;
   const int64_t cred = args->cred, a_off = args->a_off;
@@ -112,20 +112,20 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
     for (int64_t c = 0; c < cred; c += 8) {
       const float* wc = w + (c / 16) * 16 * NC + (c % 16);
       __m256 wv[NC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NC; ++j) wv[j] = _mm256_load_ps(wc + 16 * j);
       if (c < cfull) {
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) {
           const __m256 x = _mm256_loadu_ps(p[m] + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_fmadd_ps(x, wv[j], acc[m][j]);
         }
       } else {
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) {
           const __m256 x = _mm256_maskload_ps(p[m] + c, kt);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int j = 0; j < NC; ++j) acc[m][j] = _mm256_fmadd_ps(x, wv[j], acc[m][j]);
         }
       }
@@ -136,7 +136,7 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
     float* o = args->out[m] + col_off;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) {
       const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m][j]),
                                   _mm256_extractf128_ps(acc[m][j], 1));
@@ -155,6 +155,7 @@ void conv_f32_avx2_dot4(const ConvTileArgs* args) { dot_tile<kDotRowsAvx2[4], 4>
 
 void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<6, 2>(args); }
 void conv_f32_avx2_8x8(const ConvTileArgs* args) { gemm_tile<8, 1>(args); }
+void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<4, 3>(args); }
 
 // Depthwise: elementwise multiply-adds over the channels. The kDwRows rows
 // share each weight load; 4 rows x 2 vectors = 8 independent FMA chains.

@@ -88,6 +88,7 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
 // AVX2 register tiles.
 void conv_f32_avx2_6x16(const ConvTileArgs* args);
 void conv_f32_avx2_8x8(const ConvTileArgs* args);
+void conv_f32_avx2_4x24(const ConvTileArgs* args);
 void conv_f32_avx2_dw(const ConvTileArgs* args);
 void conv_f32_avx2_dot1(const ConvTileArgs* args);
 void conv_f32_avx2_dot2(const ConvTileArgs* args);
