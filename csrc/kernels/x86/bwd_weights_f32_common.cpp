@@ -317,7 +317,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // Pixel block size. GEMM: one tile call reads a line of A and max_cols
   // floats of B per pixel; keep those of a block within ~24 KiB of L1.
   // Depthwise: the block's src and tapped diff_dst rows of one channel block.
-  int64_t block = depthwise ? 16384 / (4 * max_cols) : 24576 / (64 + 4 * max_cols);
+  // AVX2 (Zen 3, 1-7 %): the B rows of up to four n-blocks, so that the
+  // block's src rows stay in L1 across the n-blocks of a tap.
+  const int64_t b_width = avx512 ? max_cols : std::min<int64_t>(Ng, 4 * max_cols);
+  int64_t block = depthwise ? 16384 / (4 * max_cols) : 24576 / (64 + 4 * b_width);
   block = std::clamp<int64_t>(block, 16, 1024);
   // Packed GEMM, for wide layers: per pixel block and tap, the A side of
   // all m-blocks is copied into contiguous panels and the B side of one
