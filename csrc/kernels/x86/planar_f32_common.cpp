@@ -298,7 +298,7 @@ DotShape dot_shape(const Ops& k, int64_t M, int64_t N) {
 
 // One input phase of a row, zero-padded: dst[j - jlo] = row[j*step + q] for
 // j in [jlo, jlo + jn), zero where j*step + q falls outside [0, len). Steps
-// above 2 use `strided` when given.
+// above 2 use `strided` when given (and its int32 offsets can hold them).
 void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int64_t jlo,
                     int64_t jn, float* dst, StridedCopy strided = nullptr) {
   const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
@@ -320,7 +320,7 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
       _mm_storeu_ps(dp + j, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
     }
     for (; j < n; ++j) dp[j] = sp[2 * j];
-  } else if (strided) {
+  } else if (strided && step <= (int64_t{1} << 26)) {  // gather offsets 15 * step fit int32
     strided(sp, step, n, dp);
   } else {
     for (int64_t j = 0; j < n; ++j) dp[j] = sp[j * step];
