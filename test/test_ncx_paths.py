@@ -1,5 +1,5 @@
 """Dense NCX f32 tensors reach the kernels by one of two paths: the planar kernels
-(in place; backward-weights on AVX-512 only) or transposes through channels-last
+(in place, AVX-512 and AVX2) or transposes through channels-last
 buffers. get_ncx_path / set_ncx_path / use_ncx_path and TORCH_CONVTRANSPOSE_NCX
 choose; 'auto' picks per problem. Every path must give the oracle's values
 exactly (integer data) on every ISA."""

@@ -1320,16 +1320,17 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (isa == Isa::Avx512) return planar_by_work(p, L);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on depthwise layers
-  // (1.2-1.4x), and on few-channel layers whose outputs each reduce over many
-  // (channel, tap) pairs: backward-data (AlexNet's k11 s4: 1.3x) and, on
-  // images of several rows, forward into few channels (the channels-last dot
-  // tiles: RGB output layers 1.25-1.75x). Few-channel layers with shallow
-  // reductions, and forward on one long row per image, stay planar (1.2-1.4x).
+  // (1.2-1.4x), on the backward-data of few-channel layers with lines
+  // shorter than 64 (AlexNet's 55: 1.3x; lines of 64+ stay planar, 1.2-1.4x)
+  // and, on images of several rows, on the forward into few channels whose
+  // outputs each reduce over many (channel, tap) pairs (the channels-last dot
+  // tiles: RGB output layers 1.25-1.75x; shallow reductions and one long row
+  // per image stay planar).
   if (std::min(g.Cin, g.Cout) > 4 || (p.ICg == 1 && p.OCg == 1)) return false;
+  if (!forward) return L.max_len >= 64;
   int64_t depth = g.Cin;  // (channel, tap) pairs per output
   for (int a = 0; a < kAxes; ++a) depth *= (p.K[a] + p.s[a] - 1) / p.s[a];
-  if (forward) return depth <= 64 || g.out[0] * g.out[1] == 1;
-  return depth <= 16;
+  return depth <= 64 || g.out[0] * g.out[1] == 1;
 }
 
 // AVX-512: little work per activation element (the layout changes dominate).
