@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "avx2_store.h"
 #include "bwd_weights_f32.h"
 
 namespace tct {
@@ -12,7 +13,7 @@ namespace x86 {
 namespace bww {
 namespace {
 
-// Lane mask of the first n (1..8) lanes, for maskload/maskstore.
+// Lane mask of the first n (1..8) lanes, for masked loads.
 inline __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -26,8 +27,8 @@ inline __m256 load_vec(const float* p, __m256i tail) {
 }
 
 template <int J, int NV, bool MASK>
-inline void store_vec(float* p, __m256 v, __m256i tail) {
-  if constexpr (MASK && J == NV - 1) _mm256_maskstore_ps(p + 8 * J, tail, v);
+inline void store_vec(float* p, __m256 v, int tail_n) {
+  if constexpr (MASK && J == NV - 1) store_first_lanes(p + 8 * J, v, tail_n);
   else _mm256_storeu_ps(p + 8 * J, v);
 }
 
@@ -57,15 +58,16 @@ inline void store_vec(float* p, __m256 v, __m256i tail) {
 #define BWW_STORE(i)                                                  \
   if constexpr (i < MR) {                                             \
     float* cr = t.c + (i) * t.ldc;                                    \
-    store_vec<0, NV, MASK>(cr, c##i##_0, tail);                       \
-    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail); \
-    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail); \
+    store_vec<0, NV, MASK>(cr, c##i##_0, tail_n);                     \
+    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail_n); \
+    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail_n); \
   }
 
 // MR x (8*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
 template <int MR, int NV, bool MASK, bool PK>
 void gemm_kernel(const TileArgs& t) {
-  const __m256i tail = lane_mask(t.cols - 8 * (NV - 1));
+  const int tail_n = t.cols - 8 * (NV - 1);
+  const __m256i tail = lane_mask(tail_n);
   BWW_FOR_ROWS(BWW_DECL)
   if (!t.fresh) {
     BWW_FOR_ROWS(BWW_LOAD)
@@ -114,11 +116,12 @@ void gemm_by_rows(const TileArgs& t, bool mask) {
   if constexpr (j < NV)                                                                    \
     d##j = _mm256_fmadd_ps(load_vec<j, NV, MASK>(a, tail), load_vec<j, NV, MASK>(b, tail), d##j);
 #define BWW_DW_STORE(j) \
-  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail);
+  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail_n);
 
 template <int NV, bool MASK>
 void dw_kernel(const TileArgs& t) {
-  const __m256i tail = lane_mask(t.cols - 8 * (NV - 1));
+  const int tail_n = t.cols - 8 * (NV - 1);
+  const __m256i tail = lane_mask(tail_n);
   BWW_DW_VECS(BWW_DW_DECL)
   BWW_DW_VECS(BWW_DW_LOAD)
   const Pix* px = t.pix;
@@ -194,7 +197,7 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
       const int64_t left = width - j;
       const int64_t room = ld - j < 8 ? ld - j : 8;
       const __m256i lm = lane_mask(left <= 0 ? 0 : static_cast<int>(left));
-      _mm256_maskstore_ps(d + j, lane_mask(static_cast<int>(room)), _mm256_maskload_ps(s + j, lm));
+      store_first_lanes(d + j, _mm256_maskload_ps(s + j, lm), room);
     }
   }
 }
@@ -207,7 +210,6 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
   for (int tb = 0; tb < nt; tb += 8)
     for (int nb = 0; nb < nn; nb += 8) {
       const __m256i nm = lane_mask(nn - nb < 8 ? nn - nb : 8);
-      const __m256i tm = lane_mask(nt - tb < 8 ? nt - tb : 8);
       __m256 r[8], u[8];
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
@@ -245,7 +247,7 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
         if (whole) {
           _mm256_stream_ps(d, u[n]);
         } else {
-          _mm256_maskstore_ps(d, tm, u[n]);
+          store_first_lanes(d, u[n], nt - tb);
         }
       }
     }

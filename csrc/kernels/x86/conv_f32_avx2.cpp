@@ -3,6 +3,9 @@
 // no shared inline functions), see conv_f32_kernels.h.
 #include <immintrin.h>
 
+#include <cstdint>
+
+#include "avx2_store.h"
 #include "conv_f32_kernels.h"
 
 namespace tct {
@@ -78,12 +81,12 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, acc[m][v]);
     }
-  } else {
+  } else {  // the columns left, no masked stores (avx2_store.h)
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) _mm256_maskstore_ps(o + 8 * v, k[v], acc[m][v]);
+      for (int v = 0; v < NV; ++v) store_first_lanes(o + 8 * v, acc[m][v], args->ncols - 8 * v);
     }
   }
 }
@@ -201,7 +204,7 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
         acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(a[t * 4 + m] + c, k), w, acc[m]);
     }
 #pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) _mm256_maskstore_ps(args->out[m] + c, k, acc[m]);
+    for (int m = 0; m < 4; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);
   }
 }
 

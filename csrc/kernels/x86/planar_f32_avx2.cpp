@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "avx2_store.h"
 #include "planar_f32.h"
 
 namespace tct {
@@ -63,11 +64,7 @@ void tile(const PlanarTileArgs* a) {
     #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) {
       const int64_t left = nx - 8 * v;
-      if (left >= 8) {
-        _mm256_storeu_ps(o + 8 * v, acc[r][v]);
-      } else if (left > 0) {
-        _mm256_maskstore_ps(o + 8 * v, lanes(left), acc[r][v]);
-      }
+      store_first_lanes(o + 8 * v, acc[r][v], left);
     }
   }
 }
@@ -178,7 +175,7 @@ void gemm_sub(const PlanarGemmArgs* a, int64_t row0, int64_t col0) {
       if (Full) {
         _mm256_storeu_ps(o, acc[i][v]);
       } else {
-        _mm256_maskstore_ps(o, v == 0 ? k0 : k1, acc[i][v]);
+        store_first_lanes(o, acc[i][v], left - 8 * v);
       }
     }
 }
@@ -231,9 +228,10 @@ void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, flo
   for (; j + 8 <= n; j += 8, src += 8 * step) _mm256_storeu_ps(dst + j, _mm256_i32gather_ps(src, idx, 4));
   if (j < n) {  // only the lanes in the mask are read
     const __m256i k = lanes(n - j);
-    _mm256_maskstore_ps(dst + j, k,
-                        _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, idx,
-                                                 _mm256_castsi256_ps(k), 4));
+    store_first_lanes(dst + j,
+                      _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, idx,
+                                               _mm256_castsi256_ps(k), 4),
+                      n - j);
   }
 }
 
