@@ -53,6 +53,7 @@ struct Item {
   double cost;
   int groups = 1;  // grouped kernel: consecutive groups g.. in one vector
   int64_t mj = 0;  // GEMM: index of the m-block
+  int fk = 1;      // GEMM with fused taps: taps tap .. tap+fk-1 (see kf below)
 };
 
 // Where the tiles of one pixel partition accumulate: element (tap, g, m, n)
@@ -215,9 +216,24 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // block stays in L1; both measured alike on wide layers).
   // Few rows (m side within the widest tile's rows, e.g. 96->3): the widest
   // tiles, so that each broadcast feeds more FMAs.
-  const int gemm_vecs = vecs(Ng) <= max_vecs                ? static_cast<int>(vecs(Ng))
+  // Fused taps (AVX2): with few diff_dst channels on the broadcast side (one
+  // group, dilation 1 on the innermost axis), the (k2, b) pairs of kf
+  // consecutive innermost taps are consecutive floats of diff_dst, so one
+  // tile of kf*Mg rows x 16 columns serves kf taps (AlexNet's 96->3 k11:
+  // 6x16 tiles instead of 3x24, each src row loaded once for two taps). The
+  // pixels inside all kf taps' ranges go through the fused tile, the others
+  // through per-tap tiles of the same item. The weight gradient's rows must
+  // then be evenly spaced across those taps (direct: k2 stride Mg * so;
+  // scratch: planes without padding).
+  int kf = 1;
+  if (!avx512 && !vec_b && !depthwise && !grouped && G == 1 && p.d[2] == 1 && p.K[2] > 1 &&
+      Mg * Ng < 128 * 128 && (!direct || diff_w.sk[2] == Mg * so))
+    kf = static_cast<int>(std::min<int64_t>(p.K[2], rows_of[2] / Mg));
+  if (kf < 2) kf = 1;
+  const int gemm_vecs = kf > 1                              ? 2
+                        : vecs(Ng) <= max_vecs              ? static_cast<int>(vecs(Ng))
                         : Mg <= rows_of[max_vecs] ? max_vecs
-                                                           : std::min(max_vecs, 2);
+                                                  : std::min(max_vecs, 2);
   // One m-blocking for all n-blocks (rows_of shrinks with the vectors, so the
   // narrower tail n-block takes these rows too).
   const int rows_main = rows_of[std::min<int64_t>(gemm_vecs, vecs(Ng))];
@@ -245,6 +261,22 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         items.push_back(it);
       }
     max_cols = 4 * lanes;
+  } else if (kf > 1) {  // one m-block (kf * Mg rows), groups of kf innermost taps
+    for (int64_t t = 0; t < taps; t += kf) {
+      const int fk = static_cast<int>(std::min<int64_t>(kf, p.K[2] - t % p.K[2]));
+      double px = 0;
+      for (int j = 0; j < fk; ++j) px += tap_pixels[t + j];
+      for (int64_t n0 = 0; n0 < Ng;) {
+        const int nv = static_cast<int>(std::min<int64_t>(2, vecs(Ng - n0)));
+        const int cols = static_cast<int>(std::min<int64_t>(Ng - n0, int64_t{nv} * lanes));
+        Item it{t, 0, 0, n0, static_cast<int>(fk * Mg), cols, px * (Mg * nv + 3.0)};
+        it.fk = fk;
+        items.push_back(it);
+        max_cols = std::max(max_cols, cols);
+        n0 += cols;
+      }
+      t += fk - kf;  // the next group starts at the next row of taps when K2 % kf != 0
+    }
   } else {
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t g = 0; g < G; ++g)
@@ -293,7 +325,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // Scratch: per copy the taps' planes of G*Mg*Ng floats, each padded by a
   // line so that the final pass's reads of one row of every tap (planes a
   // multiple of 4 KiB apart, e.g. 512 KiB) do not all fall in one cache set.
-  const int64_t plane = (G * Mg * Ng + 15) / 16 * 16 + 16;
+  const int64_t plane = kf > 1 ? G * Mg * Ng : (G * Mg * Ng + 15) / 16 * 16 + 16;
   const int64_t wstride = taps * plane;  // floats per scratch copy
   std::vector<int64_t> scratch_off(taps);
   for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * plane;
@@ -357,6 +389,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts).
   block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
+  std::vector<Pix> fpix_all(kf > 1 ? static_cast<size_t>(nt) * (kf + 1) * block : 0);
   const size_t pack_floats = packed ? static_cast<size_t>(block * (Mg + ldb_max)) : 0;
   std::unique_ptr<float, FreeDeleter> pack_all;
   if (packed) {
@@ -412,17 +445,18 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     float* apack = bpack + (packed ? block * ldb_max : 0);
     char* a_done = packed ? a_done_all.data() + static_cast<size_t>(tid) * mblocks : nullptr;
     int64_t a_tap = -1, a_g = -1, b_tap = -1, b_g = -1, b_n0 = -1;
-    // The (A, B) pixel pairs of the block's pixels for one tap.
-    auto build = [&](int64_t tap, int64_t nseg) {
+    // The (A, B) pixel pairs of the block's pixels for one tap, with src x
+    // in [xlo, xhi) (within the tap's range), appended at out_pix[n].
+    auto build_into = [&](int64_t tap, int64_t nseg, int64_t xlo, int64_t xhi, Pix* out_pix,
+                          int64_t n) {
       const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
                     k2 = tap % p.K[2];
-      Pix* out_pix = pix + (tap - tap_lo) * block;
-      int64_t n = 0;
       for (int64_t s = 0; s < nseg; ++s) {
         const Seg& sg = segs[s];
         if (sg.i0 < lo[0][k0] || sg.i0 >= hi[0][k0] || sg.i1 < lo[1][k1] || sg.i1 >= hi[1][k1])
           continue;
-        const int64_t x0 = std::max(sg.x0, lo[2][k2]), x1 = std::min(sg.x1, hi[2][k2]);
+        const int64_t x0 = std::max({sg.x0, lo[2][k2], xlo});
+        const int64_t x1 = std::min({sg.x1, hi[2][k2], xhi});
         if (x0 >= x1) continue;
         const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
         const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
@@ -435,7 +469,55 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {dp, sp};
         }
       }
-      count[tap] = n;
+      return n;
+    };
+    auto build = [&](int64_t tap, int64_t nseg) {
+      count[tap] = build_into(tap, nseg, 0, I2, pix + (tap - tap_lo) * block, 0);
+    };
+    Pix* const fpix = fpix_all.data() + static_cast<size_t>(tid) * (kf + 1) * block;
+    // A fused item: the pixels inside every tap's range through one tile of
+    // fk*Mg rows (fresh on the first block), then each tap's other pixels.
+    // The lists of the last fused group built in this block (its n-blocks
+    // are adjacent items): fcount[0] fused, fcount[1 + j] tap j's others.
+    int64_t f_tap = -1;
+    std::vector<int64_t> fcount(static_cast<size_t>(kf + 1));
+    auto run_fused = [&](const Item& item, const Target& tgt, int64_t nseg, bool first) {
+      if (item.tap != f_tap) {
+        const int64_t k2a = item.tap % p.K[2];
+        int64_t xlo = 0, xhi = I2;
+        for (int j = 0; j < item.fk; ++j)
+          xlo = std::max(xlo, lo[2][k2a + j]), xhi = std::min(xhi, hi[2][k2a + j]);
+        fcount[0] = xlo < xhi ? build_into(item.tap, nseg, xlo, xhi, fpix, 0) : 0;
+        for (int j = 0; j < item.fk; ++j) {
+          Pix* lp = fpix + (j + 1) * block;
+          const int64_t n = build_into(item.tap + j, nseg, 0, std::min(xlo, xhi), lp, 0);
+          fcount[1 + j] = build_into(item.tap + j, nseg, std::max(xlo, xhi), I2, lp, n);
+        }
+        f_tap = item.tap;
+      }
+      TileArgs ta{};
+      ta.c = tgt.tile(item);
+      ta.ldc = tgt.m_stride;
+      ta.cols = item.cols;
+      ta.b_off = item.n0;
+      ta.pix = fpix;
+      ta.npix = fcount[0];
+      ta.rows = item.rows;
+      ta.fresh = first;
+      if (ta.npix > 0) {
+        gemm_tile(ta);
+      } else if (first) {
+        for (int r = 0; r < item.rows; ++r) std::memset(ta.c + r * ta.ldc, 0, sizeof(float) * item.cols);
+      }
+      ta.rows = static_cast<int>(Mg);
+      ta.fresh = 0;
+      for (int j = 0; j < item.fk; ++j) {
+        if (fcount[1 + j] == 0) continue;
+        ta.pix = fpix + (j + 1) * block;
+        ta.npix = fcount[1 + j];
+        ta.c = tgt.tile(item) + j * Mg * tgt.m_stride;
+        gemm_tile(ta);
+      }
     };
     const int64_t f_begin = part_start(F, P, part);
     if (gemm && f_begin >= f_end)
@@ -452,6 +534,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         f += len;
       }
       for (int64_t t = tap_lo; t <= tap_hi; ++t) count[t] = -1;
+      f_tap = -1;
       a_tap = b_tap = -1;  // packed panels are of the previous block
       // Prefetch the next block's src pixels and the diff_dst range its taps
       // reach into L2, spread over this block's tile calls: a layer with few
@@ -485,6 +568,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           if (pf[pf_r] >= pf_end[pf_r]) pf_r = (pf_r == 0 && pf[1]) ? 1 : 2;
         }
         const Item& item = items[i];
+        if (item.fk > 1) {
+          run_fused(item, tg, nseg, first_block);
+          continue;
+        }
         if (count[item.tap] < 0) build(item.tap, nseg);
         if (count[item.tap] == 0) {
           if (gemm && first_block) zero_tile(item);

@@ -273,6 +273,27 @@ TEST(FastBackwardWeights, LargeIoxStreamed) {
   for (int nt : {1, 2}) check_case(simple_case(1, 1, 1, 512, 256, 2, 16, 8, 4, WeightsFormat::IOX), nt, rng);
 }
 
+TEST(FastBackwardWeights, FusedInnermostTaps) {
+  // AVX2, 1-3 diff_dst channels on the broadcast side, one group, dilation 1
+  // innermost: groups of innermost taps share one tile; pixels at the line
+  // ends that only some taps of a group reach go through per-tap tiles.
+  // Odd K2 (a last group of one tap), pads (uneven tap ranges), strides,
+  // the XOI result written in place and IOX through scratch, 1-3 threads.
+  std::mt19937 rng(13);
+  for (WeightsFormat wf : {WeightsFormat::XOI, WeightsFormat::IOX})
+    for (int nt : {1, 2, 3}) {
+      check_case(simple_case(2, 2, 1, 40, 3, 23, 11, 4, 3, wf), nt, rng);
+      check_case(simple_case(1, 3, 1, 33, 2, 30, 5, 2, 2, wf), nt, rng);
+      check_case(simple_case(1, 1, 1, 20, 1, 17, 4, 1, 3, wf), nt, rng);
+      check_case(simple_case(3, 1, 1, 17, 3, 5, 3, 2, 1, wf), nt, rng);
+      Case c = simple_case(2, 2, 1, 24, 2, 9, 3, 3, 0, wf);
+      c.pb = {1, 2};
+      c.pe = {0, 3};
+      c.op = {1, 2};
+      check_case(c, nt, rng);
+    }
+}
+
 TEST(FastBackwardWeights, FewRowsWideTiles) {
   // One side of at most 6 channels, the other over 64 (AVX-512: 4-vector
   // tiles with the tail tile), as alexnet's 96->3 k11 s4.
