@@ -487,11 +487,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         int64_t xlo = 0, xhi = I2;
         for (int j = 0; j < item.fk; ++j)
           xlo = std::max(xlo, lo[2][k2a + j]), xhi = std::min(xhi, hi[2][k2a + j]);
+        if (xlo >= xhi) xlo = xhi = I2;  // no pixel in every tap: all per tap
         fcount[0] = xlo < xhi ? build_into(item.tap, nseg, xlo, xhi, fpix, 0) : 0;
-        for (int j = 0; j < item.fk; ++j) {
+        for (int j = 0; j < item.fk; ++j) {  // x outside [xlo, xhi)
           Pix* lp = fpix + (j + 1) * block;
-          const int64_t n = build_into(item.tap + j, nseg, 0, std::min(xlo, xhi), lp, 0);
-          fcount[1 + j] = build_into(item.tap + j, nseg, std::max(xlo, xhi), I2, lp, n);
+          const int64_t n = build_into(item.tap + j, nseg, 0, xlo, lp, 0);
+          fcount[1 + j] = build_into(item.tap + j, nseg, xhi, I2, lp, n);
         }
         f_tap = item.tap;
       }

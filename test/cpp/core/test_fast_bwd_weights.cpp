@@ -291,6 +291,12 @@ TEST(FastBackwardWeights, FusedInnermostTaps) {
       c.pe = {0, 3};
       c.op = {1, 2};
       check_case(c, nt, rng);
+      // A line of one pixel: no pixel is inside all taps of a group (each
+      // tap's own pixels must still count).
+      Case e = simple_case(2, 3, 1, 3, 2, 2, 3, 1, 1, wf);
+      e.I = {2, 1};
+      e.s = {3, 1};
+      check_case(e, nt, rng);
     }
 }
 
