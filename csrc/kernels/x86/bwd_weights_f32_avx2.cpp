@@ -5,18 +5,13 @@
 
 #include <cstdint>
 
-#include "avx2_store.h"
+#include "avx2_util.h"
 #include "bwd_weights_f32.h"
 
 namespace tct {
 namespace x86 {
 namespace bww {
 namespace {
-
-// Lane mask of the first n (1..8) lanes, for masked loads.
-inline __m256i lane_mask(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // The last vector of a tail tile is masked so that no lane past the channel
 // range is read or written.
@@ -67,7 +62,7 @@ inline void store_vec(float* p, __m256 v, int tail_n) {
 template <int MR, int NV, bool MASK, bool PK>
 void gemm_kernel(const TileArgs& t) {
   const int tail_n = t.cols - 8 * (NV - 1);
-  const __m256i tail = lane_mask(tail_n);
+  const __m256i tail = first_lanes(tail_n);
   BWW_FOR_ROWS(BWW_DECL)
   if (!t.fresh) {
     BWW_FOR_ROWS(BWW_LOAD)
@@ -121,7 +116,7 @@ void gemm_by_rows(const TileArgs& t, bool mask) {
 template <int NV, bool MASK>
 void dw_kernel(const TileArgs& t) {
   const int tail_n = t.cols - 8 * (NV - 1);
-  const __m256i tail = lane_mask(tail_n);
+  const __m256i tail = first_lanes(tail_n);
   BWW_DW_VECS(BWW_DW_DECL)
   BWW_DW_VECS(BWW_DW_LOAD)
   const Pix* px = t.pix;
@@ -141,7 +136,7 @@ template <int MG>
 void grouped_kernel(const TileArgs& t) {
   const int ng = t.cols;
   const int shift = ng == 2 ? 1 : 2;
-  const __m256i bm = lane_mask(t.groups * ng), am = lane_mask(t.groups * MG);
+  const __m256i bm = first_lanes(t.groups * ng), am = first_lanes(t.groups * MG);
   const __m256i grp = _mm256_mullo_epi32(
       _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), shift), _mm256_set1_epi32(MG));
   const __m256i idx0 = grp, idx1 = _mm256_add_epi32(grp, _mm256_set1_epi32(1)),
@@ -196,7 +191,7 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
     for (; j < ld; j += 8) {  // tail of the row, then zeros up to ld
       const int64_t left = width - j;
       const int64_t room = ld - j < 8 ? ld - j : 8;
-      const __m256i lm = lane_mask(left <= 0 ? 0 : static_cast<int>(left));
+      const __m256i lm = first_lanes(left);
       store_first_lanes(d + j, _mm256_maskload_ps(s + j, lm), room);
     }
   }
@@ -209,8 +204,8 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
                      (ld_n & 7) == 0;
   for (int tb = 0; tb < nt; tb += 8)
     for (int nb = 0; nb < nn; nb += 8) {
-      const __m256i nm = lane_mask(nn - nb < 8 ? nn - nb : 8);
-      __m256 r[8], u[8];
+      const __m256i nm = first_lanes(nn - nb);
+      __m256 r[8];
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
         if (tb + t < nt) {
@@ -222,32 +217,15 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
           r[t] = _mm256_setzero_ps();
         }
       }
-#pragma GCC unroll 4
-      for (int i = 0; i < 8; i += 2) {
-        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-#pragma GCC unroll 2
-      for (int h = 0; h < 8; h += 4) {
-        r[h] = _mm256_shuffle_ps(u[h], u[h + 2], 0x44);
-        r[h + 1] = _mm256_shuffle_ps(u[h], u[h + 2], 0xee);
-        r[h + 2] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0x44);
-        r[h + 3] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0xee);
-      }
-      // r[c] (c < 4): channel c (lane 0) and c + 4 (lane 1) of taps 0-3; r[4 + c]: taps 4-7.
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        u[c] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20);
-        u[c + 4] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
-      }
+      transpose8x8(r);  // r[n]: channel nb + n over the taps
 #pragma GCC unroll 8
       for (int n = 0; n < 8; ++n) {
         if (nb + n >= nn) break;
         float* d = dst + (nb + n) * ld_n + tb;
         if (whole) {
-          _mm256_stream_ps(d, u[n]);
+          _mm256_stream_ps(d, r[n]);
         } else {
-          store_first_lanes(d, u[n], nt - tb);
+          store_first_lanes(d, r[n], nt - tb);
         }
       }
     }

@@ -262,20 +262,19 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       }
     max_cols = 4 * lanes;
   } else if (kf > 1) {  // one m-block (kf * Mg rows), groups of kf innermost taps
-    for (int64_t t = 0; t < taps; t += kf) {
-      const int fk = static_cast<int>(std::min<int64_t>(kf, p.K[2] - t % p.K[2]));
+    for (int64_t t = 0, fk = 0; t < taps; t += fk) {  // groups end at the end of a row of taps
+      fk = std::min<int64_t>(kf, p.K[2] - t % p.K[2]);
       double px = 0;
       for (int j = 0; j < fk; ++j) px += tap_pixels[t + j];
       for (int64_t n0 = 0; n0 < Ng;) {
         const int nv = static_cast<int>(std::min<int64_t>(2, vecs(Ng - n0)));
         const int cols = static_cast<int>(std::min<int64_t>(Ng - n0, int64_t{nv} * lanes));
         Item it{t, 0, 0, n0, static_cast<int>(fk * Mg), cols, px * (Mg * nv + 3.0)};
-        it.fk = fk;
+        it.fk = static_cast<int>(fk);
         items.push_back(it);
         max_cols = std::max(max_cols, cols);
         n0 += cols;
       }
-      t += fk - kf;  // the next group starts at the next row of taps when K2 % kf != 0
     }
   } else {
     for (int64_t t = 0; t < taps; ++t)
@@ -481,7 +480,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     // are adjacent items): fcount[0] fused, fcount[1 + j] tap j's others.
     int64_t f_tap = -1;
     std::vector<int64_t> fcount(static_cast<size_t>(kf + 1));
-    auto run_fused = [&](const Item& item, const Target& tgt, int64_t nseg, bool first) {
+    auto run_fused = [&](const Item& item, int64_t nseg, bool first) {
       if (item.tap != f_tap) {
         const int64_t k2a = item.tap % p.K[2];
         int64_t xlo = 0, xhi = I2;
@@ -497,8 +496,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         f_tap = item.tap;
       }
       TileArgs ta{};
-      ta.c = tgt.tile(item);
-      ta.ldc = tgt.m_stride;
+      ta.c = tg.tile(item);
+      ta.ldc = tg.m_stride;
       ta.cols = item.cols;
       ta.b_off = item.n0;
       ta.pix = fpix;
@@ -508,7 +507,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       if (ta.npix > 0) {
         gemm_tile(ta);
       } else if (first) {
-        for (int r = 0; r < item.rows; ++r) std::memset(ta.c + r * ta.ldc, 0, sizeof(float) * item.cols);
+        zero_tile(item);
       }
       ta.rows = static_cast<int>(Mg);
       ta.fresh = 0;
@@ -516,7 +515,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         if (fcount[1 + j] == 0) continue;
         ta.pix = fpix + (j + 1) * block;
         ta.npix = fcount[1 + j];
-        ta.c = tgt.tile(item) + j * Mg * tgt.m_stride;
+        ta.c = tg.tile(item) + j * Mg * tg.m_stride;
         gemm_tile(ta);
       }
     };
@@ -570,7 +569,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         }
         const Item& item = items[i];
         if (item.fk > 1) {
-          run_fused(item, tg, nseg, first_block);
+          run_fused(item, nseg, first_block);
           continue;
         }
         if (count[item.tap] < 0) build(item.tap, nseg);

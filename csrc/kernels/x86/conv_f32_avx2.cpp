@@ -5,20 +5,12 @@
 
 #include <cstdint>
 
-#include "avx2_store.h"
+#include "avx2_util.h"
 #include "conv_f32_kernels.h"
 
 namespace tct {
 namespace x86 {
 namespace {
-
-// Lane mask for columns [8v, 8v+8) of a tile with ncols valid columns.
-inline __m256i col_mask(int64_t ncols, int v) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const int64_t rem = ncols - 8 * v;
-  const int r = rem < 0 ? 0 : (rem > 8 ? 8 : static_cast<int>(rem));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), lane);
-}
 
 // MR x (8*NV) register tile; the accumulators stay in ymm registers (the
 // arrays are only indexed by constants inside fully unrolled loops).
@@ -29,7 +21,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   const int64_t col_off = args->col_off;
   __m256i k[NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) k[v] = col_mask(args->ncols, v);
+  for (int v = 0; v < NV; ++v) k[v] = first_lanes(args->ncols - 8 * v);
   if (args->accumulate) {
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
@@ -104,7 +96,7 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   const float* const* a = args->a;
   const int64_t cred = args->cred, a_off = args->a_off;
   const int64_t cfull = cred / 8 * 8, credp = (cred + 15) / 16 * 16;
-  const __m256i kt = col_mask(cred - cfull, 0);
+  const __m256i kt = first_lanes(cred - cfull);
   const int32_t* wtap = args->wtap;
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * credp * NC;
@@ -140,12 +132,7 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   for (int m = 0; m < MR; ++m) {
     float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
-    for (int j = 0; j < NC; ++j) {
-      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m][j]),
-                                  _mm256_extractf128_ps(acc[m][j], 1));
-      const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-      o[j] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q))) + bias[j];
-    }
+    for (int j = 0; j < NC; ++j) o[j] = hsum(acc[m][j]) + bias[j];
   }
 }
 
@@ -192,7 +179,7 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
     }
   }
   for (; c < C; c += 8) {
-    const __m256i k = col_mask(C - c, 0);
+    const __m256i k = first_lanes(C - c);
     __m256 acc[4];
     const __m256 b = _mm256_maskload_ps(args->bias + c, k);
 #pragma GCC unroll 4

@@ -6,18 +6,12 @@
 #include <algorithm>
 #include <array>
 
-#include "avx2_store.h"
+#include "avx2_util.h"
 #include "planar_f32.h"
 
 namespace tct {
 namespace x86 {
 namespace {
-
-// A mask of the first n lanes (n < 8; none when n <= 0).
-__m256i lanes(int64_t n) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))), lane);
-}
 
 template <int M, int NV>
 void tile(const PlanarTileArgs* a) {
@@ -30,7 +24,7 @@ void tile(const PlanarTileArgs* a) {
       #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) {
         const int64_t left = nx - 8 * v;
-        acc[r][v] = left >= 8 ? _mm256_loadu_ps(o + 8 * v) : _mm256_maskload_ps(o + 8 * v, lanes(left));
+        acc[r][v] = left >= 8 ? _mm256_loadu_ps(o + 8 * v) : _mm256_maskload_ps(o + 8 * v, first_lanes(left));
       }
       continue;
     }
@@ -115,11 +109,7 @@ void dot(const PlanarDotArgs* a) {
   #pragma GCC unroll 32
   for (int i = 0; i < M; ++i)
     #pragma GCC unroll 32
-    for (int j = 0; j < N; ++j) {
-      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]), _mm256_extractf128_ps(acc[i][j], 1));
-      const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-      a->out[i * a->out_m + j * a->out_n] += _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-    }
+    for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += hsum(acc[i][j]);
 }
 
 using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
@@ -140,7 +130,7 @@ void fill_dot(DotTable& t) {
 template <int R, int NV, bool Full>
 void gemm_sub(const PlanarGemmArgs* a, int64_t row0, int64_t col0) {
   const int64_t left = a->n - col0;
-  const __m256i k0 = lanes(std::min<int64_t>(left, 8)), k1 = lanes(std::min<int64_t>(left - 8, 8));
+  const __m256i k0 = first_lanes(left), k1 = first_lanes(left - 8);
   const int64_t kc = a->kc, as = a->a_stride, bs = a->b_stride, cs = a->c_stride;
   float* const c = a->c + row0 * cs + col0;
   __m256 acc[R][NV];
@@ -227,7 +217,7 @@ void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, flo
   int64_t j = 0;
   for (; j + 8 <= n; j += 8, src += 8 * step) _mm256_storeu_ps(dst + j, _mm256_i32gather_ps(src, idx, 4));
   if (j < n) {  // only the lanes in the mask are read
-    const __m256i k = lanes(n - j);
+    const __m256i k = first_lanes(n - j);
     store_first_lanes(dst + j,
                       _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, idx,
                                                _mm256_castsi256_ps(k), 4),

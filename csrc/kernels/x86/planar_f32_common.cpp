@@ -243,17 +243,11 @@ int64_t max_segments(const Geometry& g) {
   return std::max<int64_t>(max_seg, 1);
 }
 
-// A strided copy of the ISA (dst[j] = src[j*step], j < n), or null.
+// A strided copy (dst[j] = src[j*step], j < n).
 using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
 
-StridedCopy strided_copy(Isa isa) {
-  return isa == Isa::Avx512 ? planar_f32_avx512_strided_copy
-         : isa == Isa::Avx2 ? planar_f32_avx2_strided_copy
-                            : nullptr;
-}
-
-// The helper kernels of an ISA (planar_f32.h, transpose.h) used by the GEMM
-// and dot-product paths.
+// The helper kernels of an ISA (planar_f32.h, transpose.h); isa is AVX-512
+// or AVX2.
 struct Ops {
   PlanarGemmFn (*gemm)(int m);
   PlanarDotFn (*dot)(int m, int n);
@@ -456,6 +450,7 @@ bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView 
   const WeightRows rows = weight_rows(p, w, false, nthreads);
   const float* const A = rows.data;
   const int64_t w_stride = rows.stride;
+  const Ops k = ops(isa);
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;
   const int64_t slices = (J + SW - 1) / SW, nblocks = (p.N + MR - 1) / MR;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
@@ -480,7 +475,7 @@ bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView 
         }
         args.a = src + n0 * IC + gi * ICg;
         args.c = c;
-        ops(isa).gemm(m)(&args);
+        k.gemm(m)(&args);
       }
     }
   return true;
@@ -622,7 +617,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
     }
   const int64_t s2 = g.s[2];
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
-  const StridedCopy gather = strided_copy(isa);
+  const StridedCopy gather = ops(isa).copy;
 
 #pragma omp parallel num_threads(nthreads)
   {
@@ -1280,6 +1275,22 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
   return use_planes(g, L, int64_t{ts.NV} * ts.VL, nthreads);
 }
 
+bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p) { return gemm_preferred(isa, p); }
+
+bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
+  return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
+}
+
+namespace {
+// AVX-512: little work per activation element (the layout changes dominate).
+bool planar_by_work(const ConvProblem& p, const Line& L) {
+  const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
+                       static_cast<double>(p.OC()) * p.dst_spatial();
+  const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
+  return L.max_len >= 24 && macs_per_elem <= 130;
+}
+}  // namespace
+
 // Measured on the benchmark layers (interleaved A/B runs, AVX-512, 2 threads):
 // the planar kernels win where the channels-last ones are weak or the layout
 // changes dominate: long lines with few channels on one side (RGB layers:
@@ -1288,14 +1299,6 @@ bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthread
 // 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
 // GEMM tiles are faster) and anything on lines shorter than one vector stay
 // channels-last.
-bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p) { return gemm_preferred(isa, p); }
-
-bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
-  return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
-}
-
-bool planar_by_work(const ConvProblem& p, const Line& L);
-
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
@@ -1316,8 +1319,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
-  if (isa == Isa::Avx512 && std::min(g.Cin, g.Cout) <= 4) return true;
-  if (isa == Isa::Avx512) return planar_by_work(p, L);
+  if (isa == Isa::Avx512) return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on depthwise layers
   // (1.2-1.4x), on the backward-data of few-channel layers with lines
@@ -1331,14 +1333,6 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   int64_t depth = g.Cin;  // (channel, tap) pairs per output
   for (int a = 0; a < kAxes; ++a) depth *= (p.K[a] + p.s[a] - 1) / p.s[a];
   return depth <= 64 || g.out[0] * g.out[1] == 1;
-}
-
-// AVX-512: little work per activation element (the layout changes dominate).
-bool planar_by_work(const ConvProblem& p, const Line& L) {
-  const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
-                       static_cast<double>(p.OC()) * p.dst_spatial();
-  const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
-  return L.max_len >= 24 && macs_per_elem <= 130;
 }
 
 }  // namespace x86
