@@ -287,7 +287,7 @@ void check_bwd_weights(Isa isa, const ConvProblem& p, uint32_t seed, int nthread
 }
 
 TEST(PlanarF32, BackwardWeights) {
-  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   std::mt19937 rng(777);
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -319,7 +319,7 @@ TEST(PlanarF32, BackwardWeights) {
 // panels, diff_dst rows shared by several taps (phase rows), both result
 // layouts and several thread counts.
 TEST(PlanarF32, BackwardWeightsGemm) {
-  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   int seed = 100;
   for (bool iox : {false, true})
     for (int nt : {1, 2, 3}) {
@@ -377,7 +377,7 @@ void check_bwd_data_gemm(Isa isa, const ConvProblem& p, uint32_t seed, int nthre
 }
 
 TEST(PlanarF32, BackwardDataGemm) {
-  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   int seed = 200;
   for (bool iox : {false, true})
     for (int nt : {1, 2, 3}) {
@@ -418,7 +418,7 @@ void check_one_pixel_forward(Isa isa, const ConvProblem& p, uint32_t seed, int n
 }
 
 TEST(PlanarF32, OnePixelCovering) {
-  if (isas().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   int seed = 400;
   for (bool iox : {false, true})
     for (int nt : {1, 2}) {
