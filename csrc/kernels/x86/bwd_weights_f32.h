@@ -71,7 +71,8 @@ void grouped_tile_avx512(const TileArgs& t);
 void grouped_tile_avx2(const TileArgs& t);
 // Panel packing for the packed GEMM tiles: for i < n, copies `width` floats
 // from (side_b ? pix[i].b : pix[i].a) + off to dst + i*ld and zeros
-// dst[i*ld + width, i*ld + ld) (ld >= width).
+// dst[i*ld + width, i*ld + ld) (ld >= width). A null row pointer packs a row
+// of zeros (a pixel whose tapped position is outside, see shared panels).
 void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                  float* dst);
 void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,

@@ -225,12 +225,20 @@ void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width,
   constexpr int64_t kAhead = 8;
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) {
-      const char* f = reinterpret_cast<const char*>((side_b ? pix[i + kAhead].b : pix[i + kAhead].a) + off);
-      for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-      _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
+      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
+      if (r) {
+        const char* f = reinterpret_cast<const char*>(r + off);
+        for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+        _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
+      }
     }
-    const float* s = (side_b ? pix[i].b : pix[i].a) + off;
+    const float* r = side_b ? pix[i].b : pix[i].a;
     float* d = dst + i * ld;
+    if (!r) {  // no pixel: a row of zeros
+      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
+      continue;
+    }
+    const float* s = r + off;
     int64_t j = 0;
     for (; j + 16 <= width; j += 16) _mm512_storeu_ps(d + j, _mm512_loadu_ps(s + j));
     for (; j < ld; j += 16) {  // tail of the row, then zeros up to ld

@@ -12,6 +12,8 @@
 // panels (per thread: up to 1024 pixels x all m, plus one n-block), so
 // that tiles stream contiguous memory and one long block covers most
 // layers: each accumulator tile is then written once (fresh), not re-read.
+// When the taps cover nearly every src pixel (1D, k = s, 1x1), the src
+// panels of a block are packed once for all taps instead of per tap.
 // Depthwise (ICg == OCg == 1) vectorizes over the groups instead.
 //
 // Work items are the tiles (tap, group, n-block, m-block). Threads split the
@@ -158,6 +160,13 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     return true;
   }
 
+  // Share of the (tap, src pixel) pairs whose tapped position is inside:
+  // near 1 when every tap covers (almost) every pixel (1D with long rows,
+  // kernels that tile the output, 1x1).
+  const int64_t F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
+  const bool low_waste = all_pixels >= 0.98 * static_cast<double>(taps) * F;
+  constexpr int64_t kWide = 128 * 128;  // Mg * Ng from which tiles use packed panels
+
   const bool avx512 = isa == Isa::Avx512;
   const int lanes = avx512 ? bww::kAvx512Lanes : bww::kAvx2Lanes;
   const int max_vecs = avx512 ? bww::kAvx512MaxVecs : bww::kAvx2MaxVecs;
@@ -202,7 +211,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     } else if (direct_a && cost_a <= 1.05 * best) {
       vec_b = false, direct = true;
     } else {
-      vec_b = cost_b <= cost_a;
+      // Through scratch either way; A = src can share its panels across taps
+      // (below), worth a few % more FMAs.
+      vec_b = cost_b <= cost_a * (low_waste && ICg * OCg >= kWide ? 1.1 : 1.0);
     }
   }
   const int64_t Mg = vec_b ? ICg : OCg, Ng = vec_b ? OCg : ICg;
@@ -304,7 +315,6 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   //    repeated reads would dominate, or
   //  - the copies are small (they stay in L2).
   // Measured on 2-core Sapphire Rapids; the thresholds are rough.
-  const int64_t F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
   const int64_t wsize = taps * G * Mg * Ng;
   int P = 1;
   if (nt > 1 && F >= nt) {
@@ -363,7 +373,11 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // accumulator tiles are loaded and stored once per long block; with one
   // block per partition each tile is written once, never read (fresh).
   // Narrow layers (64x32 channels) lose: the copies cost as much as the FMAs.
-  const bool packed = !depthwise && !grouped && Mg * Ng >= 128 * 128;
+  // Shared A panels: with A = src and low waste, the block's A panels are
+  // packed once for all taps (not per tap), and each tap's list holds every
+  // pixel of the block, its B row zero where the tap falls outside (hifigan
+  // 512->256 k16: 16x fewer A copies).
+  const bool packed = !depthwise && !grouped && Mg * Ng >= kWide;
   const int64_t ldb_max = static_cast<int64_t>(gemm_vecs) * lanes;
   if (packed) block = std::clamp<int64_t>(262144 / Mg, 16, 1024);
 
@@ -406,6 +420,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   std::vector<Seg> segs_all(static_cast<size_t>(nt) * block);
 
   const bool a_is_src = vec_b || depthwise;
+  const bool shared_a = packed && a_is_src && low_waste;
   const int64_t src_step = IC, dst_step = p.s[2] * OC;
   const int64_t a_gstride = a_is_src ? ICg : OCg, b_gstride = a_is_src ? OCg : ICg;
   const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2];
@@ -470,8 +485,37 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       }
       return n;
     };
+    // Shared A panels: every pixel of the block in order, b null where the
+    // tapped diff_dst position is outside (A = src).
+    auto build_full = [&](int64_t tap, int64_t nseg, Pix* out_pix) {
+      const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
+                    k2 = tap % p.K[2];
+      int64_t n = 0;
+      for (int64_t s = 0; s < nseg; ++s) {
+        const Seg& sg = segs[s];
+        const bool row_in = sg.i0 >= lo[0][k0] && sg.i0 < hi[0][k0] && sg.i1 >= lo[1][k1] &&
+                            sg.i1 < hi[1][k1];
+        const int64_t x0 = row_in ? std::clamp(lo[2][k2], sg.x0, sg.x1) : sg.x1;
+        const int64_t x1 = row_in ? std::clamp(hi[2][k2], x0, sg.x1) : sg.x1;
+        const float* sp = src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + sg.x0) * IC;
+        const float* dp = nullptr;
+        if (x0 < x1) {
+          const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
+          const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
+          const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
+          dp = diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
+        }
+        for (int64_t x = sg.x0; x < sg.x1; ++x, sp += src_step) {
+          const bool in = x >= x0 && x < x1;
+          out_pix[n++] = {sp, in ? dp : nullptr};
+          if (in) dp += dst_step;
+        }
+      }
+      return n;
+    };
     auto build = [&](int64_t tap, int64_t nseg) {
-      count[tap] = build_into(tap, nseg, 0, I2, pix + (tap - tap_lo) * block, 0);
+      Pix* out_pix = pix + (tap - tap_lo) * block;
+      count[tap] = shared_a ? build_full(tap, nseg, out_pix) : build_into(tap, nseg, 0, I2, out_pix, 0);
     };
     Pix* const fpix = fpix_all.data() + static_cast<size_t>(tid) * (kf + 1) * block;
     // A fused item: the pixels inside every tap's range through one tile of
@@ -606,7 +650,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         } else if (packed) {
           const Pix* px = ta.pix;
           const int64_t np = ta.npix;
-          if (item.tap != a_tap || item.g != a_g) {
+          if (a_tap < 0 || (item.tap != a_tap && !shared_a) || item.g != a_g) {
             a_tap = item.tap, a_g = item.g;
             std::memset(a_done, 0, mblocks);
           }

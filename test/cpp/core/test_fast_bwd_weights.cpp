@@ -266,6 +266,22 @@ TEST(FastBackwardWeights, WideLayersPacked) {
     check_case(simple_case(3, 1, 1, 200, 96, 4, 3, 1, 1, WeightsFormat::XOI), nt, rng);
 }
 
+TEST(FastBackwardWeights, SharedPanels) {
+  // Wide layers whose taps cover (nearly) every src pixel: the A panels of a
+  // pixel block serve all taps, and a tap's pixels outside get zero B rows.
+  // Blocks across images (1D, N = 3: zero rows at each image's ends), no
+  // waste at all (2D k2 s2, row pieces of several images), several blocks
+  // per partition (1D k2 s2 on 2500 pixels); IOX/OIX pick A = src for it.
+  std::mt19937 rng(14);
+  for (WeightsFormat wf : kFormats)
+    for (int nt : {1, 2, 3}) {
+      check_case(simple_case(1, 3, 1, 128, 136, 100, 3, 1, 1, wf), nt, rng);
+      check_case(simple_case(2, 2, 1, 130, 128, 7, 2, 2, 0, wf), nt, rng);
+    }
+  check_case(simple_case(1, 1, 1, 129, 128, 2500, 2, 2, 0, WeightsFormat::XOI), 1, rng);
+  check_case(simple_case(1, 1, 1, 129, 128, 2500, 2, 2, 0, WeightsFormat::IOX), 2, rng);
+}
+
 TEST(FastBackwardWeights, LargeIoxStreamed) {
   // An IOX gradient of 8 MiB (vocoder-like 512 -> 256, k16 s8): the final
   // pass writes whole runs of 16 taps with streaming stores.
