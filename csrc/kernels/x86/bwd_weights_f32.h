@@ -77,6 +77,16 @@ void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width,
                  float* dst);
 void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                float* dst);
+// The A panels of all m-blocks in one pass over each pixel row (AVX2; the
+// rows of a tile are a few floats, so per-block copies would cost a call per
+// row and tile): block j (rows starts[j] .. starts[j+1]) at
+//   dst + starts[j]*block + j*kPanelSlack, row i of it at + i*(its rows),
+// copied from pix[i].a + off + starts[j] (i < n <= block, starts[0] = 0).
+// Reads stay below pix[i].a + off + readable; writes may run up to 8 floats
+// past a block's last row, into its slack.
+constexpr int64_t kPanelSlack = 8;
+void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
+                      const int64_t* starts, int64_t nblocks, int64_t block, float* dst);
 // Final pass, output with the taps innermost (IOX, OIX): a tile of nt <= 16
 // taps x nn <= 16 channels, summed over nq scratch copies and transposed:
 //   dst[n*ld_n + t] = sum_{q < nq} src[q*ld_q + t*ld_t + n].

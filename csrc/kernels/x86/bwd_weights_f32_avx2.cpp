@@ -205,38 +205,71 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
   }
 }
 
-void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
-                    float* dst, int64_t ld_n, bool stream) {
-  // Four 8x8 blocks: (taps tb.., channels nb..) -> rows nb.. of dst at tb.
-  const bool whole = stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 31) == 0 &&
-                     (ld_n & 7) == 0;
-  for (int tb = 0; tb < nt; tb += 8)
-    for (int nb = 0; nb < nn; nb += 8) {
-      const __m256i nm = first_lanes(nn - nb);
-      __m256 r[8];
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t) {
-        if (tb + t < nt) {
-          const float* sp = src + (tb + t) * ld_t + nb;
-          __m256 v = _mm256_maskload_ps(sp, nm);
-          for (int q = 1; q < nq; ++q) v = _mm256_add_ps(v, _mm256_maskload_ps(sp + q * ld_q, nm));
-          r[t] = v;
+void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
+                      const int64_t* starts, int64_t nblocks, int64_t block, float* dst) {
+  constexpr int64_t kAhead = 8;  // as in pack_avx2
+  const int64_t width = starts[nblocks];
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* f = reinterpret_cast<const char*>(pix[i + kAhead].a + off);
+      for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+      _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
+    }
+    const float* s = pix[i].a + off;
+    for (int64_t j = 0; j < nblocks; ++j) {
+      const int64_t m0 = starts[j], r = starts[j + 1] - m0;
+      float* d = dst + m0 * block + j * kPanelSlack + i * r;
+      // Whole vectors where the row has them; a store past the row's r
+      // floats lands on the next row (written after it) or in the slack.
+      for (int64_t c = 0; c < r; c += 8) {
+        if (m0 + c + 8 <= readable) {
+          _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + m0 + c));
         } else {
-          r[t] = _mm256_setzero_ps();
-        }
-      }
-      transpose8x8(r);  // r[n]: channel nb + n over the taps
-#pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) {
-        if (nb + n >= nn) break;
-        float* d = dst + (nb + n) * ld_n + tb;
-        if (whole) {
-          _mm256_stream_ps(d, r[n]);
-        } else {
-          store_first_lanes(d, r[n], nt - tb);
+          const int64_t left = r - c;
+          store_first_lanes(d + c, _mm256_maskload_ps(s + m0 + c, first_lanes(left)), left);
         }
       }
     }
+  }
+}
+
+void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
+                    float* dst, int64_t ld_n, bool stream) {
+  // Per 8 channels nb..: the 8x8 blocks of taps 0-7 and 8-15, then each
+  // channel's run of taps written at once, so that a streamed 64-byte line
+  // is filled by two adjacent stores (half-written lines left open in the
+  // write-combining buffers go to memory as partial writes: 2x slower).
+  const bool whole = stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 31) == 0 &&
+                     (ld_n & 7) == 0;
+  for (int nb = 0; nb < nn; nb += 8) {
+    const __m256i nm = first_lanes(nn - nb);
+    __m256 r[2][8];
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const int tap = 8 * h + t;
+        if (tap < nt) {
+          const float* sp = src + tap * ld_t + nb;
+          __m256 v = _mm256_maskload_ps(sp, nm);
+          for (int q = 1; q < nq; ++q) v = _mm256_add_ps(v, _mm256_maskload_ps(sp + q * ld_q, nm));
+          r[h][t] = v;
+        } else {
+          r[h][t] = _mm256_setzero_ps();
+        }
+      }
+      transpose8x8(r[h]);  // r[h][n]: channel nb + n over taps 8h..
+    }
+    for (int n = 0; n < 8 && nb + n < nn; ++n) {
+      float* d = dst + (nb + n) * ld_n;
+      if (whole) {
+        _mm256_stream_ps(d, r[0][n]);
+        _mm256_stream_ps(d + 8, r[1][n]);
+      } else {
+        store_first_lanes(d, r[0][n], nt);
+        if (nt > 8) store_first_lanes(d + 8, r[1][n], nt - 8);
+      }
+    }
+  }
 }
 
 void store_fence_avx2() { _mm_sfence(); }

@@ -403,7 +403,14 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
   std::vector<Pix> fpix_all(kf > 1 ? static_cast<size_t>(nt) * (kf + 1) * block : 0);
-  const size_t pack_floats = packed ? static_cast<size_t>(block * (Mg + ldb_max)) : 0;
+  // A panels: one per m-block (bww::pack_panels_avx2's layout; AVX-512 packs
+  // each m-block when its first tile needs it).
+  void (*pack_panels)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
+                      float*) = avx512 ? nullptr : bww::pack_panels_avx2;
+  std::vector<int64_t> m_starts(static_cast<size_t>(mblocks + 1));
+  for (int64_t j = 0; j <= mblocks; ++j) m_starts[j] = part_start(Mg, mblocks, j);
+  const size_t pack_floats =
+      packed ? static_cast<size_t>(block * (Mg + ldb_max) + mblocks * bww::kPanelSlack) : 0;
   std::unique_ptr<float, FreeDeleter> pack_all;
   if (packed) {
     pack_all.reset(static_cast<float*>(
@@ -420,6 +427,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   std::vector<Seg> segs_all(static_cast<size_t>(nt) * block);
 
   const bool a_is_src = vec_b || depthwise;
+  const int64_t a_len = a_is_src ? IC : OC;  // floats of an A pixel row
   const bool shared_a = packed && a_is_src && low_waste;
   const int64_t src_step = IC, dst_step = p.s[2] * OC;
   const int64_t a_gstride = a_is_src ? ICg : OCg, b_gstride = a_is_src ? OCg : ICg;
@@ -652,10 +660,14 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           const int64_t np = ta.npix;
           if (a_tap < 0 || (item.tap != a_tap && !shared_a) || item.g != a_g) {
             a_tap = item.tap, a_g = item.g;
-            std::memset(a_done, 0, mblocks);
+            if (pack_panels)
+              pack_panels(px, np, item.g * a_gstride, a_len - item.g * a_gstride, m_starts.data(),
+                          mblocks, block, apack);
+            else
+              std::memset(a_done, 0, mblocks);
           }
-          float* pa = apack + item.m0 * block;
-          if (!a_done[item.mj]) {
+          float* pa = apack + item.m0 * block + item.mj * bww::kPanelSlack;
+          if (!pack_panels && !a_done[item.mj]) {
             a_done[item.mj] = 1;
             pack(px, np, false, item.g * a_gstride + item.m0, item.rows, item.rows, pa);
           }
