@@ -11,6 +11,8 @@
 // no inserted zero is ever multiplied and nothing is scattered. Backward-data
 // is a plain strided convolution: one phase with every tap.
 //
+// In 1D and 2D the images are the unused outer axis, so a phase's rows run
+// across the batch (tiles and row blocks do not stop at image ends).
 // Per block of rows, an indirection buffer (one pointer per row and tap: the
 // input pixel, or a zero vector for padding) feeds the ISA micro-kernels of
 // conv_f32_kernels.h; all groups share it (the kernels add channel offsets).
@@ -592,6 +594,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t NB = whole_pixel ? 1 : (ncol + NR - 1) / NR;
 
   // Phases and their tap ranges in the packed weights.
+  const bool fold_batch = p.spatial_rank < kAxes && p.K[0] == 1 && p.s[0] == 1 && p.pb[0] == 0 &&
+                          in_dims[0] == 1 && out_dims[0] == 1;
+  const int64_t NI = fold_batch ? 1 : N;  // images the driver loops over
   std::vector<Phase> phases;
   int64_t T = 0, Tmax = 0;
   {
@@ -606,6 +611,18 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int b = ax + 1; b < kAxes; ++b) {
         in_stride *= in_dims[b];
         out_stride *= out_dims[b];
+      }
+      // 1D/2D: the unused outer axis carries the images instead (one tap,
+      // input coordinate = image), so that the rows of all images form one
+      // phase: row blocks, tiles and the regrouping by taps run across
+      // images (small images: fewer partial tiles; 4x4 planes of a k3 s2
+      // phase hold 4-9 rows per image).
+      if (ax == 0 && fold_batch) {
+        AxisMap& m = axes[0][0];
+        m.rows = N;
+        m.out.resize(N);
+        m.in.resize(N);
+        for (int64_t n = 0; n < N; ++n) m.out[n] = m.in[n] = n;
       }
       for (AxisMap& m : axes[ax]) set_offsets(m, in_stride, out_stride);
     }
@@ -811,7 +828,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     for (int64_t tb = 1; tb <= tb_cap; tb *= 2)
       for (int64_t cg = 1; cg <= ncolblocks; cg = cg < 8 ? cg + 1 : cg * 2) {
         double wt = 0;
-        const int64_t items = N * count_blocks(tb, &wt) * cg;
+        const int64_t items = NI * count_blocks(tb, &wt) * cg;
         const double traffic = wt + cg * abytes;
         const bool better =
             best_items < 0 ||
@@ -1100,20 +1117,20 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         // Backward-data: all chunks per row block (measured faster there:
         // the indirection of its many taps is built once per row block).
         if (!fwd) {
-          for (int64_t n = 0; n < N; ++n)
+          for (int64_t n = 0; n < NI; ++n)
             for (const Phase& ph : phases)
               for (int64_t blk = 0; blk < ph.blocks; ++blk)
                 run_tiles(ph, build_rows(n, ph, blk), it, wblock.get());
         } else {
           for (int64_t cb = 0; cb < nchunks; ++cb)
-            for (int64_t n = 0; n < N; ++n)
+            for (int64_t n = 0; n < NI; ++n)
               for (const Phase& ph : phases)
                 for (int64_t blk = 0; blk < ph.blocks; ++blk)
                   run_tiles(ph, build_rows(n, ph, blk), it, wblock.get(), cb, cb + 1);
         }
       }
     } else {
-      const int64_t total = N * blocks_per_img * CG;
+      const int64_t total = NI * blocks_per_img * CG;
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t it = 0; it < total; ++it) {
         const int64_t cg = it % CG;
