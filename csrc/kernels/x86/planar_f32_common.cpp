@@ -898,10 +898,26 @@ class Im2col {
 //    enough src channels x row length to amortize the per-row gathers over
 //    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
 //    ICg * J * P multiply-adds), and 16+ positions per image.
+//    The GEMM multiplies every tap with every position (zeros where the tap
+//    falls outside diff_dst), the channels-last tiles only the pairs inside:
+//    under 3/4 inside, channels-last (AlexNet's k3 d3 on 9x9, 60 % inside:
+//    channels-last 1.2x faster).
 bool gemm_preferred(Isa isa, const ConvProblem& p) {
   const int64_t P = p.src_spatial(), W = p.I[2];
   if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
-  if (isa != Isa::Avx512) return p.ICg * (p.taps() == 1 ? P : W) >= 1024 && P >= 16;
+  if (isa != Isa::Avx512) {
+    double inside = 1;  // share of (tap, src position) pairs inside diff_dst
+    for (int a = 0; a < kAxes; ++a) {
+      int64_t n = 0;
+      for (int64_t k = 0; k < p.K[a]; ++k)
+        for (int64_t i = 0; i < p.I[a]; ++i) {
+          const int64_t o = i * p.s[a] - p.pb[a] + k * p.d[a];
+          n += o >= 0 && o < p.O[a];
+        }
+      inside *= static_cast<double>(n) / std::max<int64_t>(1, p.K[a] * p.I[a]);
+    }
+    return p.ICg * (p.taps() == 1 ? P : W) >= 1024 && P >= 16 && inside >= 0.75;
+  }
   return P >= 128 && (p.taps() == 1 || W >= 48);
 }
 
