@@ -8,7 +8,7 @@
 // There is no im2col buffer: a block of pixels gets, per tap, a list of
 // (A row, B row) pointer pairs, and register-tile micro-kernels (see
 // bwd_weights_f32.h) reduce over that list into an accumulator tile in memory.
-// Wide layers (Mg*Ng >= 128*128) first copy the listed rows into packed
+// Wide layers (Mg*Ng >= 128*128; 64*64 with shared panels) first copy the listed rows into packed
 // panels (per thread: up to 1024 pixels x all m, plus one n-block), so
 // that tiles stream contiguous memory and one long block covers most
 // layers: each accumulator tile is then written once (fresh), not re-read.
@@ -165,7 +165,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // kernels that tile the output, 1x1).
   const int64_t F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
   const bool low_waste = all_pixels >= 0.98 * static_cast<double>(taps) * F;
-  constexpr int64_t kWide = 128 * 128;  // Mg * Ng from which tiles use packed panels
+  // Mg * Ng from which tiles use packed panels; with shared A panels (below)
+  // from 64 x 64 (U-Net k2 s2 128->64: 1.15-1.25x; 64 x 32 gains nothing).
+  constexpr int64_t kWide = 128 * 128, kWideShared = 64 * 64;
 
   const bool avx512 = isa == Isa::Avx512;
   const int lanes = avx512 ? bww::kAvx512Lanes : bww::kAvx2Lanes;
@@ -213,7 +215,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     } else {
       // Through scratch either way; A = src can share its panels across taps
       // (below), worth a few % more FMAs.
-      vec_b = cost_b <= cost_a * (low_waste && ICg * OCg >= kWide ? 1.1 : 1.0);
+      vec_b = cost_b <= cost_a * (low_waste && ICg * OCg >= kWideShared ? 1.1 : 1.0);
     }
   }
   const int64_t Mg = vec_b ? ICg : OCg, Ng = vec_b ? OCg : ICg;
@@ -377,7 +379,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // packed once for all taps (not per tap), and each tap's list holds every
   // pixel of the block, its B row zero where the tap falls outside (hifigan
   // 512->256 k16: 16x fewer A copies).
-  const bool packed = !depthwise && !grouped && Mg * Ng >= kWide;
+  const bool packed =
+      !depthwise && !grouped && Mg * Ng >= (low_waste && vec_b ? kWideShared : kWide);
   const int64_t ldb_max = static_cast<int64_t>(gemm_vecs) * lanes;
   if (packed) block = std::clamp<int64_t>(262144 / Mg, 16, 1024);
 
