@@ -295,13 +295,18 @@ DotShape dot_shape(const Ops& k, int64_t M, int64_t N) {
 // above 2 use `strided` when given (and its int32 offsets can hold them).
 void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int64_t jlo,
                     int64_t jn, float* dst, StridedCopy strided = nullptr) {
-  const int64_t ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
-  const int64_t jb = std::min<int64_t>(jlo + jn, floor_div(len - 1 - q, step) + 1);
+  // Short rows (3D, small planes) make this a call per few floats: the
+  // divisions only where the run reaches past an end of the row.
+  int64_t ja = jlo, jb = jlo + jn;
+  if (jn <= 0 || jlo * step + q < 0 || (jlo + jn - 1) * step + q >= len) {
+    ja = std::max<int64_t>(jlo, floor_div(-q + step - 1, step));
+    jb = std::min<int64_t>(jlo + jn, floor_div(len - 1 - q, step) + 1);
+  }
   if (jb <= ja) {
     std::memset(dst, 0, sizeof(float) * jn);
     return;
   }
-  std::memset(dst, 0, sizeof(float) * (ja - jlo));
+  if (ja > jlo) std::memset(dst, 0, sizeof(float) * (ja - jlo));
   const float* sp = row + ja * step + q;
   float* dp = dst + (ja - jlo);
   const int64_t n = jb - ja;
@@ -319,7 +324,7 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
   } else {
     for (int64_t j = 0; j < n; ++j) dp[j] = sp[j * step];
   }
-  std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+  if (jb < jlo + jn) std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
 }
 
 // Whether the weights' (oc, tap) elements of each ic are one dense run in the
