@@ -8,19 +8,20 @@
 // There is no im2col buffer: a block of pixels gets, per tap, a list of
 // (A row, B row) pointer pairs, and register-tile micro-kernels (see
 // bwd_weights_f32.h) reduce over that list into an accumulator tile in memory.
-// Wide layers (Mg*Ng >= 128*128; 64*64 with shared panels) first copy the listed rows into packed
-// panels (per thread: up to 1024 pixels x all m, plus one n-block), so
-// that tiles stream contiguous memory and one long block covers most
-// layers: each accumulator tile is then written once (fresh), not re-read.
-// When the taps cover nearly every src pixel (1D, k = s, 1x1), the src
-// panels of a block are packed once for all taps instead of per tap.
+// Wide layers (Mg*Ng >= 128*128; 64*64 with shared panels) first copy the
+// listed rows into packed panels (per thread: up to 1024 pixels x all m,
+// plus one n-block), so that tiles stream contiguous memory and one long
+// block covers most layers: each accumulator tile is then written once
+// (fresh), not re-read. When the taps cover nearly every src pixel (1D,
+// k = s, 1x1), the src panels of a block are packed once for all taps
+// instead of per tap (shared panels).
 // Depthwise (ICg == OCg == 1) vectorizes over the groups instead.
 //
-// Work items are the tiles (tap, group, n-block, m-block). Threads split the
-// items (no extra memory; every thread reads all pixels), or, when that is
-// unbalanced, low in arithmetic intensity, or the weight gradient is small,
-// split the pixels into P = nthreads partitions with a copy of the gradient
-// each, summed at the end. Partition 0 accumulates straight into the output
+// Work items are the tiles (tap, group, n-block, m-block; packed layers: runs
+// of m-blocks). Threads split the items (no extra memory; every thread reads
+// all pixels), or, when that is unbalanced, low in arithmetic intensity, or
+// the weight gradient is small, split the pixels into P = nthreads partitions
+// with a copy of the gradient each, summed at the end. Partition 0 accumulates straight into the output
 // when its layout has the vector side contiguous (XOI, XIO), else into a
 // scratch copy that is written out in the output's strides (layouts with the
 // taps innermost, IOX/OIX: 16x16 register transposes). Extra memory: at most
@@ -301,9 +302,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     // tile made 22K items, 0.5 ms of a 9 ms layer, for hifigan 512->256 k16).
     // Unpacked tiles are short (pixel blocks of ~100), one per item.
     const int64_t nblocks_n = (Ng + int64_t{gemm_vecs} * lanes - 1) / (int64_t{gemm_vecs} * lanes);
-    const int64_t mper =
-        packed ? std::clamp<int64_t>(taps * G * nblocks_n * mblocks / (64 * int64_t{nt}), 1, mblocks)
-               : 1;
+    const int64_t tiles = taps * G * nblocks_n * mblocks;
+    const int64_t mper = packed ? std::clamp<int64_t>(tiles / (64 * int64_t{nt}), 1, mblocks) : 1;
     items.reserve(static_cast<size_t>(taps * G * nblocks_n * ((mblocks + mper - 1) / mper)));
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t g = 0; g < G; ++g)

@@ -207,7 +207,8 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
       for (size_t c = 0; c < masks[ax].size(); ++c) rank[ax][c] = static_cast<int64_t>(c);
       const std::vector<uint64_t>& mk = masks[ax];
       std::sort(rank[ax].begin(), rank[ax].end(), [&](int64_t x, int64_t y) {
-        const int fx = mk[x] ? __builtin_ctzll(mk[x]) : 64, fy = mk[y] ? __builtin_ctzll(mk[y]) : 64;
+        const int fx = mk[x] ? __builtin_ctzll(mk[x]) : 64;
+        const int fy = mk[y] ? __builtin_ctzll(mk[y]) : 64;
         if (fx != fy) return fx < fy;
         const int px = __builtin_popcountll(mk[x]), py = __builtin_popcountll(mk[y]);
         if (px != py) return px > py;
