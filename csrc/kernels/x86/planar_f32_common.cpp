@@ -958,6 +958,10 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
   npanels = std::max(npanels, (J + 255) / 256);
   const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
   npanels = (J + NC - 1) / NC;
+  // Pack rows an odd number of 64-byte lines apart: the tiles read a column
+  // slice of every row, and rows 2^k lines apart share a few L1 sets (NC =
+  // 256: 4 of 64 sets, so the slice streams from L2).
+  const int64_t ldp = (NC / 16) % 2 == 1 ? NC : NC + 16;
   const int64_t items = parts * G * npanels;
   Buf scratch = direct ? Buf() : aligned(result);
   float* const C = direct ? out : scratch.get();
@@ -973,8 +977,8 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
     const int64_t c_lo = part * chunks / parts, c_hi = (part + 1) * chunks / parts;
     float* const target = part == 0 ? C : partial.get() + (part - 1) * result;
     const int64_t t_stride = part == 0 ? c_stride : J;  // partial sums: [ic][j]
-    float* const tmp = thread_buffer(1, 16 * kKc + kKc * NC);  // [16 columns][kKc]
-    float* const pack = tmp + 16 * kKc;                        // [kKc][NC]
+    float* const tmp = thread_buffer(1, 16 * kKc + kKc * ldp);  // [16 columns][kKc]
+    float* const pack = tmp + 16 * kKc;                         // [kKc][ldp]
     if (c_lo >= c_hi) {  // nothing to sum: this part's columns are zero
       for (int64_t a = 0; a < ICg; ++a)
         std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
@@ -998,13 +1002,13 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
           im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases.get());
         }
         for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
-          k.transpose16(tmp + r0, kKc, pack + r0 * NC + c0, NC);
+          k.transpose16(tmp + r0, kKc, pack + r0 * ldp + c0, ldp);
       }
       // GEMM tiles: 32-column slices of the pack x all src channels of the group.
       PlanarGemmArgs args;
       args.kc = kc;
       args.a_stride = P;
-      args.b_stride = NC;
+      args.b_stride = ldp;
       args.c_stride = t_stride;
       args.accumulate = ch > c_lo;
       for (int64_t js = 0; js < nc; js += kPlanarGemmN) {
