@@ -174,8 +174,14 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
     }
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {
-      _mm256_storeu_ps(args->out[m] + c, acc[m][0]);
-      _mm256_storeu_ps(args->out[m] + c + 8, acc[m][1]);
+      float* o = args->out[m] + c;
+      if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0) {  // a whole line
+        _mm256_stream_ps(o, acc[m][0]);
+        _mm256_stream_ps(o + 8, acc[m][1]);
+      } else {
+        _mm256_storeu_ps(o, acc[m][0]);
+        _mm256_storeu_ps(o + 8, acc[m][1]);
+      }
     }
   }
   for (; c < C; c += 8) {

@@ -778,6 +778,13 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                           ncolblocks >= nthreads &&
                           (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
 
+  // Depthwise outputs beyond the caches (AVX2): written with streaming stores
+  // (each tile row stores whole 64-byte lines), saving the read for
+  // ownership of every output line (the depthwise k4 s2 upsampler on Zen 3:
+  // forward -20 %, backward-data -12 %, 2-8 MiB outputs).
+  const bool stream = dw && isa == Isa::Avx2 && out_c % 16 == 0 &&
+                      4.0 * static_cast<double>(N) * out_pix * out_c >= 2.0 * (1 << 20);
+
   // Packed up front (by rows, depthwise), inside the parallel region below.
   AlignedBuf wp;
   if (dw) wp = aligned_floats(T * cols);
@@ -1070,6 +1077,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                          int64_t cb_lo = 0, int64_t cb_hi = -1) {
       const int64_t g = q / NB, nb = q % NB;
       ConvTileArgs args;
+      args.stream = stream;
       args.bias = biasp.data() + q * NR;
       args.col_off = g * cols + nb * NR;
       args.ncols = std::min<int64_t>(NR, cols - nb * NR);
@@ -1146,6 +1154,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           run_tiles(ph, ntiles, q, whole_pixel ? nullptr : wp.get() + q * block_floats);
       }
     }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();  // the streamed outputs, before the region's barrier
+#endif
   }
   return true;
 }

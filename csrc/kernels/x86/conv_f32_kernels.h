@@ -38,6 +38,9 @@ struct ConvTileArgs {
   int64_t accumulate = 0;
   const float* const* rows = nullptr;
   const int64_t* tapoff = nullptr;
+  // Depthwise tile (AVX2): write 64-byte aligned output lines with streaming
+  // stores (the caller fences before the outputs are read).
+  int64_t stream = 0;
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.

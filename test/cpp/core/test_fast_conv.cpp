@@ -133,15 +133,23 @@ void check_case(const Case& c, uint32_t seed, int nthreads = 2) {
   reference_backward_data(pb, DType::F32, nxc_view(const_cast<float*>(dd.data()), pb.O, pb.OC()),
                           w.view, nxc_view(want_b.data(), pb.I, pb.IC()), nthreads);
 
+  // Results 64-byte aligned like torch's allocations (large depthwise outputs
+  // are written with streaming stores where a row's channels start a line).
+  auto aligned = [](std::vector<float>& buf) {
+    return buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63) / 4;
+  };
   for (Isa isa : isas()) {
     SCOPED_TRACE(isa_name(isa));
-    std::vector<float> got(dst_n, NAN);
-    ASSERT_TRUE(x86::forward_f32(isa, p, src.data(), w.view, c.bias ? bias.data() : nullptr,
-                                 got.data(), nthreads));
-    EXPECT_EQ(count_nonmatching(got, want), 0) << "forward";
-    std::vector<float> got_b(src.size(), NAN);
-    ASSERT_TRUE(x86::backward_data_f32(isa, pb, dd.data(), w.view, got_b.data(), nthreads));
-    EXPECT_EQ(count_nonmatching(got_b, want_b), 0) << "backward data";
+    std::vector<float> buf(dst_n + 16, NAN);
+    float* got = aligned(buf);
+    ASSERT_TRUE(x86::forward_f32(isa, p, src.data(), w.view, c.bias ? bias.data() : nullptr, got,
+                                 nthreads));
+    EXPECT_EQ(count_nonmatching(std::vector<float>(got, got + dst_n), want), 0) << "forward";
+    std::vector<float> buf_b(src.size() + 16, NAN);
+    float* got_b = aligned(buf_b);
+    ASSERT_TRUE(x86::backward_data_f32(isa, pb, dd.data(), w.view, got_b, nthreads));
+    EXPECT_EQ(count_nonmatching(std::vector<float>(got_b, got_b + src.size()), want_b), 0)
+        << "backward data";
   }
 }
 
@@ -325,6 +333,8 @@ TEST(FastConvF32, LargerLayers) {
   check_case(make(2, 1, 1, 96, 200, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 8);
   check_case(make(1, 2, 1, 40, 64, {50}, {7}, {4}, {1}, {2}, {3}), 9);
   check_case(make(2, 1, 64, 1, 1, {20, 20}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, {1, 1}), 10);
+  // Depthwise with outputs of 2 MiB and more (AVX2: streaming stores), both passes.
+  check_case(make(2, 4, 32, 1, 1, {64, 66}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}), 14);
   // Small groups across 16-lane blocks; weights larger than the activations
   // (one packed column block per work item).
   check_case(make(2, 2, 32, 4, 4, {9, 9}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 11);
