@@ -103,7 +103,7 @@ Tensor dense_nxc(const Tensor& t, DataFormat f, WorkspaceSlot slot) {
   if (view.is_contiguous() || !is_dense_ncx(t, f)) return view.contiguous();
   Tensor out = workspace(slot, view.sizes());
   const int64_t n = t.size(0), c = t.size(1);
-  transpose_f32(t.data_ptr<float>(), out.data_ptr<float>(), n, c, n * c ? t.numel() / (n * c) : 0,
+  transpose_f32(t.data_ptr<float>(), out.data_ptr<float>(), n, c, n * c != 0 ? t.numel() / (n * c) : 0,
                 at::get_num_threads());
   return out;
 }
@@ -264,7 +264,7 @@ Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS) {
     bool dd_symbolic = false, ss_symbolic = false;
     const Shape dd = concrete_activation(diff_dst.sym_sizes(), &dd_symbolic);
     std::optional<Shape> ss;
-    if (src_shape && diff_dst.dim() > 0 && src_shape->size() == diff_dst.dim()) {
+    if (src_shape && diff_dst.dim() > 0 && src_shape->size() == static_cast<size_t>(diff_dst.dim())) {
       ss = concrete_activation(*src_shape, &ss_symbolic);
       if (dd_symbolic || ss_symbolic)
         same_batch(diff_dst.sym_size(0), (*src_shape)[0], dd, *ss,
