@@ -83,7 +83,8 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
 //   dst + starts[j]*block + j*kPanelSlack, row i of it at + i*(its rows),
 // copied from pix[i].a + off + starts[j] (i < n <= block, starts[0] = 0).
 // Reads stay below pix[i].a + off + readable; writes may run up to 8 floats
-// past a block's last row, into its slack.
+// past a block's last row, into its slack. Rows n.. of a block and its slack
+// hold garbage afterwards: tiles read rows < npix only.
 constexpr int64_t kPanelSlack = 8;
 void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
                       const int64_t* starts, int64_t nblocks, int64_t block, float* dst);

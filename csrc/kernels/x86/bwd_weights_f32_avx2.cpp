@@ -239,8 +239,8 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
   // channel's run of taps written at once, so that a streamed 64-byte line
   // is filled by two adjacent stores (half-written lines left open in the
   // write-combining buffers go to memory as partial writes: 2x slower).
-  const bool whole = stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 31) == 0 &&
-                     (ld_n & 7) == 0;
+  const bool whole = stream && nt == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0 &&
+                     (ld_n & 15) == 0;
   for (int nb = 0; nb < nn; nb += 8) {
     const __m256i nm = first_lanes(nn - nb);
     __m256 r[2][8];

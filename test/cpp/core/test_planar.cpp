@@ -334,6 +334,7 @@ TEST(PlanarF32, BackwardWeightsGemm) {
       check_bwd_weights(make(2, 3, 1, 9, 5, {6, 120}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, {1, 1}), ++seed, nt, iox, true);
       check_bwd_weights(make(1, 1, 1, 12, 40, {700}, {5}, {3}, {2}, {3}, {1}), ++seed, nt, iox, true);
       check_bwd_weights(make(3, 2, 2, 8, 7, {4, 3, 130}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 0, 0}), ++seed, nt, iox, true);
+      check_bwd_weights(make(3, 1, 1, 9, 6, {6, 3, 120}, {2, 2, 3}, {1, 2, 2}, {2, 1, 1}, {1, 0, 2}, {0, 1, 0}, {1, 0, 1}), ++seed, nt, iox, true);
       check_bwd_weights(make(2, 1, 1, 16, 100, {4, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), ++seed, nt, iox, true);
       // Taps sharing phase rows (K > s) over more diff_dst rows than the row cache holds.
       check_bwd_weights(make(2, 2, 1, 16, 3, {40, 64}, {7, 7}, {4, 4}, {1, 1}, {3, 3}, {2, 3}, {0, 1}), ++seed, nt, iox, true);
