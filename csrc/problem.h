@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tct {
@@ -73,6 +74,9 @@ struct ConvProblem {
   int64_t taps() const { return K[0] * K[1] * K[2]; }
   // Useful multiply-adds of every pass: N * IC * OCg * taps * src pixels.
   double macs() const;
+  // The src positions i on axis ax (canonical) whose tap k lands inside dst,
+  // 0 <= i*s - pb + k*d < O: [first, second), empty as first == second.
+  std::pair<int64_t, int64_t> tap_src_range(int ax, int64_t k) const;
   // Real (non-canonical) spatial values, for shapes and messages.
   std::vector<int64_t> spatial(const std::array<int64_t, kAxes>& a) const;
 };

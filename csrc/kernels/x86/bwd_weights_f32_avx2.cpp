@@ -159,6 +159,15 @@ void grouped_kernel(const TileArgs& t) {
   if constexpr (MG > 3) _mm256_storeu_ps(t.c + 24, g3);
 }
 
+// Packed rows are far apart (strided layers: one page per row), out of reach
+// of the hardware prefetcher: the packing fetches the row kAhead ahead.
+constexpr int64_t kAhead = 8;
+inline void prefetch_row(const float* row, int64_t floats) {
+  const char* f = reinterpret_cast<const char*>(row);
+  for (int64_t j = 0; j < floats * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+  _mm_prefetch(f + floats * 4 - 1, _MM_HINT_T0);
+}
+
 }  // namespace
 
 void gemm_tile_avx2(const TileArgs& t) {
@@ -175,17 +184,10 @@ void gemm_tile_avx2(const TileArgs& t) {
 
 void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                float* dst) {
-  // Rows are far apart (strided layers: one page per row), out of reach of
-  // the hardware prefetcher: fetch the row 8 ahead.
-  constexpr int64_t kAhead = 8;
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) {
       const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
-      if (r) {
-        const char* f = reinterpret_cast<const char*>(r + off);
-        for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-        _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
-      }
+      if (r) prefetch_row(r + off, width);
     }
     const float* r = side_b ? pix[i].b : pix[i].a;
     float* d = dst + i * ld;
@@ -207,14 +209,9 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
 
 void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
                       const int64_t* starts, int64_t nblocks, int64_t block, float* dst) {
-  constexpr int64_t kAhead = 8;  // as in pack_avx2
   const int64_t width = starts[nblocks];
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const char* f = reinterpret_cast<const char*>(pix[i + kAhead].a + off);
-      for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-      _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
-    }
+    if (i + kAhead < n) prefetch_row(pix[i + kAhead].a + off, width);
     const float* s = pix[i].a + off;
     for (int64_t j = 0; j < nblocks; ++j) {
       const int64_t m0 = starts[j], r = starts[j + 1] - m0;

@@ -21,12 +21,12 @@
 // of m-blocks). Threads split the items (no extra memory; every thread reads
 // all pixels), or, when that is unbalanced, low in arithmetic intensity, or
 // the weight gradient is small, split the pixels into P = nthreads partitions
-// with a copy of the gradient each, summed at the end. Partition 0 accumulates straight into the output
-// when its layout has the vector side contiguous (XOI, XIO), else into a
-// scratch copy that is written out in the output's strides (layouts with the
-// taps innermost, IOX/OIX: 16x16 register transposes). Extra memory: at most
-// P copies of the weight gradient, plus per-thread pixel lists and packed
-// panels (at most ~1.3 MiB per thread).
+// with a copy of the gradient each, summed at the end. Partition 0
+// accumulates straight into the output when its layout has the vector side
+// contiguous (XOI, XIO), else into a scratch copy that is written out in the
+// output's strides (layouts with the taps innermost, IOX/OIX: 16x16 register
+// transposes). Extra memory: at most P copies of the weight gradient, plus
+// per-thread pixel lists and packed panels (at most ~1.3 MiB per thread).
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "bwd_weights_f32.h"
@@ -46,8 +47,6 @@ namespace {
 
 using bww::Pix;
 using bww::TileArgs;
-
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // One accumulator tile of the weight gradient.
 struct Item {
@@ -138,12 +137,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   for (int ax = 0; ax < kAxes; ++ax) {
     lo[ax].resize(p.K[ax]);
     hi[ax].resize(p.K[ax]);
-    for (int64_t k = 0; k < p.K[ax]; ++k) {
-      const int64_t shift = k * p.d[ax] - p.pb[ax];  // o = i*s + shift
-      lo[ax][k] = std::clamp<int64_t>(floor_div(-shift + p.s[ax] - 1, p.s[ax]), 0, p.I[ax]);
-      hi[ax][k] = std::clamp<int64_t>(floor_div(p.O[ax] - 1 - shift, p.s[ax]) + 1, lo[ax][k],
-                                      p.I[ax]);
-    }
+    for (int64_t k = 0; k < p.K[ax]; ++k) std::tie(lo[ax][k], hi[ax][k]) = p.tap_src_range(ax, k);
   }
   std::vector<double> tap_pixels(taps);
   double all_pixels = 0;
@@ -487,24 +481,36 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     float* apack = bpack + (packed ? block * ldb_max : 0);
     char* a_done = packed ? a_done_all.data() + static_cast<size_t>(tid) * mblocks : nullptr;
     int64_t a_tap = -1, a_g = -1, b_tap = -1, b_g = -1, b_n0 = -1;
+    // Segment sg's pixels under tap `tap` with src x in [xlo, xhi): sets
+    // [x0, x1) to those inside the tap's box and returns the diff_dst row
+    // tapped by x0 (null when there is none).
+    auto tapped = [&](const Seg& sg, int64_t tap, int64_t xlo, int64_t xhi, int64_t& x0,
+                      int64_t& x1) -> const float* {
+      const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
+                    k2 = tap % p.K[2];
+      x0 = x1 = sg.x1;
+      if (sg.i0 < lo[0][k0] || sg.i0 >= hi[0][k0] || sg.i1 < lo[1][k1] || sg.i1 >= hi[1][k1])
+        return nullptr;
+      x0 = std::max({sg.x0, lo[2][k2], xlo});
+      x1 = std::min({sg.x1, hi[2][k2], xhi});
+      if (x0 >= x1) return nullptr;
+      const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
+      const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
+      const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
+      return diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
+    };
+    auto src_at = [&](const Seg& sg, int64_t x) {
+      return src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + x) * IC;
+    };
     // The (A, B) pixel pairs of the block's pixels for one tap, with src x
     // in [xlo, xhi) (within the tap's range), appended at out_pix[n].
     auto build_into = [&](int64_t tap, int64_t nseg, int64_t xlo, int64_t xhi, Pix* out_pix,
                           int64_t n) {
-      const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
-                    k2 = tap % p.K[2];
       for (int64_t s = 0; s < nseg; ++s) {
-        const Seg& sg = segs[s];
-        if (sg.i0 < lo[0][k0] || sg.i0 >= hi[0][k0] || sg.i1 < lo[1][k1] || sg.i1 >= hi[1][k1])
-          continue;
-        const int64_t x0 = std::max({sg.x0, lo[2][k2], xlo});
-        const int64_t x1 = std::min({sg.x1, hi[2][k2], xhi});
-        if (x0 >= x1) continue;
-        const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
-        const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
-        const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
-        const float* sp = src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + x0) * IC;
-        const float* dp = diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
+        int64_t x0, x1;
+        const float* dp = tapped(segs[s], tap, xlo, xhi, x0, x1);
+        if (!dp) continue;
+        const float* sp = src_at(segs[s], x0);
         if (a_is_src) {
           for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {sp, dp};
         } else {
@@ -516,23 +522,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     // Shared A panels: every pixel of the block in order, b null where the
     // tapped diff_dst position is outside (A = src).
     auto build_full = [&](int64_t tap, int64_t nseg, Pix* out_pix) {
-      const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1],
-                    k2 = tap % p.K[2];
       int64_t n = 0;
       for (int64_t s = 0; s < nseg; ++s) {
         const Seg& sg = segs[s];
-        const bool row_in = sg.i0 >= lo[0][k0] && sg.i0 < hi[0][k0] && sg.i1 >= lo[1][k1] &&
-                            sg.i1 < hi[1][k1];
-        const int64_t x0 = row_in ? std::clamp(lo[2][k2], sg.x0, sg.x1) : sg.x1;
-        const int64_t x1 = row_in ? std::clamp(hi[2][k2], x0, sg.x1) : sg.x1;
-        const float* sp = src + (((sg.n * I0 + sg.i0) * I1 + sg.i1) * I2 + sg.x0) * IC;
-        const float* dp = nullptr;
-        if (x0 < x1) {
-          const int64_t o0 = sg.i0 * p.s[0] - p.pb[0] + k0 * p.d[0];
-          const int64_t o1 = sg.i1 * p.s[1] - p.pb[1] + k1 * p.d[1];
-          const int64_t o2 = x0 * p.s[2] - p.pb[2] + k2 * p.d[2];
-          dp = diff_dst + (((sg.n * O0 + o0) * O1 + o1) * O2 + o2) * OC;
-        }
+        int64_t x0, x1;
+        const float* dp = tapped(sg, tap, 0, I2, x0, x1);
+        const float* sp = src_at(sg, sg.x0);
         for (int64_t x = sg.x0; x < sg.x1; ++x, sp += src_step) {
           const bool in = x >= x0 && x < x1;
           out_pix[n++] = {sp, in ? dp : nullptr};

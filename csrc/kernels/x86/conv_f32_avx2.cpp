@@ -73,7 +73,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, acc[m][v]);
     }
-  } else {  // the columns left, no masked stores (avx2_store.h)
+  } else {  // the columns left, no masked stores (avx2_util.h)
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       float* o = args->out[m] + col_off;

@@ -164,6 +164,11 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   auto work_of = [&](int64_t g) {
     return static_cast<double>(ntap[0][g / (n1 * n2)]) * ntap[1][(g / n2) % n1] * ntap[2][g % n2];
   };
+  // A tile of MR rows keeping the taps in the per-axis masks o.
+  auto tile_work = [&](const uint64_t o[kAxes]) {
+    return static_cast<double>(MR) * __builtin_popcountll(o[0]) * __builtin_popcountll(o[1]) *
+           __builtin_popcountll(o[2]);
+  };
   // Estimated multiply-adds (rows x kept taps) in the natural order, tile by
   // tile (a tap is kept when any row needs it: approximated per axis), and
   // grouped (each group padded to whole tiles).
@@ -186,13 +191,13 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
           }
         }
       }
-      natural += static_cast<double>(MR) * __builtin_popcountll(o[0]) *
-                 __builtin_popcountll(o[1]) * __builtin_popcountll(o[2]);
+      natural += tile_work(o);
     }
   }
   // Grouped, each group padded to whole tiles (groups in discovery order).
+  auto padded = [&](int64_t g) { return (count[g] + MR - 1) / MR * MR; };
   double grouped = 0;
-  for (int64_t g = 0; g < ngroups; ++g) grouped += (count[g] + MR - 1) / MR * MR * work_of(g);
+  for (int64_t g = 0; g < ngroups; ++g) grouped += padded(g) * work_of(g);
   // Chained: the groups back to back (no padding), ordered so that the tiles
   // spanning two groups keep few extra taps: per axis the classes by their
   // first tap, then more taps first ({0,1,2}, {0,1}, {0}, {1,2}, {2}: each
@@ -231,16 +236,13 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
         in_tile += take;
         left -= take;
         if (in_tile == MR) {
-          chained += static_cast<double>(MR) * __builtin_popcountll(o[0]) *
-                     __builtin_popcountll(o[1]) * __builtin_popcountll(o[2]);
+          chained += tile_work(o);
           o[0] = o[1] = o[2] = 0;
           in_tile = 0;
         }
       }
     }
-    if (in_tile > 0)
-      chained += static_cast<double>(MR) * __builtin_popcountll(o[0]) *
-                 __builtin_popcountll(o[1]) * __builtin_popcountll(o[2]);
+    if (in_tile > 0) chained += tile_work(o);
   }
   const bool chain = chained <= grouped;
   if (!(std::min(chained, grouped) < max_share * natural)) return;
@@ -250,7 +252,7 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   if (chain) {
     for (int64_t g : order) start[g] = total, total += count[g];
   } else {
-    for (int64_t g = 0; g < ngroups; ++g) start[g] = total, total += (count[g] + MR - 1) / MR * MR;
+    for (int64_t g = 0; g < ngroups; ++g) start[g] = total, total += padded(g);
   }
   std::vector<int64_t> perm(static_cast<size_t>(total), -1);
   int64_t r = 0;

@@ -914,11 +914,9 @@ bool gemm_preferred(Isa isa, const ConvProblem& p) {
     if (p.ICg * (p.taps() == 1 ? P : W) < 1024 || P < 16) return false;
     double inside = 1;  // share of (tap, src position) pairs inside diff_dst
     for (int a = 0; a < kAxes; ++a) {
-      int64_t n = 0;  // per tap k: src positions i with 0 <= i*s - pb + k*d < O
+      int64_t n = 0;
       for (int64_t k = 0; k < p.K[a]; ++k) {
-        const int64_t e = k * p.d[a] - p.pb[a];
-        const int64_t lo = std::clamp<int64_t>(floor_div(-e + p.s[a] - 1, p.s[a]), 0, p.I[a]);
-        const int64_t hi = std::clamp<int64_t>(floor_div(p.O[a] - 1 - e, p.s[a]) + 1, lo, p.I[a]);
+        const auto [lo, hi] = p.tap_src_range(a, k);
         n += hi - lo;
       }
       inside *= static_cast<double>(n) / std::max<int64_t>(1, p.K[a] * p.I[a]);

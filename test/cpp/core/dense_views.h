@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -35,6 +36,13 @@ inline WeightsView dense_weights_view(void* data, const Shape& shape, WeightsFor
   for (int ax = 0; ax < kAxes; ++ax) w.sk[ax] = 0;
   for (int i = 0; i < S; ++i) w.sk[kAxes - S + i] = stride[dims[2 + i]];
   return w;
+}
+
+// The first 64-byte aligned float of buf (allocate 16 floats more than
+// needed): results aligned like torch's allocations, so that the kernels'
+// streaming stores of whole lines run in the tests.
+inline float* aligned64(std::vector<float>& buf) {
+  return buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63) / 4;
 }
 
 }  // namespace testing_views

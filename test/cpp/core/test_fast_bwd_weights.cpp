@@ -99,7 +99,7 @@ void check_case(const Case& c, int nthreads, std::mt19937& rng) {
     // Every element must be written; the result 64-byte aligned like torch's
     // allocations (the streaming stores of large IOX results need it).
     std::vector<float> buf(wn + 16, std::nanf(""));
-    float* got = buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63) / 4;
+    float* got = testing_views::aligned64(buf);
     const bool ok = x86::backward_weights_f32(isa, p, src.data(), dd.data(),
                                               weights_view(p, c.wf, got), nthreads);
     ASSERT_TRUE(ok) << "not covered";

@@ -133,20 +133,18 @@ void check_case(const Case& c, uint32_t seed, int nthreads = 2) {
   reference_backward_data(pb, DType::F32, nxc_view(const_cast<float*>(dd.data()), pb.O, pb.OC()),
                           w.view, nxc_view(want_b.data(), pb.I, pb.IC()), nthreads);
 
-  // Results 64-byte aligned like torch's allocations (large depthwise outputs
-  // are written with streaming stores where a row's channels start a line).
-  auto aligned = [](std::vector<float>& buf) {
-    return buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63) / 4;
-  };
+  // Results 64-byte aligned (large depthwise outputs are written with
+  // streaming stores where a row's channels start a line).
+  using testing_views::aligned64;
   for (Isa isa : isas()) {
     SCOPED_TRACE(isa_name(isa));
     std::vector<float> buf(dst_n + 16, NAN);
-    float* got = aligned(buf);
+    float* got = aligned64(buf);
     ASSERT_TRUE(x86::forward_f32(isa, p, src.data(), w.view, c.bias ? bias.data() : nullptr, got,
                                  nthreads));
     EXPECT_EQ(count_nonmatching(std::vector<float>(got, got + dst_n), want), 0) << "forward";
     std::vector<float> buf_b(src.size() + 16, NAN);
-    float* got_b = aligned(buf_b);
+    float* got_b = aligned64(buf_b);
     ASSERT_TRUE(x86::backward_data_f32(isa, pb, dd.data(), w.view, got_b, nthreads));
     EXPECT_EQ(count_nonmatching(std::vector<float>(got_b, got_b + src.size()), want_b), 0)
         << "backward data";
