@@ -79,6 +79,24 @@ constexpr int kPlanarGemmMaxM = 12, kPlanarGemmN = 32;
 PlanarGemmFn planar_f32_avx512_gemm(int m);  // 1 <= m <= kPlanarGemmMaxM
 PlanarGemmFn planar_f32_avx2_gemm(int m);
 
+// Depthwise rows (one channel in, one out):
+//   out[r*out_step + x] = sum_{t < ntap} w[t] * in[r*in_step + off[t] + x]
+// for r < rows, x < n (zeros when ntap is 0); every input row a full vector
+// touches (n rounded up to the vector width: 16 AVX-512, 8 AVX2) readable.
+struct PlanarDwArgs {
+  const float* in;
+  const int64_t* off;
+  const float* w;
+  float* out;
+  int64_t in_step, out_step, ntap, rows, n;
+};
+void planar_f32_avx512_dw_rows(const PlanarDwArgs* a);
+void planar_f32_avx2_dw_rows(const PlanarDwArgs* a);
+
+// even[j] = src[2j], odd[j] = src[2j + 1] for j < n (src readable for 2n).
+void planar_f32_avx512_split2(const float* src, int64_t n, float* even, float* odd);
+void planar_f32_avx2_split2(const float* src, int64_t n, float* even, float* odd);
+
 // dst[j] = src[j * step] for j < n (gathers; any step >= 1 with 15 * step
 // within int32).
 void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst);

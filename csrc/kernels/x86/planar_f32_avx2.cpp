@@ -209,7 +209,58 @@ void fill_gemm(GemmTable& t) {
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
 
+// NV vectors of one depthwise row from x (the last one stored in its first
+// `last` lanes).
+template <int NV>
+void dw_chunk(const float* in, const int64_t* off, const float* w, int64_t ntap, float* out,
+              int64_t last) {
+  __m256 acc[NV];
+  #pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < ntap; ++t) {
+    const __m256 b = _mm256_broadcast_ss(w + t);
+    const float* ip = in + off[t];
+    #pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(ip + 8 * v), acc[v]);
+  }
+  #pragma GCC unroll 8
+  for (int v = 0; v < NV - 1; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+  store_first_lanes(out + 8 * (NV - 1), acc[NV - 1], last);
+}
+
 }  // namespace
+
+void planar_f32_avx2_dw_rows(const PlanarDwArgs* a) {
+  const int64_t n = a->n, ntap = a->ntap;
+  for (int64_t r = 0; r < a->rows; ++r) {
+    const float* in = a->in + r * a->in_step;
+    float* out = a->out + r * a->out_step;
+    int64_t x = 0;
+    for (; x + 32 <= n; x += 32) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, 8);
+    const int64_t rest = n - x;
+    if (rest > 24) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, rest - 24);
+    else if (rest > 16) dw_chunk<3>(in + x, a->off, a->w, ntap, out + x, rest - 16);
+    else if (rest > 8) dw_chunk<2>(in + x, a->off, a->w, ntap, out + x, rest - 8);
+    else if (rest > 0) dw_chunk<1>(in + x, a->off, a->w, ntap, out + x, rest);
+  }
+}
+
+void planar_f32_avx2_split2(const float* src, int64_t n, float* even, float* odd) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    // Per 128-bit lane, the shuffles give pairs 0 1 4 5 | 2 3 6 7; the
+    // 64-bit permute puts them in order.
+    const __m256 a = _mm256_loadu_ps(src + 2 * j), b = _mm256_loadu_ps(src + 2 * j + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm256_storeu_ps(even + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8)));
+    _mm256_storeu_ps(odd + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xd8)));
+  }
+  for (; j < n; ++j) {
+    even[j] = src[2 * j];
+    odd[j] = src[2 * j + 1];
+  }
+}
 
 void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),

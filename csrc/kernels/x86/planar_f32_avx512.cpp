@@ -177,7 +177,59 @@ void fill_gemm(GemmTable& t) {
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
 
+// NV vectors of one depthwise row from x (the last one stored in its first
+// `last` lanes).
+template <int NV>
+void dw_chunk(const float* in, const int64_t* off, const float* w, int64_t ntap, float* out,
+              int64_t last) {
+  __m512 acc[NV];
+  #pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < ntap; ++t) {
+    const __m512 b = _mm512_set1_ps(w[t]);
+    const float* ip = in + off[t];
+    #pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(ip + 16 * v), acc[v]);
+  }
+  #pragma GCC unroll 8
+  for (int v = 0; v < NV - 1; ++v) _mm512_storeu_ps(out + 16 * v, acc[v]);
+  _mm512_mask_storeu_ps(out + 16 * (NV - 1), lanes(last), acc[NV - 1]);
+}
+
 }  // namespace
+
+void planar_f32_avx512_dw_rows(const PlanarDwArgs* a) {
+  const int64_t n = a->n, ntap = a->ntap;
+  for (int64_t r = 0; r < a->rows; ++r) {
+    const float* in = a->in + r * a->in_step;
+    float* out = a->out + r * a->out_step;
+    int64_t x = 0;
+    for (; x + 64 <= n; x += 64) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, 16);
+    const int64_t rest = n - x;
+    if (rest > 48) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, rest - 48);
+    else if (rest > 32) dw_chunk<3>(in + x, a->off, a->w, ntap, out + x, rest - 32);
+    else if (rest > 16) dw_chunk<2>(in + x, a->off, a->w, ntap, out + x, rest - 16);
+    else if (rest > 0) dw_chunk<1>(in + x, a->off, a->w, ntap, out + x, rest);
+  }
+}
+
+void planar_f32_avx512_split2(const float* src, int64_t n, float* even, float* odd) {
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 a = _mm512_loadu_ps(src + 2 * j), b = _mm512_loadu_ps(src + 2 * j + 16);
+    _mm512_storeu_ps(even + j, _mm512_permutex2var_ps(a, ie, b));
+    _mm512_storeu_ps(odd + j, _mm512_permutex2var_ps(a, io, b));
+  }
+  if (j < n) {  // 2 * (n - j) < 32 floats left
+    const int64_t r = n - j;
+    const __m512 a = _mm512_maskz_loadu_ps(lanes(2 * r), src + 2 * j);
+    const __m512 b = _mm512_maskz_loadu_ps(lanes(2 * r - 16), src + 2 * j + 16);
+    _mm512_mask_storeu_ps(even + j, lanes(r), _mm512_permutex2var_ps(a, ie, b));
+    _mm512_mask_storeu_ps(odd + j, lanes(r), _mm512_permutex2var_ps(a, io, b));
+  }
+}
 
 void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,

@@ -243,8 +243,10 @@ int64_t max_segments(const Geometry& g) {
   return std::max<int64_t>(max_seg, 1);
 }
 
-// A strided copy (dst[j] = src[j*step], j < n).
+// A strided copy (dst[j] = src[j*step], j < n), and a split into even and
+// odd elements (even[j] = src[2j], odd[j] = src[2j + 1], j < n).
 using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
+using Split2 = void (*)(const float*, int64_t, float*, float*);
 
 // The helper kernels of an ISA (planar_f32.h, transpose.h); isa is AVX-512
 // or AVX2.
@@ -252,6 +254,8 @@ struct Ops {
   PlanarGemmFn (*gemm)(int m);
   PlanarDotFn (*dot)(int m, int n);
   StridedCopy copy;
+  Split2 split2;
+  void (*dw_rows)(const PlanarDwArgs*);
   void (*transpose16)(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
   bool avx512;
 };
@@ -259,9 +263,9 @@ struct Ops {
 Ops ops(Isa isa) {
   if (isa == Isa::Avx512)
     return {planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
-            transpose_block16_avx512, true};
+            planar_f32_avx512_split2, planar_f32_avx512_dw_rows, transpose_block16_avx512, true};
   return {planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
-          transpose_block16_avx2, false};
+          planar_f32_avx2_split2, planar_f32_avx2_dw_rows, transpose_block16_avx2, false};
 }
 
 // The dot tile (rows x columns) that covers an M x N result best: AVX-512
@@ -325,6 +329,31 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
     for (int64_t j = 0; j < n; ++j) dp[j] = sp[j * step];
   }
   if (jb < jlo + jn) std::memset(dst + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+}
+
+// Input phases qs[i] (i < nq) of a row into dst + i * dst_stride, as
+// copy_phase_row each; step 2 with both phases in one pass (split2).
+void copy_phase_rows(const float* row, int64_t len, int64_t step, const int64_t* qs, int64_t nq,
+                     int64_t jlo, int64_t jn, float* dst, int64_t dst_stride, StridedCopy strided,
+                     Split2 split2) {
+  if (step == 2 && nq == 2 && qs[0] != qs[1] && jn > 0) {
+    float* d[2];
+    d[qs[0]] = dst;
+    d[qs[1]] = dst + dst_stride;
+    // j with both 2j and 2j + 1 inside the row: [ja, jb); below ja, j < 0.
+    const int64_t ja = std::max<int64_t>(jlo, 0), jb = std::min(jlo + jn, len / 2);
+    if (jb > ja) {
+      for (float* dq : d) std::memset(dq, 0, sizeof(float) * (ja - jlo));
+      split2(row + 2 * ja, jb - ja, d[0] + (ja - jlo), d[1] + (ja - jlo));
+      for (int64_t j = jb; j < jlo + jn; ++j) {
+        d[0][j - jlo] = 2 * j < len ? row[2 * j] : 0.f;
+        d[1][j - jlo] = 2 * j + 1 < len ? row[2 * j + 1] : 0.f;
+      }
+      return;
+    }
+  }
+  for (int64_t i = 0; i < nq; ++i)
+    copy_phase_row(row, len, step, qs[i], jlo, jn, dst + i * dst_stride, strided);
 }
 
 // Whether the weights' (oc, tap) elements of each ic are one dense run in the
@@ -501,6 +530,144 @@ namespace {
 bool gemm_bwd_data_preferred(const ConvProblem& p);
 bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
                    int nthreads);
+
+// Depthwise backward-data (one channel per group on both sides), a strided
+// convolution of each diff_dst plane. An item (a plane, split into ranges of
+// output rows when there are fewer than 4 per thread) copies the input rows
+// its outputs read into the per-thread buffer (copy_phase_row: zero-padded,
+// split into the input phases of axis 2), then Ops::dw_rows sums every valid
+// tap's weight times its phase row. When the whole plane's rows fit in 64 KiB
+// each is copied once per item, and runs of output rows whose taps are all
+// inside (on axes 0 and 1) go in one call: their taps sit at the same offsets
+// from a base row that steps by s1 rows. Larger planes copy each output row's
+// rows (one per valid (k0, k1) pair) for that row alone. Extra memory: per
+// thread one buffer and the tap tables.
+bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
+                      int nthreads) {
+  const Geometry g = geometry(p, false);
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+  const int64_t planes = g.N * g.G;
+  if (planes == 0 || out_plane == 0) return true;
+  const Ops k = ops(isa);
+  const Line L = make_line(g);
+  const int64_t VL = k.avx512 ? 16 : 8;
+  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
+  const int64_t jn = round_up(L.max_len, VL) + (L.max_off - L.min_off);  // floats per phase row
+  const int64_t span = round_up(jn, 16), row_floats = nslots * span;
+  const int64_t in_rows = g.in[0] * g.in[1], out_rows = g.out[0] * g.out[1];
+  const int64_t max_seg = max_segments(g);
+  const bool whole = in_rows * row_floats <= 16 * 1024;
+  const int64_t splits =
+      std::min(out_rows, std::max<int64_t>(1, (4 * nthreads + planes - 1) / planes));
+  const int64_t rows_per = (out_rows + splits - 1) / splits;
+  const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
+  const int64_t K0 = g.K[0], K1 = g.K[1], T2 = static_cast<int64_t>(L.k[0].size());
+  std::vector<int64_t> t2_in(static_cast<size_t>(T2));  // axis-2 tap -> offset in a buffer row
+  for (int64_t t = 0; t < T2; ++t) t2_in[t] = L.slot[0][t] * span + L.off[0][t] - L.min_off;
+  // Interior output coordinates of axis 1 (every tap inside): [lo1, hi1).
+  int64_t lo1 = g.out[1], hi1 = g.out[1];
+  for (int64_t o = 0; o < g.out[1]; ++o)
+    if (taps1[o].n == K1) {
+      if (lo1 == g.out[1]) lo1 = o;
+      hi1 = o + 1;
+    }
+  // Taps of an interior row, in (k0, k1, axis-2 tap) order: offsets from the
+  // buffer row of its (k0, k1) = (0, 0) input.
+  std::vector<int64_t> run_off;
+  for (int64_t k0 = 0; k0 < K0; ++k0)
+    for (int64_t k1 = 0; k1 < K1; ++k1)
+      for (int64_t t = 0; t < T2; ++t)
+        run_off.push_back((k0 * g.d[0] * g.in[1] + k1 * g.d[1]) * row_floats + t2_in[t]);
+  const float* const wsrc = static_cast<const float*>(w.data);
+
+#pragma omp parallel num_threads(nthreads)
+  {
+    float* const buf = thread_buffer(1, (whole ? in_rows : max_seg) * row_floats);
+    const size_t ntaps = static_cast<size_t>(std::max<int64_t>(1, K0 * K1 * T2));
+    std::vector<int64_t> off(ntaps);
+    std::vector<float> wt(ntaps), wrun(ntaps);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < planes * splits; ++item) {
+      const int64_t plane = item / splits, part = item % splits;  // plane = n * G + group
+      const float* const in_img = dy + plane * in_plane;
+      float* const out_img = dx + plane * out_plane;
+      const float* const wc = wsrc + (plane % g.G) * w.si;  // W(ic = group, oc = 0, k)
+      auto weight = [&](int64_t k0, int64_t k1, int64_t t) {
+        return wc[k0 * w.sk[0] + k1 * w.sk[1] + L.k[0][t] * w.sk[2]];
+      };
+      for (int64_t k0 = 0, i = 0; k0 < K0; ++k0)
+        for (int64_t k1 = 0; k1 < K1; ++k1)
+          for (int64_t t = 0; t < T2; ++t, ++i) wrun[i] = weight(k0, k1, t);
+      auto copy = [&](int64_t row, float* rb) {
+        copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), nslots,
+                        L.min_off, jn, rb, span, k.copy, k.split2);
+      };
+      const int64_t r0 = part * rows_per, r1 = std::min(out_rows, r0 + rows_per);
+      if (whole) {  // every input row the item's outputs can read: a box of axes 0 and 1
+        auto box = [&](int a, int64_t o_first, int64_t o_last, int64_t& lo, int64_t& hi) {
+          lo = std::max<int64_t>(0, o_first * g.s[a] - g.pb[a]);
+          hi = std::min(g.in[a] - 1, o_last * g.s[a] - g.pb[a] + (g.K[a] - 1) * g.d[a]);
+        };
+        const int64_t o0a = r0 / g.out[1], o0b = (r1 - 1) / g.out[1];
+        int64_t lo0, hi0, lo1_in = 0, hi1_in = g.in[1] - 1;
+        box(0, o0a, o0b, lo0, hi0);
+        if (o0a == o0b) box(1, r0 % g.out[1], (r1 - 1) % g.out[1], lo1_in, hi1_in);
+        for (int64_t i0 = lo0; i0 <= hi0; ++i0)
+          for (int64_t i1 = lo1_in; i1 <= hi1_in; ++i1) {
+            const int64_t row = i0 * g.in[1] + i1;
+            copy(row, buf + row * row_floats);
+          }
+      }
+      // Buffer row of input row `row` (whole: its own, copied above; else
+      // slot `seg`, copied now).
+      auto row_in = [&](int64_t row, int64_t seg) {
+        if (whole) return buf + row * row_floats;
+        float* rb = buf + seg * row_floats;
+        copy(row, rb);
+        return rb;
+      };
+      PlanarDwArgs args;
+      args.in = buf;
+      args.out_step = g.out[2];
+      args.n = g.out[2];
+      for (int64_t r = r0; r < r1;) {
+        const int64_t o0 = r / g.out[1], o1 = r % g.out[1];
+        const OuterTaps &a = taps0[o0], &b = taps1[o1];
+        args.out = out_img + r * g.out[2];
+        if (whole && a.n == K0 && o1 >= lo1 && o1 < hi1) {  // a run of interior rows
+          const int64_t nrows = std::min(hi1, o1 + (r1 - r)) - o1;
+          args.in = buf + (a.i[0] * g.in[1] + b.i[0]) * row_floats;
+          args.in_step = g.s[1] * row_floats;
+          args.off = run_off.data();
+          args.w = wrun.data();
+          args.ntap = K0 * K1 * T2;
+          args.rows = nrows;
+          k.dw_rows(&args);
+          r += nrows;
+          continue;
+        }
+        int64_t n = 0, seg = 0;  // one row: its valid (k0, k1) pairs
+        for (int i = 0; i < a.n; ++i)
+          for (int j = 0; j < b.n; ++j, ++seg) {
+            const float* rb = row_in(a.i[i] * g.in[1] + b.i[j], seg);
+            for (int64_t t = 0; t < T2; ++t, ++n) {
+              off[n] = (rb - buf) + t2_in[t];
+              wt[n] = weight(a.k[i], b.k[j], t);
+            }
+          }
+        args.in = buf;
+        args.in_step = 0;
+        args.off = off.data();
+        args.w = wt.data();
+        args.ntap = n;
+        args.rows = 1;
+        k.dw_rows(&args);
+        ++r;
+      }
+    }
+  }
+  return true;
+}
 }  // namespace
 
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
@@ -508,6 +675,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   if (forward && one_pixel_forward(p)) return dense_forward(isa, p, in, w, bias, out, nthreads);
   if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
   if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(isa, p, in, w, out, nthreads);
+  if (!forward && planar_depthwise_backward_data(p)) return dw_backward_data(isa, p, in, w, out, nthreads);
   const Geometry g = geometry(p, forward);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
@@ -623,6 +791,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   const int64_t s2 = g.s[2];
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
   const StridedCopy gather = ops(isa).copy;
+  const Split2 split2 = ops(isa).split2;
 
 #pragma omp parallel num_threads(nthreads)
   {
@@ -700,10 +869,9 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
         const int64_t jn = round_up(L.max_len, VL) + ext;
         for (int64_t ci = 0; ci < g.Cin; ++ci)
           for (int64_t row = 0; row < in_rows; ++row)
-            for (int64_t sl = 0; sl < nslots; ++sl)
-              copy_phase_row(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
-                             L.slot_q[sl], L.min_off, jn,
-                             buf + ci * cis + row * row_floats + sl * span, gather);
+            copy_phase_rows(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
+                            L.slot_q.data(), nslots, L.min_off, jn,
+                            buf + ci * cis + row * row_floats, span, gather, split2);
         auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
           return (i0 * g.in[1] + i1) * row_floats;
         };
@@ -733,9 +901,8 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
         const int64_t off = sidx * g.Cin * cis;
         const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
         for (int64_t ci = 0; ci < g.Cin; ++ci)
-          for (int64_t sl = 0; sl < nslots; ++sl)
-            copy_phase_row(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q[sl], jlo, jn,
-                           buf + off + ci * cis + sl * span, gather);
+          copy_phase_rows(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q.data(), nslots,
+                          jlo, jn, buf + off + ci * cis, span, gather, split2);
         return off;
       };
       compute_row(n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
@@ -1227,10 +1394,9 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             seg_of[(r * K0 + k0s[a]) * K1 + k1s[b]] = seg;
             const float* drow = dy + n * OC * dst_plane + (i0s[a] * g.dst[1] + i1s[b]) * g.dst[2];
             for (int64_t c = 0; c < OC; ++c)
-              for (int64_t sl = 0; sl < nslots; ++sl)
-                copy_phase_row(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q[sl], jlo, jn,
-                               bbuf + (((r * max_seg + seg) * OC + c) * nslots + sl) * span,
-                               k.copy);
+              copy_phase_rows(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots,
+                              jlo, jn, bbuf + ((r * max_seg + seg) * OC + c) * nslots * span,
+                              span, k.copy, k.split2);
           }
       }
       // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
@@ -1306,6 +1472,10 @@ bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
   return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
 }
 
+bool planar_depthwise_backward_data(const ConvProblem& p) {
+  return p.ICg == 1 && p.OCg == 1 && !one_pixel_covering(p) && !gemm_bwd_data_preferred(p);
+}
+
 namespace {
 // AVX-512: little work per activation element (the layout changes dominate).
 bool planar_by_work(const ConvProblem& p, const Line& L) {
@@ -1346,14 +1516,16 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   if (L.max_len < 16) return false;
   if (isa == Isa::Avx512) return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
-  // every deeper layer of the benchmark (1.1-2x), on depthwise layers
-  // (1.2-1.4x), on the backward-data of few-channel layers with lines
-  // shorter than 64 (AlexNet's 55: 1.3x; lines of 64+ stay planar, 1.2-1.4x)
-  // and, on images of several rows, on the forward into few channels whose
-  // outputs each reduce over many (channel, tap) pairs (the channels-last dot
-  // tiles: RGB output layers 1.25-1.75x; shallow reductions and one long row
-  // per image stay planar).
-  if (std::min(g.Cin, g.Cout) > 4 || (p.ICg == 1 && p.OCg == 1)) return false;
+  // every deeper layer of the benchmark (1.1-2x), on the forward of
+  // depthwise layers (1.2-1.4x; their backward-data rows, on lines of 16+,
+  // are 2-5x faster than the layout changes), on the backward-data of
+  // few-channel layers with lines shorter than 64 (AlexNet's 55: 1.3x; lines
+  // of 64+ stay planar, 1.2-1.4x) and, on images of several rows, on the
+  // forward into few channels whose outputs each reduce over many (channel,
+  // tap) pairs (the channels-last dot tiles: RGB output layers 1.25-1.75x;
+  // shallow reductions and one long row per image stay planar).
+  if (p.ICg == 1 && p.OCg == 1) return !forward;
+  if (std::min(g.Cin, g.Cout) > 4) return false;
   if (!forward) return L.max_len >= 64;
   int64_t depth = g.Cin;  // (channel, tap) pairs per output
   for (int a = 0; a < kAxes; ++a) depth *= (p.K[a] + p.s[a] - 1) / p.s[a];

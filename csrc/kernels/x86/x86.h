@@ -30,6 +30,9 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads);
 // Whether planar_f32's backward-data runs as GEMMs over im2col chunks.
 bool planar_backward_data_gemm(Isa isa, const ConvProblem& p);
+// Whether planar_f32's backward-data runs the depthwise rows (one channel per
+// group on both sides); the same for every ISA.
+bool planar_depthwise_backward_data(const ConvProblem& p);
 // Whether planar_bwd_weights_f32 runs as GEMMs over im2col chunks (else dot tiles).
 bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p);
 // Planar backward-weights over dense NCX src / diff_dst (planar_f32_common.cpp).

@@ -207,6 +207,43 @@ TEST(PlanarF32, LargerLayers) {
   check(make(2, 5, 2, 5, 4, {1, 1}, {2, 2}, {3, 3}, {1, 1}, {0, 0}, {1, 1}, {1, 1}), 10);
 }
 
+// Depthwise backward-data (its own rows kernel): planes whose rows stay in
+// the buffer whole (runs of interior rows in one call) and larger ones
+// (rows copied per output row), few planes (items split into row ranges),
+// every rank, strides above the kernel, dilation, pads past the kernel (rows
+// with no tap), thread counts; random shapes first.
+TEST(PlanarF32, DepthwiseBackwardData) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  std::mt19937 rng(5151);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int done = 0;
+  for (int attempt = 0; done < 150 && attempt < 10000; ++attempt) {
+    const int S = static_cast<int>(uni(1, 3));
+    Axes ax;
+    if (!random_axes(uni, S, uni(0, 8) == 0, 90, ax)) continue;
+    const ConvProblem p = make(S, uni(1, 3), uni(1, 6), 1, 1, ax.I, ax.K, ax.s, ax.d, ax.pb, ax.pe, ax.op);
+    ASSERT_TRUE(x86::planar_depthwise_backward_data(p) || p.taps() % 16 == 0) << describe(p);
+    check(p, static_cast<uint32_t>(attempt), static_cast<int>(uni(1, 3)));
+    if (::testing::Test::HasFailure()) return;
+    ++done;
+  }
+  EXPECT_EQ(done, 150);
+  const std::vector<ConvProblem> layers = {
+      make(2, 3, 5, 1, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}),      // whole planes
+      make(2, 1, 2, 1, 1, {60, 100}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}),     // rows copied
+      make(2, 1, 1, 1, 1, {61, 99}, {3, 5}, {3, 2}, {2, 1}, {4, 5}, {0, 2}, {2, 1}),
+      make(3, 2, 3, 1, 1, {5, 6, 17}, {3, 3, 3}, {2, 1, 2}, {1, 2, 1}, {1, 2, 1}, {1, 0, 2}),
+      make(1, 2, 4, 1, 1, {300}, {5}, {4}, {1}, {7}, {6}),                        // pads > kernel
+      make(2, 1, 3, 1, 1, {9, 40}, {2, 2}, {5, 5}, {1, 1}, {0, 0}, {0, 0}, {4, 4}),  // stride > K
+  };
+  for (size_t i = 0; i < layers.size(); ++i) {
+    ASSERT_TRUE(x86::planar_depthwise_backward_data(layers[i])) << describe(layers[i]);
+    for (int nt : {1, 2, 3}) check(layers[i], static_cast<uint32_t>(100 + i), nt);
+  }
+}
+
 TEST(PlanarF32, ThreadCounts) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   for (int nt : {1, 3, 5}) {
