@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
 
 #include "x86/x86.h"
 
@@ -68,6 +72,26 @@ bool isa_supported(Isa isa) {
 #endif
 }
 
+bool avx512_half_width() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool half = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    return family == 0x19;  // Zen 3 (no AVX-512) and Zen 4; Zen 5 (1Ah) is full width
+  }();
+  return half;
+#else
+  return false;
+#endif
+}
+
 Isa detected_isa() {
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
@@ -125,7 +149,7 @@ bool use_planar(const ConvProblem& p, Pass pass) {
     case NcxPath::ChannelsLast: return false;
     case NcxPath::Auto: break;
   }
-  return x86::planar_preferred(isa, p, pass);
+  return x86::planar_preferred(isa, p, pass, isa == Isa::Avx512 && avx512_half_width());
 }
 
 bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,

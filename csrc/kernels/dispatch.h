@@ -20,6 +20,10 @@ Isa active_isa();
 // Forces an ISA for this process (tests, reproducibility); throws ProblemError
 // naming the value when the CPU lacks it.
 void set_active_isa(Isa isa);
+// Whether this CPU runs 512-bit vector ops as two 256-bit halves (AMD Zen 4,
+// family 19h): the AVX-512 kernels then load half the bytes per cycle that
+// full-width cores do, which moves some choices between kernels.
+bool avx512_half_width();
 
 // f32 fast paths over dense channels-last activations: (N, X0, X1, X2, C)
 // contiguous, C the full channel count. Weights in any layout; the kernel

@@ -65,14 +65,17 @@ WeightsView weights_view(const Tensor& t, WeightsFormat f, int S) {
 enum WorkspaceSlot { kInput = 0, kInput2 = 1, kOutput = 2, kSlots = 3 };
 
 Tensor workspace(WorkspaceSlot slot, at::IntArrayRef sizes) {
-  thread_local std::vector<float> buffers[kSlots];
-  std::vector<float>& buf = buffers[slot];
-  const size_t n = static_cast<size_t>(c10::multiply_integers(sizes));
-  if (buf.size() < n) {
-    buf = std::vector<float>();  // free first: never hold the old and new buffers at once
-    buf.resize(n);
+  // ATen's CPU allocator aligns to 64 bytes, so channels-last rows of 16
+  // floats are whole cache lines (a std::vector's 16-byte alignment splits
+  // every 64-byte vector store across two lines).
+  thread_local Tensor buffers[kSlots];
+  Tensor& buf = buffers[slot];
+  const int64_t n = c10::multiply_integers(sizes);
+  if (!buf.defined() || buf.numel() < n) {
+    buf = Tensor();  // free first: never hold the old and new buffers at once
+    buf = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
   }
-  return at::from_blob(buf.data(), sizes, at::TensorOptions().dtype(at::kFloat));
+  return at::from_blob(buf.data_ptr<float>(), sizes, at::TensorOptions().dtype(at::kFloat));
 }
 
 // Dims of the channels-last order (N, X..., C) in the tensor's layout.

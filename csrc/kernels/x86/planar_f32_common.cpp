@@ -1486,15 +1486,19 @@ bool planar_by_work(const ConvProblem& p, const Line& L) {
 }
 }  // namespace
 
-// Measured on the benchmark layers (interleaved A/B runs, AVX-512, 2 threads):
-// the planar kernels win where the channels-last ones are weak or the layout
-// changes dominate: long lines with few channels on one side (RGB layers:
-// 1.2-4x; depthwise layers on planes of 32x32 and more: 1.1-1.8x), or little
-// work per activation element (1x1 strided, 2x2 stride-2 upsampling:
-// 1.05-1.4x). Deep layers on short lines (lanes idle, and the channels-last
-// GEMM tiles are faster) and anything on lines shorter than one vector stay
-// channels-last.
-bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
+// Measured on the benchmark layers (interleaved A/B runs, AVX-512 on
+// Sapphire Rapids, 2 threads): the planar kernels win where the channels-last
+// ones are weak or the layout changes dominate: long lines with few channels
+// on one side (RGB layers: 1.2-4x; depthwise layers on planes of 32x32 and
+// more: 1.1-1.8x), or little work per activation element (1x1 strided, 2x2
+// stride-2 upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle,
+// and the channels-last GEMM tiles are faster) and anything on lines shorter
+// than one vector stay channels-last. On half-width AVX-512 (Zen 4) the
+// planar tiles, which load one vector per FMA row, lose more to the
+// channels-last ones: the forward as on Sapphire Rapids but depthwise and
+// work-per-element layers channels-last (1.1-1.5x), the backward-data as on
+// AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x).
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
     // which pay a horizontal sum per tile and row block: they win (1.05-2x)
@@ -1514,7 +1518,10 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
-  if (isa == Isa::Avx512) return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L);
+  const bool depthwise = p.ICg == 1 && p.OCg == 1;
+  if (isa == Isa::Avx512 && half_width && forward)
+    return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
+  if (isa == Isa::Avx512 && !half_width) return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on the forward of
   // depthwise layers (1.2-1.4x; their backward-data rows, on lines of 16+,
@@ -1524,7 +1531,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass) {
   // forward into few channels whose outputs each reduce over many (channel,
   // tap) pairs (the channels-last dot tiles: RGB output layers 1.25-1.75x;
   // shallow reductions and one long row per image stay planar).
-  if (p.ICg == 1 && p.OCg == 1) return !forward;
+  if (depthwise) return !forward;
   if (std::min(g.Cin, g.Cout) > 4) return false;
   if (!forward) return L.max_len >= 64;
   int64_t depth = g.Cin;  // (channel, tap) pairs per output

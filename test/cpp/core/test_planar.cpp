@@ -244,6 +244,28 @@ TEST(PlanarF32, DepthwiseBackwardData) {
   }
 }
 
+// The NCX path rule on full- and half-width AVX-512 (x86::planar_preferred's
+// half_width; pure functions of the shapes, checked on any CPU): AlexNet's
+// 96 <- 3 channels k11 s4 backward-data, a depthwise 2x upsampling and a
+// k2 s2 upsampling of 128 -> 64 channels (little work per element).
+TEST(PlanarF32, NcxRuleHalfWidth) {
+  const ConvProblem alex = make(2, 4, 1, 96, 3, {55, 55}, {11, 11}, {4, 4}, {1, 1}, {0, 0}, {0, 0});
+  const ConvProblem dw = make(2, 8, 64, 1, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
+  const ConvProblem up = make(2, 2, 1, 128, 64, {64, 64}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0});
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "half width" : "full width");
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, alex, Pass::Forward, half));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardData, half), !half);
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, dw, Pass::Forward, half), !half);
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, dw, Pass::BackwardData, half));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up, Pass::Forward, half), !half);
+  }
+  // AVX2 (half_width has no effect): depthwise backward-data planar, forward not.
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, dw, Pass::Forward, false));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, dw, Pass::BackwardData, false));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, alex, Pass::BackwardData, false));
+}
+
 TEST(PlanarF32, ThreadCounts) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   for (int nt : {1, 3, 5}) {
