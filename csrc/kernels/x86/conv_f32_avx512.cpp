@@ -3,6 +3,8 @@
 // std templates, no shared inline functions), see conv_f32_kernels.h.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "conv_f32_kernels.h"
 
 namespace tct {
@@ -200,8 +202,14 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
     }
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {
-      _mm512_storeu_ps(args->out[m] + c, acc[m][0]);
-      _mm512_storeu_ps(args->out[m] + c + 16, acc[m][1]);
+      float* o = args->out[m] + c;
+      if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0) {  // two whole lines
+        _mm512_stream_ps(o, acc[m][0]);
+        _mm512_stream_ps(o + 16, acc[m][1]);
+      } else {
+        _mm512_storeu_ps(o, acc[m][0]);
+        _mm512_storeu_ps(o + 16, acc[m][1]);
+      }
     }
   }
   for (; c < C; c += 16) {
@@ -217,7 +225,13 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
         acc[m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a[t * 4 + m] + c), w, acc[m]);
     }
 #pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) _mm512_mask_storeu_ps(args->out[m] + c, k, acc[m]);
+    for (int m = 0; m < 4; ++m) {
+      float* o = args->out[m] + c;
+      if (args->stream && k == 0xffff && (reinterpret_cast<uintptr_t>(o) & 63) == 0)
+        _mm512_stream_ps(o, acc[m]);
+      else
+        _mm512_mask_storeu_ps(o, k, acc[m]);
+    }
   }
 }
 

@@ -38,7 +38,7 @@ struct ConvTileArgs {
   int64_t accumulate = 0;
   const float* const* rows = nullptr;
   const int64_t* tapoff = nullptr;
-  // Depthwise tile (AVX2): write 64-byte aligned output lines with streaming
+  // Depthwise tiles: write 64-byte aligned output lines with streaming
   // stores (the caller fences before the outputs are read).
   int64_t stream = 0;
 };

@@ -331,8 +331,10 @@ TEST(FastConvF32, LargerLayers) {
   check_case(make(2, 1, 1, 96, 200, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 8);
   check_case(make(1, 2, 1, 40, 64, {50}, {7}, {4}, {1}, {2}, {3}), 9);
   check_case(make(2, 1, 64, 1, 1, {20, 20}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, {1, 1}), 10);
-  // Depthwise with outputs of 2 MiB and more (AVX2: streaming stores), both passes.
+  // Depthwise with outputs of 2 MiB and more (streaming stores), both passes;
+  // 48 channels: AVX-512's 32-channel blocks and a full 16-channel tail.
   check_case(make(2, 4, 32, 1, 1, {64, 66}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}), 14);
+  check_case(make(2, 2, 48, 1, 1, {64, 66}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}), 15);
   // Small groups across 16-lane blocks; weights larger than the activations
   // (one packed column block per work item).
   check_case(make(2, 2, 32, 4, 4, {9, 9}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 11);
