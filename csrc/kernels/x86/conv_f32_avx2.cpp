@@ -153,6 +153,9 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
   static_assert(kDwRows == 4, "four rows per tile");
   const int64_t C = args->ncols, T = args->ntaps;
   const float* const* a = args->a;
+  const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
+  const int64_t* tapoff = args->tapoff;
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * 4 + m]; };
   int64_t c = 0;
   for (; c + 16 <= C; c += 16) {
     __m256 acc[4][2];
@@ -167,7 +170,7 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
       const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m) {
-        const float* x = a[t * 4 + m] + c;
+        const float* x = in(t, m) + c;
         acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x), w0, acc[m][0]);
         acc[m][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), w1, acc[m][1]);
       }
@@ -194,7 +197,7 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
       const __m256 w = _mm256_maskload_ps(args->w + t * C + c, k);
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m)
-        acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(a[t * 4 + m] + c, k), w, acc[m]);
+        acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(in(t, m) + c, k), w, acc[m]);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);

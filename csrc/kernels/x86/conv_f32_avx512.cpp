@@ -181,6 +181,9 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
   static_assert(kDwRows == 4, "four rows per tile");
   const int64_t C = args->ncols, T = args->ntaps;
   const float* const* a = args->a;
+  const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
+  const int64_t* tapoff = args->tapoff;
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * 4 + m]; };
   int64_t c = 0;
   for (; c + 32 <= C; c += 32) {
     __m512 acc[4][2];
@@ -195,7 +198,7 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
       const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m) {
-        const float* x = a[t * 4 + m] + c;
+        const float* x = in(t, m) + c;
         acc[m][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x), w0, acc[m][0]);
         acc[m][1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), w1, acc[m][1]);
       }
@@ -222,7 +225,7 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
       const __m512 w = _mm512_maskz_loadu_ps(k, args->w + t * C + c);
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m)
-        acc[m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a[t * 4 + m] + c), w, acc[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, in(t, m) + c), w, acc[m]);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {

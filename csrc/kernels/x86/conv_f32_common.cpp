@@ -649,9 +649,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   if (fwd && !whole_pixel)
     for (Phase& ph : phases) group_rows_by_taps(ph, MR, isa == Isa::Avx512 ? 0.85 : 0.9);
 
-  // Row mode for the GEMM tiles (natural row order): tap offsets of the
-  // interior rows, summed over the axes in the indirection's tap order.
-  const bool row_mode = !whole_pixel && !dot;
+  // Row mode for the GEMM and depthwise tiles (natural row order): tap
+  // offsets of the interior rows, summed over the axes in the indirection's
+  // tap order.
+  const bool row_mode = !vg && !dot;
   for (Phase& ph : phases) {
     const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
     if (!row_mode || !ph.perm.empty() || a0.delta.empty() || a1.delta.empty() || a2.delta.empty())

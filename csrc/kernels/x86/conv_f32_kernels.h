@@ -21,7 +21,7 @@ namespace x86 {
 // (zero padded). w is 64-byte aligned. When wtap is not null, tap t's weights
 // are at w + wtap[t]*cred*NR instead of w + t*cred*NR (taps that only hit
 // padding for every row of the tile are left out).
-// Row mode (GEMM tiles only): when rows is not null, a is not read and row
+// Row mode (GEMM and depthwise tiles): when rows is not null, a is not read and row
 // m's input of tap t is rows[m] + tapoff[t] (tiles whose every tap is inside
 // the input, where the pointers are a row base plus a per-tap offset).
 struct ConvTileArgs {
