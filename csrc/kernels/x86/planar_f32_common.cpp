@@ -683,6 +683,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   const TileShape ts = choose_tile(isa, g, L);
   const int M = ts.M, VL = ts.VL;
   const int64_t TW = int64_t{ts.NV} * VL;  // tile width (positions)
+  const PlanarTileFn full_tile = tile_fn(isa, M, ts.NV);  // looked up once: most tiles
   const int64_t NMB = (g.Cout + M - 1) / M;
   const int64_t K0 = g.K[0], K1 = g.K[1];
   const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
@@ -846,7 +847,8 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
                 args.out = out_img + mb * M * out_plane + u0;
                 args.out_stride = out_plane;
               }
-              tile_fn(isa, m, static_cast<int>((nx + VL - 1) / VL))(&args);
+              (m == M && nx == TW ? full_tile
+                                  : tile_fn(isa, m, static_cast<int>((nx + VL - 1) / VL)))(&args);
             }
           }
         }
