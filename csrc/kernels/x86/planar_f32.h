@@ -18,6 +18,9 @@ namespace x86 {
 //       * in[in_off + seg_in[s] + c*c_in_stride + tap_in[t] + x]
 // for r < m and x < nx (nx <= nv * vector width; the other positions are not
 // written). Every input position the full vectors touch must be readable.
+// stream: full vectors at 32-byte aligned addresses (AVX-512: 64) are
+// written with streaming stores (the caller fences before the outputs are
+// read).
 struct PlanarTileArgs {
   const float* in;
   const float* w;
@@ -28,6 +31,7 @@ struct PlanarTileArgs {
   const float* bias;
   float* out;
   int64_t in_off, nseg, cin, c_in_stride, c_w_stride, ntap, out_stride, nx, accumulate;
+  int64_t stream = 0;
 };
 
 using PlanarTileFn = void (*)(const PlanarTileArgs*);

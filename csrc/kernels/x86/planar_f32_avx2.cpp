@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "avx2_util.h"
 #include "planar_f32.h"
@@ -58,7 +59,10 @@ void tile(const PlanarTileArgs* a) {
     #pragma GCC unroll 32
     for (int v = 0; v < NV; ++v) {
       const int64_t left = nx - 8 * v;
-      store_first_lanes(o + 8 * v, acc[r][v], left);
+      if (left >= 8 && a->stream && (reinterpret_cast<uintptr_t>(o + 8 * v) & 31) == 0)
+        _mm256_stream_ps(o + 8 * v, acc[r][v]);
+      else
+        store_first_lanes(o + 8 * v, acc[r][v], left);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstdint>
 
 #include "planar_f32.h"
 
@@ -64,7 +65,10 @@ void tile(const PlanarTileArgs* a) {
     for (int v = 0; v < NV; ++v) {
       const int64_t left = nx - 16 * v;
       if (left >= 16) {
-        _mm512_storeu_ps(o + 16 * v, acc[r][v]);
+        if (a->stream && (reinterpret_cast<uintptr_t>(o + 16 * v) & 63) == 0)
+          _mm512_stream_ps(o + 16 * v, acc[r][v]);
+        else
+          _mm512_storeu_ps(o + 16 * v, acc[r][v]);
       } else if (left > 0) {
         _mm512_mask_storeu_ps(o + 16 * v, lanes(left), acc[r][v]);
       }

@@ -205,6 +205,10 @@ TEST(PlanarF32, LargerLayers) {
   // One-pixel src, kernel covering diff_dst: backward-data as dot products.
   check(make(2, 7, 1, 10, 8, {1, 1}, {4, 4}, {1, 1}, {1, 1}, {0, 0}, {0, 0}), 9);
   check(make(2, 5, 2, 5, 4, {1, 1}, {2, 2}, {3, 3}, {1, 1}, {0, 0}, {1, 1}, {1, 1}), 10);
+  // Outputs of 2 MiB and more in one channel pass: streaming stores where a
+  // full vector starts on an aligned address (lines of 70: rows start anywhere).
+  check(make(2, 2, 1, 64, 3, {64, 70}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 11);  // backward-data
+  check(make(2, 1, 1, 3, 64, {90, 100}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 12);  // forward
 }
 
 // Depthwise backward-data (its own rows kernel): planes whose rows stay in
