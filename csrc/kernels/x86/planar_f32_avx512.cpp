@@ -141,36 +141,50 @@ DotTable make_dot_table() {
   return t;
 }
 
-template <int M>
-void gemm(const PlanarGemmArgs* a) {
+// NV vectors per row (NV = 2: up to 32 columns; NV = 1: up to 16, where a
+// second vector would only multiply zeros).
+template <int M, int NV>
+void gemm_nv(const PlanarGemmArgs* a) {
   // Arguments in locals, accumulators set without branches: keeps GCC from
   // spilling the tile to the stack in the loop.
-  const __mmask16 k0 = lanes(a->n), k1 = lanes(a->n - 16);
-  const __mmask16 l0 = a->accumulate ? k0 : 0, l1 = a->accumulate ? k1 : 0;
+  __mmask16 k[NV], l[NV];
+  #pragma GCC unroll 2
+  for (int v = 0; v < NV; ++v) {
+    k[v] = lanes(a->n - 16 * v);
+    l[v] = a->accumulate ? k[v] : 0;
+  }
   const int64_t kc = a->kc, as = a->a_stride, bs = a->b_stride, cs = a->c_stride;
   float* const c = a->c;
-  __m512 acc0[M], acc1[M];
+  __m512 acc[M][NV];
   #pragma GCC unroll 32
-  for (int i = 0; i < M; ++i) {
-    acc0[i] = _mm512_maskz_loadu_ps(l0, c + i * cs);
-    acc1[i] = _mm512_maskz_loadu_ps(l1, c + i * cs + 16);
-  }
+  for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_maskz_loadu_ps(l[v], c + i * cs + 16 * v);
   const float* pa = a->a;
   const float* pb = a->b;
   for (int64_t r = 0; r < kc; ++r, ++pa, pb += bs) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(k0, pb), b1 = _mm512_maskz_loadu_ps(k1, pb + 16);
+    __m512 b[NV];
+    #pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_maskz_loadu_ps(k[v], pb + 16 * v);
     #pragma GCC unroll 32
     for (int i = 0; i < M; ++i) {
       const __m512 x = _mm512_set1_ps(pa[i * as]);
-      acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+      #pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(x, b[v], acc[i][v]);
     }
   }
   #pragma GCC unroll 32
-  for (int i = 0; i < M; ++i) {
-    _mm512_mask_storeu_ps(c + i * cs, k0, acc0[i]);
-    _mm512_mask_storeu_ps(c + i * cs + 16, k1, acc1[i]);
-  }
+  for (int i = 0; i < M; ++i)
+    #pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c + i * cs + 16 * v, k[v], acc[i][v]);
+}
+
+template <int M>
+void gemm(const PlanarGemmArgs* a) {
+  if (a->n <= 16)
+    gemm_nv<M, 1>(a);
+  else
+    gemm_nv<M, 2>(a);
 }
 
 using GemmTable = std::array<PlanarGemmFn, kPlanarGemmMaxM + 1>;
