@@ -291,7 +291,7 @@ TEST(FastBackwardWeights, LargeIoxStreamed) {
 }
 
 TEST(FastBackwardWeights, FusedInnermostTaps) {
-  // AVX2, 1-3 diff_dst channels on the broadcast side, one group, dilation 1
+  // 1-3 diff_dst channels on the broadcast side, one group, dilation 1
   // innermost: groups of innermost taps share one tile; pixels at the line
   // ends that only some taps of a group reach go through per-tap tiles.
   // Odd K2 (a last group of one tap), pads (uneven tap ranges), strides,
@@ -319,12 +319,17 @@ TEST(FastBackwardWeights, FusedInnermostTaps) {
 
 TEST(FastBackwardWeights, FewRowsWideTiles) {
   // One side of at most 6 channels, the other over 64 (AVX-512: 4-vector
-  // tiles with the tail tile), as alexnet's 96->3 k11 s4.
+  // tiles with the tail tile), as alexnet's 96->3 k11 s4 (fused taps, above)
+  // would be without taps to fuse: dilation 2 innermost.
   std::mt19937 rng(11);
   for (WeightsFormat wf : kFormats) {
     check_case(simple_case(2, 2, 1, 100, 3, 9, 5, 4, 0, wf), 2, rng);
     check_case(simple_case(2, 1, 1, 6, 130, 7, 3, 2, 1, wf), 2, rng);
     check_case(simple_case(1, 2, 1, 5, 70, 30, 11, 4, 2, wf), 1, rng);
+    Case c = simple_case(2, 2, 1, 100, 3, 9, 5, 4, 0, wf);
+    c.d = {1, 2};
+    c.pe = {0, 4};
+    check_case(c, 2, rng);
   }
 }
 
