@@ -14,17 +14,17 @@ namespace {
 
 // MR x (8*NV) register tile; the accumulators stay in ymm registers (the
 // arrays are only indexed by constants inside fully unrolled loops).
-template <int MR, int NV>
+template <int MR, int NV, int M = MR>
 inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   constexpr int NR = 8 * NV;
-  __m256 acc[MR][NV];
+  __m256 acc[M][NV];
   const int64_t col_off = args->col_off;
   __m256i k[NV];
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) k[v] = first_lanes(args->ncols - 8 * v);
   if (args->accumulate) {
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       const float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_maskload_ps(o + 8 * v, k[v]);
@@ -34,7 +34,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
     for (int v = 0; v < NV; ++v) {
       const __m256 b = _mm256_loadu_ps(args->bias + 8 * v);
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) acc[m][v] = b;
+      for (int m = 0; m < M; ++m) acc[m][v] = b;
     }
   }
   const float* const* a = args->a;
@@ -44,14 +44,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   const int64_t* tapoff = args->tapoff;
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
-    const float* p[MR];
+    const float* p[M];
     if (rows) {
       const int64_t o = tapoff[t] + a_off;
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) p[m] = rows[m] + o;
+      for (int m = 0; m < M; ++m) p[m] = rows[m] + o;
     } else {
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+      for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
     }
     for (int64_t c = 0; c < cred; ++c) {
       __m256 wv[NV];
@@ -59,7 +59,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       for (int v = 0; v < NV; ++v) wv[v] = _mm256_load_ps(w + 8 * v);
       w += NR;
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) {
+      for (int m = 0; m < M; ++m) {
         const __m256 x = _mm256_broadcast_ss(p[m] + c);
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(x, wv[v], acc[m][v]);
@@ -68,14 +68,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   }
   if (args->ncols >= NR) {
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, acc[m][v]);
     }
   } else {  // the columns left, no masked stores (avx2_util.h)
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) store_first_lanes(o + 8 * v, acc[m][v], args->ncols - 8 * v);
@@ -133,6 +133,20 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
     float* o = args->out[m] + col_off;
 #pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) o[j] = hsum(acc[m][j]) + bias[j];
+  }
+}
+
+// The first M rows of an MR-row tile (row pointers still MR apart per tap).
+template <int MR, int NV, int M>
+void partial_tile(const ConvTileArgs* args) {
+  gemm_tile<MR, NV, M>(args);
+}
+
+template <int MR, int NV, int M = 1>
+void fill_partial(ConvTileFn* t) {
+  if constexpr (M < MR) {
+    t[M] = &partial_tile<MR, NV, M>;
+    fill_partial<MR, NV, M + 1>(t);
   }
 }
 
@@ -202,6 +216,26 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);
   }
+}
+
+ConvTileFn conv_f32_avx2_partial(ConvTileFn full, int m) {
+  struct Tables {
+    ConvTileFn t6x16[6];
+    ConvTileFn t4x24[4];
+    ConvTileFn t8x8[8];
+  };
+  static const Tables tables = [] {
+    Tables t{};
+    fill_partial<6, 2>(t.t6x16);
+    fill_partial<4, 3>(t.t4x24);
+    fill_partial<8, 1>(t.t8x8);
+    return t;
+  }();
+  if (m < 1) return full;
+  if (full == conv_f32_avx2_6x16) return m < 6 ? tables.t6x16[m] : full;
+  if (full == conv_f32_avx2_4x24) return m < 4 ? tables.t4x24[m] : full;
+  if (full == conv_f32_avx2_8x8) return m < 8 ? tables.t8x8[m] : full;
+  return full;
 }
 
 }  // namespace x86

@@ -22,17 +22,17 @@ inline __mmask16 col_mask(int64_t ncols, int v) {
 // MR x (16*NV) register tile. The accumulator arrays are indexed only with
 // compile-time constants inside fully unrolled loops, so GCC keeps them in
 // zmm registers (checked with objdump: no stack traffic in the c loop).
-template <int MR, int NV>
+template <int MR, int NV, int M = MR>
 inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   constexpr int NR = 16 * NV;
-  __m512 acc[MR][NV];
+  __m512 acc[M][NV];
   const int64_t col_off = args->col_off;
   __mmask16 k[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) k[v] = col_mask(args->ncols, v);
   if (args->accumulate) {
 #pragma GCC unroll 32
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       const float* o = args->out[m] + col_off;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_maskz_loadu_ps(k[v], o + 16 * v);
@@ -42,7 +42,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
     for (int v = 0; v < NV; ++v) {
       const __m512 b = _mm512_loadu_ps(args->bias + 16 * v);
 #pragma GCC unroll 32
-      for (int m = 0; m < MR; ++m) acc[m][v] = b;
+      for (int m = 0; m < M; ++m) acc[m][v] = b;
     }
   }
   const float* const* a = args->a;
@@ -52,14 +52,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   const int64_t* tapoff = args->tapoff;
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
-    const float* p[MR];
+    const float* p[M];
     if (rows) {
       const int64_t o = tapoff[t] + a_off;
 #pragma GCC unroll 32
-      for (int m = 0; m < MR; ++m) p[m] = rows[m] + o;
+      for (int m = 0; m < M; ++m) p[m] = rows[m] + o;
     } else {
 #pragma GCC unroll 32
-      for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+      for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
     }
     for (int64_t c = 0; c < cred; ++c) {
       __m512 wv[NV];
@@ -67,7 +67,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(w + 16 * v);
       w += NR;
 #pragma GCC unroll 32
-      for (int m = 0; m < MR; ++m) {
+      for (int m = 0; m < M; ++m) {
         const __m512 x = _mm512_set1_ps(p[m][c]);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(x, wv[v], acc[m][v]);
@@ -76,14 +76,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   }
   if (args->ncols >= NR) {
 #pragma GCC unroll 32
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       float* o = args->out[m] + col_off;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, acc[m][v]);
     }
   } else {
 #pragma GCC unroll 32
-    for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < M; ++m) {
       float* o = args->out[m] + col_off;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(o + 16 * v, k[v], acc[m][v]);
@@ -160,6 +160,20 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
     float* o = args->out[m] + col_off;
 #pragma GCC unroll 4
     for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j] + bias[j];
+  }
+}
+
+// The first M rows of an MR-row tile (row pointers still MR apart per tap).
+template <int MR, int NV, int M>
+void partial_tile(const ConvTileArgs* args) {
+  gemm_tile<MR, NV, M>(args);
+}
+
+template <int MR, int NV, int M = 1>
+void fill_partial(ConvTileFn* t) {
+  if constexpr (M < MR) {
+    t[M] = &partial_tile<MR, NV, M>;
+    fill_partial<MR, NV, M + 1>(t);
   }
 }
 
@@ -276,6 +290,29 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
     _mm512_mask_storeu_ps(args->out[2] + 16 * v, ko, acc2);
     _mm512_mask_storeu_ps(args->out[3] + 16 * v, ko, acc3);
   }
+}
+
+ConvTileFn conv_f32_avx512_partial(ConvTileFn full, int m) {
+  struct Tables {
+    ConvTileFn t6x64[6];
+    ConvTileFn t8x48[8];
+    ConvTileFn t12x32[12];
+    ConvTileFn t14x16[14];
+  };
+  static const Tables tables = [] {
+    Tables t{};
+    fill_partial<6, 4>(t.t6x64);
+    fill_partial<8, 3>(t.t8x48);
+    fill_partial<12, 2>(t.t12x32);
+    fill_partial<14, 1>(t.t14x16);
+    return t;
+  }();
+  if (m < 1) return full;
+  if (full == conv_f32_avx512_6x64) return m < 6 ? tables.t6x64[m] : full;
+  if (full == conv_f32_avx512_8x48) return m < 8 ? tables.t8x48[m] : full;
+  if (full == conv_f32_avx512_12x32) return m < 12 ? tables.t12x32[m] : full;
+  if (full == conv_f32_avx512_14x16) return m < 14 ? tables.t14x16[m] : full;
+  return full;
 }
 
 }  // namespace x86

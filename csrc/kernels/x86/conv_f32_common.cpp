@@ -593,6 +593,11 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     kern = choose_gemm_kernel(isa, ncol);
   }
   const int MR = kern.mr;
+  // GEMM tiles of fewer rows, for tiles that end in dummy rows.
+  ConvTileFn (*const partial)(ConvTileFn, int) =
+      whole_pixel || dot ? nullptr
+      : isa == Isa::Avx512 ? conv_f32_avx512_partial
+                           : conv_f32_avx2_partial;
   const int64_t NR = dw ? cols : vg ? ncp : kern.nr;
   const int64_t NB = whole_pixel ? 1 : (ncol + NR - 1) / NR;
 
@@ -910,6 +915,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     std::vector<int64_t> tile_ntaps(static_cast<size_t>(TB));
     std::vector<char> tile_pad(static_cast<size_t>(TB));  // tile_wtap used
     std::vector<char> tile_fused(static_cast<size_t>(TB));
+    std::vector<int> tile_real(static_cast<size_t>(TB));  // leading rows that are not dummies
     // Row mode tiles: their rows' base pointers (tap 0's input).
     std::vector<char> tile_rowmode(static_cast<size_t>(TB));
     std::vector<const float*> row_base(static_cast<size_t>(TB * MR));
@@ -1047,6 +1053,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
         tile_pad[tile] = pad;
       }
+      // Dummy rows (scratch output) end a tile: the GEMM tiles skip them.
+      for (int64_t tile = 0; tile < ntiles; ++tile) {
+        int real = 0;
+        while (real < mr && outpp[tile * mr + real] != scr) ++real;
+        tile_real[tile] = real;
+      }
       // Drop the taps that hit padding for every row of a tile (image
       // borders): their FMAs would only add zeros. Tiles without padding
       // keep every tap (wtap = null).
@@ -1113,7 +1125,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           args.cred = fused ? cn * K2 : cn;
           args.rows = tile_rowmode[tile] ? row_base.data() + tile * MR : nullptr;
           args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
-          kern.fn(&args);
+          (partial && tile_real[tile] < MR ? partial(kern.fn, tile_real[tile]) : kern.fn)(&args);
         }
       }
     };

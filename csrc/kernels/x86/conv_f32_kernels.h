@@ -98,5 +98,12 @@ void conv_f32_avx2_dot2(const ConvTileArgs* args);
 void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
+// The GEMM tile `full` (one of the register tiles above) computing only its
+// first m rows (1 <= m; the row pointers keep full's stride of MR per tap):
+// tiles whose last rows are dummies (the end of a phase or of a row group)
+// skip their multiply-adds. full itself for m >= its rows or another tile.
+ConvTileFn conv_f32_avx512_partial(ConvTileFn full, int m);
+ConvTileFn conv_f32_avx2_partial(ConvTileFn full, int m);
+
 }  // namespace x86
 }  // namespace tct
