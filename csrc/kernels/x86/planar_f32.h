@@ -100,6 +100,9 @@ void planar_f32_avx2_dw_rows(const PlanarDwArgs* a);
 // even[j] = src[2j], odd[j] = src[2j + 1] for j < n (src readable for 2n).
 void planar_f32_avx512_split2(const float* src, int64_t n, float* even, float* odd);
 void planar_f32_avx2_split2(const float* src, int64_t n, float* even, float* odd);
+// dq[j] = src[3j + q] for q < 3, j < n (src readable for 3n).
+void planar_f32_avx512_split3(const float* src, int64_t n, float* d0, float* d1, float* d2);
+void planar_f32_avx2_split3(const float* src, int64_t n, float* d0, float* d1, float* d2);
 
 // dst[j] = src[j * step] for j < n (gathers; any step >= 1 with 15 * step
 // within int32).

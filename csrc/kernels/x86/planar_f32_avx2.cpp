@@ -266,6 +266,51 @@ void planar_f32_avx2_split2(const float* src, int64_t n, float* even, float* odd
   }
 }
 
+void planar_f32_avx2_split3(const float* src, int64_t n, float* d0, float* d1, float* d2) {
+  // Phase q, lane j: element 3j + q of 24 = a (0-7), b (8-15), c (16-23):
+  // each vector's elements permuted into their lanes, then blended.
+  __m256i pa[3], pb[3], pc[3];
+  int mb[3] = {0, 0, 0}, mc[3] = {0, 0, 0};
+  float* const dst[3] = {d0, d1, d2};
+  for (int q = 0; q < 3; ++q) {
+    alignas(32) int32_t ia[8], ib[8], ic[8];
+    for (int j = 0; j < 8; ++j) {
+      const int i = 3 * j + q;
+      ia[j] = i < 8 ? i : 0;
+      ib[j] = i >= 8 && i < 16 ? i - 8 : 0;
+      ic[j] = i >= 16 ? i - 16 : 0;
+      if (i >= 8 && i < 16) mb[q] |= 1 << j;
+      if (i >= 16) mc[q] |= 1 << j;
+    }
+    pa[q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ia));
+    pb[q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ib));
+    pc[q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ic));
+  }
+  auto mask = [](int bits) {
+    alignas(32) int32_t m[8];
+    for (int j = 0; j < 8; ++j) m[j] = (bits >> j) & 1 ? -1 : 0;
+    return _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
+  };
+  __m256 kb[3], kc[3];
+  for (int q = 0; q < 3; ++q) kb[q] = mask(mb[q]), kc[q] = mask(mc[q]);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const float* s = src + 3 * j;
+    const __m256 a = _mm256_loadu_ps(s), b = _mm256_loadu_ps(s + 8), c = _mm256_loadu_ps(s + 16);
+    for (int q = 0; q < 3; ++q) {
+      __m256 v = _mm256_permutevar8x32_ps(a, pa[q]);
+      v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(b, pb[q]), kb[q]);
+      v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(c, pc[q]), kc[q]);
+      _mm256_storeu_ps(dst[q] + j, v);
+    }
+  }
+  for (; j < n; ++j) {
+    d0[j] = src[3 * j];
+    d1[j] = src[3 * j + 1];
+    d2[j] = src[3 * j + 2];
+  }
+}
+
 void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                          _mm256_set1_epi32(static_cast<int>(step)));

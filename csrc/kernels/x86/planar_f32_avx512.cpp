@@ -249,6 +249,41 @@ void planar_f32_avx512_split2(const float* src, int64_t n, float* even, float* o
   }
 }
 
+void planar_f32_avx512_split3(const float* src, int64_t n, float* d0, float* d1, float* d2) {
+  // Phase q, lane j: element 3j + q of 48 = a (0-15), b (16-31), c (32-47):
+  // lanes below 32 from (a, b), then the rest from c over them.
+  __m512i lo[3], hi[3];
+  float* const dst[3] = {d0, d1, d2};
+  for (int q = 0; q < 3; ++q) {
+    alignas(64) int32_t l[16], h[16];
+    for (int j = 0; j < 16; ++j) {
+      const int i = 3 * j + q;
+      l[j] = i < 32 ? i : 0;
+      h[j] = i < 32 ? j : 16 + (i - 32);
+    }
+    lo[q] = _mm512_load_si512(l);
+    hi[q] = _mm512_load_si512(h);
+  }
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const float* s = src + 3 * j;
+    const __m512 a = _mm512_loadu_ps(s), b = _mm512_loadu_ps(s + 16), c = _mm512_loadu_ps(s + 32);
+    for (int q = 0; q < 3; ++q)
+      _mm512_storeu_ps(dst[q] + j,
+                       _mm512_permutex2var_ps(_mm512_permutex2var_ps(a, lo[q], b), hi[q], c));
+  }
+  if (j < n) {  // 3 * (n - j) < 48 floats left
+    const int64_t r = n - j, m = 3 * r;
+    const float* s = src + 3 * j;
+    const __m512 a = _mm512_maskz_loadu_ps(lanes(m), s);
+    const __m512 b = _mm512_maskz_loadu_ps(lanes(m - 16), s + 16);
+    const __m512 c = _mm512_maskz_loadu_ps(lanes(m - 32), s + 32);
+    for (int q = 0; q < 3; ++q)
+      _mm512_mask_storeu_ps(dst[q] + j, lanes(r),
+                            _mm512_permutex2var_ps(_mm512_permutex2var_ps(a, lo[q], b), hi[q], c));
+  }
+}
+
 void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst) {
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
                                                            12, 13, 14, 15),

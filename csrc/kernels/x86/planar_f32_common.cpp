@@ -243,10 +243,11 @@ int64_t max_segments(const Geometry& g) {
   return std::max<int64_t>(max_seg, 1);
 }
 
-// A strided copy (dst[j] = src[j*step], j < n), and a split into even and
-// odd elements (even[j] = src[2j], odd[j] = src[2j + 1], j < n).
+// A strided copy (dst[j] = src[j*step], j < n), and splits into the 2 or 3
+// phases of a row (dq[j] = src[2j + q], resp. src[3j + q], j < n).
 using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
 using Split2 = void (*)(const float*, int64_t, float*, float*);
+using Split3 = void (*)(const float*, int64_t, float*, float*, float*);
 
 // The helper kernels of an ISA (planar_f32.h, transpose.h); isa is AVX-512
 // or AVX2.
@@ -255,6 +256,7 @@ struct Ops {
   PlanarDotFn (*dot)(int m, int n);
   StridedCopy copy;
   Split2 split2;
+  Split3 split3;
   void (*dw_rows)(const PlanarDwArgs*);
   void (*transpose16)(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
   bool avx512;
@@ -263,9 +265,9 @@ struct Ops {
 Ops ops(Isa isa) {
   if (isa == Isa::Avx512)
     return {planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
-            planar_f32_avx512_split2, planar_f32_avx512_dw_rows, transpose_block16_avx512, true};
+            planar_f32_avx512_split2, planar_f32_avx512_split3, planar_f32_avx512_dw_rows, transpose_block16_avx512, true};
   return {planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
-          planar_f32_avx2_split2, planar_f32_avx2_dw_rows, transpose_block16_avx2, false};
+          planar_f32_avx2_split2, planar_f32_avx2_split3, planar_f32_avx2_dw_rows, transpose_block16_avx2, false};
 }
 
 // The dot tile (rows x columns) that covers an M x N result best: AVX-512
@@ -332,23 +334,26 @@ void copy_phase_row(const float* row, int64_t len, int64_t step, int64_t q, int6
 }
 
 // Input phases qs[i] (i < nq) of a row into dst + i * dst_stride, as
-// copy_phase_row each; step 2 with both phases in one pass (split2).
+// copy_phase_row each; steps 2 and 3 with every phase in one pass (split2,
+// split3: permutes instead of a gather or a shuffle per phase).
 void copy_phase_rows(const float* row, int64_t len, int64_t step, const int64_t* qs, int64_t nq,
                      int64_t jlo, int64_t jn, float* dst, int64_t dst_stride, StridedCopy strided,
-                     Split2 split2) {
-  if (step == 2 && nq == 2 && qs[0] != qs[1] && jn > 0) {
-    float* d[2];
-    d[qs[0]] = dst;
-    d[qs[1]] = dst + dst_stride;
-    // j with both 2j and 2j + 1 inside the row: [ja, jb); below ja, j < 0.
-    const int64_t ja = std::max<int64_t>(jlo, 0), jb = std::min(jlo + jn, len / 2);
-    if (jb > ja) {
-      for (float* dq : d) std::memset(dq, 0, sizeof(float) * (ja - jlo));
-      split2(row + 2 * ja, jb - ja, d[0] + (ja - jlo), d[1] + (ja - jlo));
-      for (int64_t j = jb; j < jlo + jn; ++j) {
-        d[0][j - jlo] = 2 * j < len ? row[2 * j] : 0.f;
-        d[1][j - jlo] = 2 * j + 1 < len ? row[2 * j + 1] : 0.f;
-      }
+                     Split2 split2, Split3 split3) {
+  if ((step == 2 || step == 3) && nq == step && jn > 0) {
+    float* d[3] = {nullptr, nullptr, nullptr};
+    for (int64_t i = 0; i < nq; ++i)
+      if (qs[i] >= 0 && qs[i] < step) d[qs[i]] = dst + i * dst_stride;
+    // j with all of step*j .. step*j + step-1 inside the row: [ja, jb); below ja, j < 0.
+    const int64_t ja = std::max<int64_t>(jlo, 0), jb = std::min(jlo + jn, len / step);
+    if (d[0] && d[1] && (step == 2 || d[2]) && jb > ja) {
+      for (int64_t q = 0; q < step; ++q) std::memset(d[q], 0, sizeof(float) * (ja - jlo));
+      if (step == 2)
+        split2(row + 2 * ja, jb - ja, d[0] + (ja - jlo), d[1] + (ja - jlo));
+      else
+        split3(row + 3 * ja, jb - ja, d[0] + (ja - jlo), d[1] + (ja - jlo), d[2] + (ja - jlo));
+      for (int64_t j = jb; j < jlo + jn; ++j)
+        for (int64_t q = 0; q < step; ++q)
+          d[q][j - jlo] = step * j + q < len ? row[step * j + q] : 0.f;
       return;
     }
   }
@@ -600,7 +605,7 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
           for (int64_t t = 0; t < T2; ++t, ++i) wrun[i] = weight(k0, k1, t);
       auto copy = [&](int64_t row, float* rb) {
         copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), nslots,
-                        L.min_off, jn, rb, span, k.copy, k.split2);
+                        L.min_off, jn, rb, span, k.copy, k.split2, k.split3);
       };
       const int64_t r0 = part * rows_per, r1 = std::min(out_rows, r0 + rows_per);
       if (whole) {  // every input row the item's outputs can read: a box of axes 0 and 1
@@ -802,6 +807,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
   const StridedCopy gather = ops(isa).copy;
   const Split2 split2 = ops(isa).split2;
+  const Split3 split3 = ops(isa).split3;
 
 #pragma omp parallel num_threads(nthreads)
   {
@@ -883,7 +889,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
           for (int64_t row = 0; row < in_rows; ++row)
             copy_phase_rows(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
                             L.slot_q.data(), nslots, L.min_off, jn,
-                            buf + ci * cis + row * row_floats, span, gather, split2);
+                            buf + ci * cis + row * row_floats, span, gather, split2, split3);
         auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
           return (i0 * g.in[1] + i1) * row_floats;
         };
@@ -914,7 +920,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
         const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
         for (int64_t ci = 0; ci < g.Cin; ++ci)
           copy_phase_rows(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q.data(), nslots,
-                          jlo, jn, buf + off + ci * cis, span, gather, split2);
+                          jlo, jn, buf + off + ci * cis, span, gather, split2, split3);
         return off;
       };
       compute_row(n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
@@ -952,10 +958,12 @@ constexpr int64_t kKc = 256;
 // A small direct-mapped cache of one work item (rows keyed by address).
 class PhaseRows {
  public:
-  PhaseRows(int64_t len, int64_t step, StridedCopy strided)
-      : len_(len), step_(step), nq_((len + step - 1) / step), strided_(strided),
+  PhaseRows(int64_t len, int64_t step, const Ops& k)
+      : len_(len), step_(step), nq_((len + step - 1) / step), k_(k),
         buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
-        keys_(kEntries, nullptr) {}
+        keys_(kEntries, nullptr), qs_(static_cast<size_t>(step)) {
+    for (int64_t r = 0; r < step; ++r) qs_[r] = r;
+  }
 
   // dst[j - jlo] = row[j*step + q] for j in [jlo, jlo + jn), 0 outside the row.
   void copy(const float* row, int64_t q, int64_t jlo, int64_t jn, float* dst) {
@@ -966,8 +974,8 @@ class PhaseRows {
         (kEntries - 1);
     float* entry = buf_.data() + slot * step_ * nq_;
     if (keys_[slot] != row) {
-      for (int64_t r = 0; r < step_; ++r)
-        copy_phase_row(row, len_, step_, r, 0, nq_, entry + r * nq_, strided_);
+      copy_phase_rows(row, len_, step_, qs_.data(), step_, 0, nq_, entry, nq_, k_.copy, k_.split2,
+                      k_.split3);
       keys_[slot] = row;
     }
     const float* ph = entry + q * nq_;  // zero past the phase's last element
@@ -984,9 +992,10 @@ class PhaseRows {
  private:
   static constexpr int64_t kEntries = 32;  // a power of 2
   int64_t len_, step_, nq_;
-  StridedCopy strided_;
+  Ops k_;
   std::vector<float> buf_;
   std::vector<const float*> keys_;
+  std::vector<int64_t> qs_;  // 0 .. step-1
 };
 
 class Im2col {
@@ -1008,12 +1017,18 @@ class Im2col {
     }
   }
 
-  // Whether the taps share phase rows (see PhaseRows): strided, K2 > s, and
-  // rows not much longer than what a chunk of kKc positions reads of them (a
-  // cached row is gathered whole: 1D signals would gather their whole line
-  // per chunk and channel).
+  // Whether the taps go through phase rows (see PhaseRows): strided, the
+  // taps sharing phases (K2 > s) or a stride of 3 (the three phases of a row
+  // in one permute pass, several times cheaper than a gather per tap: the
+  // 36 -> 4 k3 s3 layer 1.2-1.3x; stride 2 copies each tap's phase directly
+  // with shuffles, 2-10 % faster than through the cache), and rows not much
+  // longer than what a chunk of kKc positions reads of them (a cached row is
+  // split whole: 1D signals would split their whole line per chunk and
+  // channel; up to 8x for the permute splits, 2x for gathers).
   bool shares_phases() const {
-    return !identity_ && p_.s[2] > 1 && p_.K[2] > p_.s[2] && p_.O[2] <= 2 * kKc * p_.s[2];
+    const bool split = p_.s[2] == 2 || p_.s[2] == 3;
+    return !identity_ && p_.s[2] > 1 && (p_.K[2] > p_.s[2] || p_.s[2] == 3) &&
+           p_.O[2] <= (split ? 8 : 2) * kKc * p_.s[2];
   }
 
   // Position p0 of an image as src coordinates (computed once per chunk).
@@ -1165,7 +1180,7 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
       continue;
     }
     std::unique_ptr<PhaseRows> phases;
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k.copy);
+    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
     for (int64_t ch = c_lo; ch < c_hi; ++ch) {
       const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
       const int64_t kc = std::min(kKc, P - p0);
@@ -1276,38 +1291,43 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
   const int64_t parts = (J + kJp - 1) / kJp, JP = (J + parts - 1) / parts;
   const Im2col im2col(p, k.copy);
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t ab = item % ablocks, chunk = item / ablocks;
-    const int64_t n = chunk / (G * per_image), gi = (chunk / per_image) % G;
-    const int64_t p0 = (chunk % per_image) * kc_max, kc = std::min(kc_max, P - p0);
-    const int64_t nslices = (kc + SW - 1) / SW;
-    float* const tmp = thread_buffer(1, kc_max + nslices * J * SW);
-    float* const pack = tmp + kc_max;  // [slice][j][32]
-    const Im2col::Start st = im2col.start(p0);
-    for (int64_t j = 0; j < J; ++j) {
-      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, tmp);
-      for (int64_t sl = 0; sl < nslices; ++sl)
-        std::memcpy(pack + (sl * J + j) * SW, tmp + sl * SW,
-                    sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
-    }
-    const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
-    PlanarGemmArgs args;
-    args.a_stride = a_stride;
-    args.b_stride = SW;
-    args.c_stride = P;
-    for (int64_t sl = 0; sl < nslices; ++sl) {
-      args.n = std::min<int64_t>(SW, kc - sl * SW);
-      for (int64_t j0 = 0; j0 < J; j0 += JP) {
-        args.kc = std::min(JP, J - j0);
-        args.b = pack + (sl * J + j0) * SW;
-        args.accumulate = j0 > 0;
-        for (int64_t a0 = a_lo; a0 < a_hi; a0 += MR) {
-          const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
-          const int64_t ic = gi * ICg + a0;
-          args.a = A + ic * a_stride + j0;
-          args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
-          k.gemm(m)(&args);
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::unique_ptr<PhaseRows> phases;  // per thread
+    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t ab = item % ablocks, chunk = item / ablocks;
+      const int64_t n = chunk / (G * per_image), gi = (chunk / per_image) % G;
+      const int64_t p0 = (chunk % per_image) * kc_max, kc = std::min(kc_max, P - p0);
+      const int64_t nslices = (kc + SW - 1) / SW;
+      float* const tmp = thread_buffer(1, kc_max + nslices * J * SW);
+      float* const pack = tmp + kc_max;  // [slice][j][32]
+      const Im2col::Start st = im2col.start(p0);
+      for (int64_t j = 0; j < J; ++j) {
+        im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, tmp, phases.get());
+        for (int64_t sl = 0; sl < nslices; ++sl)
+          std::memcpy(pack + (sl * J + j) * SW, tmp + sl * SW,
+                      sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
+      }
+      const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
+      PlanarGemmArgs args;
+      args.a_stride = a_stride;
+      args.b_stride = SW;
+      args.c_stride = P;
+      for (int64_t sl = 0; sl < nslices; ++sl) {
+        args.n = std::min<int64_t>(SW, kc - sl * SW);
+        for (int64_t j0 = 0; j0 < J; j0 += JP) {
+          args.kc = std::min(JP, J - j0);
+          args.b = pack + (sl * J + j0) * SW;
+          args.accumulate = j0 > 0;
+          for (int64_t a0 = a_lo; a0 < a_hi; a0 += MR) {
+            const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
+            const int64_t ic = gi * ICg + a0;
+            args.a = A + ic * a_stride + j0;
+            args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
+            k.gemm(m)(&args);
+          }
         }
       }
     }
@@ -1409,7 +1429,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             for (int64_t c = 0; c < OC; ++c)
               copy_phase_rows(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots,
                               jlo, jn, bbuf + ((r * max_seg + seg) * OC + c) * nslots * span,
-                              span, k.copy, k.split2);
+                              span, k.copy, k.split2, k.split3);
           }
       }
       // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
