@@ -120,6 +120,10 @@ int64_t part_start(int64_t n, int64_t k, int64_t j) { return n / k * j + std::mi
 
 }  // namespace
 
+bool innermost_taps_fusable(const ConvProblem& p) {
+  return p.G == 1 && p.d[2] == 1 && p.K[2] > 1 && p.ICg * p.OCg < 128 * 128;
+}
+
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads) {
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return false;
@@ -239,8 +243,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // then be evenly spaced across those taps (direct: k2 stride Mg * so;
   // scratch: planes without padding).
   int kf = 1;
-  if (!vec_b && !depthwise && !grouped && G == 1 && p.d[2] == 1 && p.K[2] > 1 &&
-      Mg * Ng < 128 * 128 && (!direct || diff_w.sk[2] == Mg * so))
+  if (!vec_b && !depthwise && !grouped && innermost_taps_fusable(p) &&
+      (!direct || diff_w.sk[2] == Mg * so))
     kf = static_cast<int>(std::min<int64_t>(p.K[2], rows_of[2] / Mg));
   if (kf < 2) kf = 1;
   const int gemm_vecs = kf > 1                              ? 2

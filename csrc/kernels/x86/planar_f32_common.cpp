@@ -1510,12 +1510,18 @@ bool planar_depthwise_backward_data(const ConvProblem& p) {
 }
 
 namespace {
+// Activation elements (src and dst, every image) and multiply-adds per element.
+double activation_elements(const ConvProblem& p) {
+  return p.N * (static_cast<double>(p.IC()) * p.src_spatial() +
+                static_cast<double>(p.OC()) * p.dst_spatial());
+}
+double macs_per_element(const ConvProblem& p) {
+  return p.macs() / std::max(1.0, activation_elements(p));
+}
+
 // AVX-512: little work per activation element (the layout changes dominate).
 bool planar_by_work(const ConvProblem& p, const Line& L) {
-  const double elems = static_cast<double>(p.IC()) * p.src_spatial() +
-                       static_cast<double>(p.OC()) * p.dst_spatial();
-  const double macs_per_elem = p.macs() / std::max(1.0, elems * p.N);
-  return L.max_len >= 24 && macs_per_elem <= 130;
+  return L.max_len >= 24 && macs_per_element(p) <= 130;
 }
 }  // namespace
 
@@ -1537,6 +1543,15 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width)
     // which pay a horizontal sum per tile and row block: they win (1.05-2x)
     // only on long lines with few channels on one side and few taps (RGB /
     // few-channel layers), where the channels-last tiles are weak.
+    // AVX-512: few diff_dst channels, whose innermost taps the channels-last
+    // kernel fuses into one tile, beat the im2col GEMMs where the layout
+    // changes are cheap: much work per element or activations within the
+    // caches (AlexNet's 96 -> 3 k11 s4 1.15x, 1D 64 -> 3 k7 s2 1.2-1.35x;
+    // the 36 -> 4 k3 s3 on 360x640, 18 multiply-adds per element over 66 MB,
+    // stays planar: 1.7x).
+    if (isa == Isa::Avx512 && p.OCg <= 4 && p.ICg >= 16 && innermost_taps_fusable(p) &&
+        (macs_per_element(p) >= 64 || 4 * activation_elements(p) <= 4.0 * (1 << 20)))
+      return false;
     if (gemm_preferred(isa, p)) return true;
     const int64_t line = geometry(p, false).src[2];
     // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last

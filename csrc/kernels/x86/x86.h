@@ -12,6 +12,10 @@ bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads);
 bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, WeightsView w,
                        float* diff_src, int nthreads);
+// Whether backward_weights_f32 can fuse consecutive innermost taps into one
+// tile (one group, dilation 1 innermost, K2 > 1, a small GEMM): it does when
+// diff_dst is the broadcast side (few diff_dst channels).
+bool innermost_taps_fusable(const ConvProblem& p);
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
 
