@@ -266,6 +266,15 @@ TEST(FastBackwardWeights, WideLayersPacked) {
     check_case(simple_case(3, 1, 1, 200, 96, 4, 3, 1, 1, WeightsFormat::XOI), nt, rng);
 }
 
+TEST(FastBackwardWeights, CopiesOutweighActivations) {
+  // Few multiply-adds per activation byte, but a weight gradient larger than
+  // the activations (3D k2 s2 on 3^3, like U-Net's 320->320 on 7x7x5): the
+  // threads split the tiles (one partition), reading every pixel each.
+  std::mt19937 rng(16);
+  for (WeightsFormat wf : kFormats)
+    for (int nt : {2, 3}) check_case(simple_case(3, 1, 1, 136, 128, 3, 2, 2, 0, wf), nt, rng);
+}
+
 TEST(FastBackwardWeights, SharedPanels) {
   // Wide layers whose taps cover (nearly) every src pixel: the A panels of a
   // pixel block serve all taps, and a tap's pixels outside get zero B rows.
