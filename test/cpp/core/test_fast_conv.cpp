@@ -342,6 +342,9 @@ TEST(FastConvF32, LargerLayers) {
   // Backward-data reduction over 160 channels x 64 taps: cut into chunks
   // that the tiles accumulate (both ISAs).
   check_case(make(3, 1, 1, 16, 160, {2, 2, 2}, {4, 4, 4}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}), 13);
+  // Weights far larger than the activations, 27 taps x 160 channels: the
+  // forward reduction cut into chunks (by rows), backward-data by columns.
+  check_case(make(3, 1, 1, 160, 128, {3, 3, 3}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), 16);
 }
 
 // Any thread count gives the same (exact) results.
