@@ -250,14 +250,15 @@ TEST(PlanarF32, DepthwiseBackwardData) {
 
 // The NCX path rule on full- and half-width AVX-512 (x86::planar_preferred's
 // half_width; pure functions of the shapes, checked on any CPU): AlexNet's
-// 96 <- 3 channels k11 s4 backward passes, a depthwise 2x upsampling, a k2 s2
-// upsampling of 128 -> 64 channels (little work per element) and the
-// 36 -> 4 k3 s3 upsampler's backward-weights.
+// 96 <- 3 channels k11 s4 backward passes, a depthwise 2x upsampling, k2 s2
+// upsamplings of 128 -> 64 channels (2D: little work per element; 2D and 3D
+// backward-data GEMMs) and the 36 -> 4 k3 s3 upsampler's backward-weights.
 TEST(PlanarF32, NcxRuleHalfWidth) {
   const ConvProblem alex = make(2, 4, 1, 96, 3, {55, 55}, {11, 11}, {4, 4}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem dw = make(2, 8, 64, 1, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
   const ConvProblem up = make(2, 2, 1, 128, 64, {64, 64}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem big_rgb = make(2, 1, 1, 36, 4, {360, 640}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0});
+  const ConvProblem up3d = make(3, 1, 1, 128, 64, {16, 16, 16}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0});
   for (bool half : {false, true}) {
     SCOPED_TRACE(half ? "half width" : "full width");
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, alex, Pass::Forward, half));
@@ -265,6 +266,10 @@ TEST(PlanarF32, NcxRuleHalfWidth) {
     EXPECT_EQ(x86::planar_preferred(Isa::Avx512, dw, Pass::Forward, half), !half);
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, dw, Pass::BackwardData, half));
     EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up, Pass::Forward, half), !half);
+    // Backward-data of k2 s2 as a GEMM over (channel, tap) columns: 64 x 4
+    // planar on both; 64 x 8 (3D) channels-last on half width.
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, up, Pass::BackwardData, half));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up3d, Pass::BackwardData, half), !half);
     // Backward-weights with few diff_dst channels: channels-last (fused taps)
     // when the work per element is large; the 36 -> 4 k3 s3 upsampler's 66 MB
     // of activations at 18 multiply-adds per element stay planar.
