@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "conv_f32_kernels.h"
+#include "transpose.h"
 #include "x86.h"
 
 namespace tct {
@@ -351,28 +352,22 @@ AlignedBuf aligned_floats(int64_t n) {
   return AlignedBuf(q);
 }
 
-// dst[c*ldd + r] = src[r*lds + c] for r < R, c < C (4x4 SSE transposes).
-void transpose(const float* src, int64_t lds, int64_t R, int64_t C, float* dst, int64_t ldd) {
-  int64_t r = 0;
-#if defined(__SSE2__)
-  for (; r + 4 <= R; r += 4) {
-    const float* s0 = src + r * lds;
-    int64_t c = 0;
-    for (; c + 4 <= C; c += 4) {
-      __m128 x0 = _mm_loadu_ps(s0 + c), x1 = _mm_loadu_ps(s0 + lds + c);
-      __m128 x2 = _mm_loadu_ps(s0 + 2 * lds + c), x3 = _mm_loadu_ps(s0 + 3 * lds + c);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      _mm_storeu_ps(dst + c * ldd + r, x0);
-      _mm_storeu_ps(dst + (c + 1) * ldd + r, x1);
-      _mm_storeu_ps(dst + (c + 2) * ldd + r, x2);
-      _mm_storeu_ps(dst + (c + 3) * ldd + r, x3);
+// Row-pointer register transposes of the ISA (transpose.h).
+using TransposeRows = void (*)(const float*, int64_t, int, int, float* const*);
+TransposeRows transpose_rows(Isa isa) {
+  return isa == Isa::Avx512 ? transpose_rows_avx512 : transpose_rows_avx2;
+}
+
+// dst[c*ldd + r] = src[r*lds + c] for r < R, c < C, in 16x16 register blocks.
+void transpose(TransposeRows tr, const float* src, int64_t lds, int64_t R, int64_t C, float* dst,
+               int64_t ldd) {
+  float* rows[16];
+  for (int64_t c0 = 0; c0 < C; c0 += 16)
+    for (int64_t r0 = 0; r0 < R; r0 += 16) {
+      const int nc = static_cast<int>(std::min<int64_t>(16, C - c0));
+      for (int j = 0; j < nc; ++j) rows[j] = dst + (c0 + j) * ldd + r0;
+      tr(src + r0 * lds + c0, lds, static_cast<int>(std::min<int64_t>(16, R - r0)), nc, rows);
     }
-    for (; c < C; ++c)
-      for (int64_t q = 0; q < 4; ++q) dst[c * ldd + r + q] = s0[q * lds + c];
-  }
-#endif
-  for (; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 // dst[c*NR + j] = src[c*rs + j*cs] for j < jn, 0 for jn <= j < NR, for
@@ -728,11 +723,15 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t K2 = p.K[2];
   const bool fuse = !fwd && !whole_pixel && !dot && G == 1 && cred == in_c && p.d[2] == 1 &&
                     K2 > 1 && nchunks == 1 && cred <= 16;
-  // Packs channels [16*c16, 16*c16 + 16) of column block nb of group g into
-  // dst_block, the block's [chunk][tap][c][NR] weights.
-  auto pack_block = [&](int64_t g, int64_t nb, int64_t c16, float* dst_block) {
+  // Packs channels [16*c16, 16*c16 + 16) (only >= 0: that channel alone) of
+  // column block nb of group g into dst_block, the block's
+  // [chunk][tap][c][NR] weights.
+  const TransposeRows tr = transpose_rows(isa);
+  auto pack_block = [&](int64_t g, int64_t nb, int64_t c16, float* dst_block,
+                        int64_t only = -1) {
     const int64_t c0 = c16 * 16 / CB * CB, cn = std::min(CB, cred - c0);  // its chunk
-    const int64_t c_lo = c16 * 16 - c0, c_hi = std::min(cn, c_lo + 16);   // in the chunk
+    const int64_t c_lo = only >= 0 ? only - c0 : c16 * 16 - c0;          // in the chunk
+    const int64_t c_hi = only >= 0 ? c_lo + 1 : std::min(cn, c_lo + 16);
     const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
     float* chunk = dst_block + T * c0 * NR;
     const int64_t jn = std::min<int64_t>(NR, ncol - nb * NR);
@@ -752,16 +751,24 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     } else if (red_stride == 1) {
       for (size_t i = 0; i < nt; ++i) {
         float* d = chunk + ptap[i] * cn * NR;
-        transpose(src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
+        transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
       }
     } else if (taps_dense && tap_stride == 1) {
-      std::vector<float> tmp(static_cast<size_t>(T * NR));
+      // Per channel a [column][tap] block (contiguous for IOX forward), each
+      // tap's run of columns transposed straight into its packed row.
+      float* rows[16];
       for (int64_t c = c_lo; c < c_hi; ++c) {
-        transpose(src + c * red_stride, col_stride, jn, T, tmp.data(), NR);  // tmp[k][j]
+        for (int64_t k0 = 0; k0 < T; k0 += 16) {
+          const int nk = static_cast<int>(std::min<int64_t>(16, T - k0));
+          for (int64_t j0 = 0; j0 < jn; j0 += 16) {
+            for (int k = 0; k < nk; ++k) rows[k] = chunk + tap_of_koff[k0 + k] * cn * NR + c * NR + j0;
+            tr(src + c * red_stride + j0 * col_stride + k0, col_stride,
+               static_cast<int>(std::min<int64_t>(16, jn - j0)), nk, rows);
+          }
+        }
         for (int64_t k = 0; k < T; ++k) {
           float* d = chunk + tap_of_koff[k] * cn * NR + c * NR;
-          std::copy(&tmp[k * NR], &tmp[k * NR] + jn, d);
           std::fill(d + jn, d + NR, 0.f);
         }
       }
@@ -800,7 +807,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   AlignedBuf wp;
   if (dw) wp = aligned_floats(T * cols);
   else if (vg) wp = aligned_floats(T * cred * ncp);
-  else if (!by_columns) wp = aligned_floats(G * NB * block_floats);
+  else wp = aligned_floats(G * NB * block_floats);
 
   // Bias padded to whole column blocks (zeros without bias / for backward).
   std::vector<float> biasp(static_cast<size_t>(G * NB * NR + 16), 0.f);
@@ -903,12 +910,22 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                     c < cred ? src[j * col_stride + c * red_stride] : 0.f;
               }
         }
-    } else if (!by_columns) {
+    } else if (red_stride == 1) {  // 16 channels per transpose
 #pragma omp for collapse(3) schedule(static)
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t c16 = 0; c16 < nc16; ++c16)
             pack_block(g, nb, c16, wp.get() + (g * NB + nb) * block_floats);
+    } else {
+      // A channel's columns (or columns x taps) are contiguous or regularly
+      // spaced in W: channel by channel, every column block, so that each
+      // thread reads W in order (IOX, 512 x 512 x 9 from memory: 2x faster
+      // than column block by column block, whose rows lie 18 KiB apart).
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t c = 0; c < cred; ++c)
+          for (int64_t nb = 0; nb < NB; ++nb)
+            pack_block(g, nb, c / 16, wp.get() + (g * NB + nb) * block_floats, c);
     }
     std::vector<const float*> ind(static_cast<size_t>(TB * MR * std::max<int64_t>(Tmax, 1)));
     std::vector<float*> outp(static_cast<size_t>(TB * MR));
@@ -1132,17 +1149,15 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     };
 
     if (by_columns) {
-      AlignedBuf wblock = aligned_floats(block_floats);
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t it = 0; it < ncolblocks; ++it) {
-        const int64_t g = it / NB, nb = it % NB;
-        for (int64_t c16 = 0; c16 < nc16; ++c16) pack_block(g, nb, c16, wblock.get());
+        const float* const wblock = wp.get() + it * block_floats;
         // All chunks per row block (backward-data: the indirection of its
         // many taps is built once per row block; forward: one chunk).
         for (int64_t n = 0; n < NI; ++n)
           for (const Phase& ph : phases)
             for (int64_t blk = 0; blk < ph.blocks; ++blk)
-              run_tiles(ph, build_rows(n, ph, blk), it, wblock.get());
+              run_tiles(ph, build_rows(n, ph, blk), it, wblock);
       }
     } else {
       const int64_t total = NI * blocks_per_img * CG;

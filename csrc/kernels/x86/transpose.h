@@ -11,5 +11,13 @@ void transpose_block16_avx512(const float* src, int64_t src_stride, float* dst,
                               int64_t dst_stride);
 void transpose_block16_avx2(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
 
+// dst[j][i] = src[i * src_stride + j] for i < rows, j < cols (rows, cols <= 16):
+// each destination row j at its own pointer (rows floats written). Nothing
+// outside the rows x cols source block is read (masked loads).
+void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int cols,
+                           float* const* dst);
+void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int cols,
+                         float* const* dst);
+
 }  // namespace x86
 }  // namespace tct

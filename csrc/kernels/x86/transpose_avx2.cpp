@@ -28,5 +28,22 @@ void transpose_block16_avx2(const float* src, int64_t src_stride, float* dst, in
       transpose8(src + i * src_stride + j, src_stride, dst + j * dst_stride + i, dst_stride);
 }
 
+void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int cols,
+                         float* const* dst) {
+  // 8x8 blocks: rows i0.. of columns j0.., loaded masked, stored masked.
+  for (int j0 = 0; j0 < cols; j0 += 8) {
+    const __m256i cm = first_lanes(cols - j0);
+    for (int i0 = 0; i0 < rows; i0 += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        r[i] = i0 + i < rows ? _mm256_maskload_ps(src + (i0 + i) * src_stride + j0, cm)
+                             : _mm256_setzero_ps();
+      transpose8x8(r);  // r[j]: column j0 + j over rows i0..
+      for (int j = 0; j < 8 && j0 + j < cols; ++j) store_first_lanes(dst[j0 + j] + i0, r[j], rows - i0);
+    }
+  }
+}
+
 }  // namespace x86
 }  // namespace tct

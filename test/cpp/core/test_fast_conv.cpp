@@ -345,6 +345,9 @@ TEST(FastConvF32, LargerLayers) {
   // Weights far larger than the activations, 27 taps x 160 channels: the
   // forward reduction cut into chunks (by rows), backward-data by columns.
   check_case(make(3, 1, 1, 160, 128, {3, 3, 3}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), 16);
+  // IOX weights packed channel by channel through 16x16 transposes: 27 taps
+  // (two tap blocks), 40 columns (a 8-column tail), strided phases.
+  check_case(make(3, 2, 1, 24, 40, {3, 4, 3}, {3, 3, 3}, {2, 1, 2}, {1, 1, 1}, {1, 0, 1}, {1, 1, 0}, {1, 0, 1}), 17);
 }
 
 // Any thread count gives the same (exact) results.
