@@ -330,8 +330,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // copy of the weight gradient, summed at the end) when
   //  - the items alone cannot be balanced over the threads, or
   //  - the layer does few multiply-adds per byte of activations, so the
-  //    repeated reads would dominate, unless the copies outweigh half the
-  //    activations (summing them then costs more than the re-reads; Zen 4:
+  //    repeated reads would dominate, unless one copy outweighs half the
+  //    activations (summing the copies then costs more than the re-reads; Zen 4:
   //    3D U-Net 320->320 k2 s2 on 7x7x5, copies 1.1x the activations, 1.2x
   //    faster with P = 1, the z -> 4x4 generator layer 1.5x), or
   //  - the copies are small (they stay in L2).

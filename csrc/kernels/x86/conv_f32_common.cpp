@@ -692,8 +692,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     if (p.K[ax] > 1) tap_stride = std::min<int64_t>(tap_stride, std::abs(wv.sk[ax]));
   // Fast packing paths, by W's unit-stride dimension: the columns (plain row
   // copies), the reduction channels (a transpose per tap) or the taps, dense
-  // (a [column][tap] transpose per channel, then rows permuted into the phase
-  // order). Anything else: pack_slab.
+  // (per channel, a [column][tap] transpose straight into the taps' rows in
+  // the phase order). Anything else: pack_slab.
   bool taps_dense = static_cast<int64_t>(ptap.size()) == T && T > 1;
   std::vector<int64_t> tap_of_koff(static_cast<size_t>(T), -1);
   for (int64_t t = 0; t < T && taps_dense; ++t) {
@@ -804,7 +804,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const bool stream = dw && out_c % 16 == 0 &&
                       4.0 * static_cast<double>(N) * out_pix * out_c >= 2.0 * (1 << 20);
 
-  // Packed up front (by rows, depthwise), inside the parallel region below.
+  // Packed up front (every schedule), inside the parallel region below.
   AlignedBuf wp;
   if (dw) wp = aligned_floats(T * cols);
   else if (vg) wp = aligned_floats(T * cred * ncp);

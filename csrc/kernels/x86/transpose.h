@@ -1,4 +1,5 @@
-// Block transposes of the x86 ISAs (see transpose_common.cpp for the driver).
+// Block transposes of the x86 ISAs (the batched driver is kernels/transpose.cpp;
+// conv_f32_common.cpp packs weights with the row-pointer form).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// 16x16 f32 block transpose in registers (AVX2), as four 8x8 transposes: the
-// NCX <-> NXC layout changes and the planar packing. Leaf function over raw
-// pointers (ISA-file rule).
+// f32 block transposes in registers (AVX2), as 8x8 transposes: 16x16 blocks
+// for the NCX <-> NXC layout changes and the planar packing, masked blocks
+// into row pointers for the weight packing of the channels-last kernels.
+// Leaf functions over raw pointers (ISA-file rule).
 #include <immintrin.h>
 
 #include <cstdint>

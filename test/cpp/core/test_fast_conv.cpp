@@ -342,9 +342,11 @@ TEST(FastConvF32, LargerLayers) {
   // Backward-data reduction over 160 channels x 64 taps: cut into chunks
   // that the tiles accumulate (both ISAs).
   check_case(make(3, 1, 1, 16, 160, {2, 2, 2}, {4, 4, 4}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}), 13);
-  // Weights far larger than the activations, 27 taps x 160 channels: the
-  // forward reduction cut into chunks (by rows), backward-data by columns.
+  // Weights far larger than the activations, 27 taps x 160 channels: on
+  // AVX-512 the forward reduction is cut into chunks (by rows); the second
+  // layer's backward-data reduces over 27 x 256 in chunks, by columns.
   check_case(make(3, 1, 1, 160, 128, {3, 3, 3}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), 16);
+  check_case(make(3, 1, 1, 128, 256, {2, 2, 2}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), 18);
   // IOX weights packed channel by channel through 16x16 transposes: 27 taps
   // (two tap blocks), 40 columns (a 8-column tail), strided phases.
   check_case(make(3, 2, 1, 24, 40, {3, 4, 3}, {3, 3, 3}, {2, 1, 2}, {1, 1, 1}, {1, 0, 1}, {1, 1, 0}, {1, 0, 1}), 17);
