@@ -722,15 +722,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t K2 = p.K[2];
   const bool fuse = !fwd && !whole_pixel && !dot && G == 1 && cred == in_c && p.d[2] == 1 &&
                     K2 > 1 && nchunks == 1 && cred <= 16;
-  // Packs channels [16*c16, 16*c16 + 16) (only >= 0: that channel alone) of
-  // column block nb of group g into dst_block, the block's
+  // Packs channels [c_begin, c_end), within one block of 16 (so within one
+  // chunk), of column block nb of group g into dst_block, the block's
   // [chunk][tap][c][NR] weights.
   const TransposeRows tr = transpose_rows(isa);
-  auto pack_block = [&](int64_t g, int64_t nb, int64_t c16, float* dst_block,
-                        int64_t only = -1) {
-    const int64_t c0 = c16 * 16 / CB * CB, cn = std::min(CB, cred - c0);  // its chunk
-    const int64_t c_lo = only >= 0 ? only - c0 : c16 * 16 - c0;          // in the chunk
-    const int64_t c_hi = only >= 0 ? c_lo + 1 : std::min(cn, c_lo + 16);
+  auto pack_block = [&](int64_t g, int64_t nb, int64_t c_begin, int64_t c_end,
+                        float* dst_block) {
+    const int64_t c0 = c_begin / CB * CB, cn = std::min(CB, cred - c0);  // its chunk
+    const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;                // in the chunk
     const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
     float* chunk = dst_block + T * c0 * NR;
     const int64_t jn = std::min<int64_t>(NR, ncol - nb * NR);
@@ -784,12 +783,11 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   //  by columns: when the weights dwarf the activations (deep layers, small
   //    images, batch 1), each work item is one column block (g, nb), whose
   //    thread sweeps every row with that block's packed weights, so they are
-  //    read once and stay in L2 while used.
+  //    read once and stay in L2 while used. Not for a forward pass whose
+  //    reduction is cut into chunks: it would sweep every row once per chunk
+  //    (3D U-Net k3 512->256, 8 chunks: by rows 3-8 % faster on Zen 4).
   //  Both pack the weights up front (W is read in order there; packing each
   //  block when its item starts read rows 18 KiB apart, at half the speed).
-  //    Not for a forward pass whose reduction is cut into chunks: it would
-  //    sweep every row once per chunk (3D U-Net k3 512->256, 8 chunks: by
-  //    rows 3-8 % faster on Zen 4).
   const double w_bytes = 4.0 * G * NB * block_floats;
   const double in_bytes = 4.0 * N * in_pix * in_c;
   const int64_t ncolblocks = G * NB;
@@ -916,7 +914,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t c16 = 0; c16 < nc16; ++c16)
-            pack_block(g, nb, c16, wp.get() + (g * NB + nb) * block_floats);
+            pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
+                       wp.get() + (g * NB + nb) * block_floats);
     } else {
       // A channel's columns (or columns x taps) are contiguous or regularly
       // spaced in W: channel by channel, every column block, so that each
@@ -926,7 +925,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < cred; ++c)
           for (int64_t nb = 0; nb < NB; ++nb)
-            pack_block(g, nb, c / 16, wp.get() + (g * NB + nb) * block_floats, c);
+            pack_block(g, nb, c, c + 1, wp.get() + (g * NB + nb) * block_floats);
     }
     std::vector<const float*> ind(static_cast<size_t>(TB * MR * std::max<int64_t>(Tmax, 1)));
     std::vector<float*> outp(static_cast<size_t>(TB * MR));
