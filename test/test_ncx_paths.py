@@ -114,3 +114,28 @@ def test_ncx_path_environment_variable():
                          env=P.subprocess_env(TORCH_CONVTRANSPOSE_NCX="Channels_Last"),
                          check=True)
     assert out.stdout.strip() == "channels_last"
+
+
+def test_ncx_paths_tool_times_checked_paths(tct, capsys):
+    """benchmarks/ncx_paths.py (the planar-vs-channels-last rules' measurements)
+    checks every path's result against torch before timing it, and restores the
+    NCX path it started with."""
+    import pathlib
+
+    bench_dir = str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, bench_dir)
+    try:
+        import ncx_paths
+    finally:
+        sys.path.remove(bench_dir)
+    old = tct.get_ncx_path()
+    rows = ncx_paths.main(["--quick", "--filter", "q_ci_2d_oc_tail_gemm|q_dw_up", "--budget", "0",
+                           "--min-rounds", "1", "--max-rounds", "2"])
+    assert [(name, p) for name, p, _ in rows] == [
+        (name, p) for name in ("q_dw_up_k4s2", "q_ci_2d_oc_tail_gemm")
+        for p in ("fwd", "bwd_d", "bwd_w")]
+    for _, _, t in rows:
+        assert set(t) == {"torch", "auto", "planar", "channels_last"}
+        assert all(0 < v < 10 for v in t.values())
+    assert tct.get_ncx_path() == old
+    assert "q_dw_up_k4s2" in capsys.readouterr().out
