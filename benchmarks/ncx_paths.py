@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 
@@ -29,16 +28,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench  # noqa: E402
-import cases as cases_mod  # noqa: E402
+import torch  # noqa: E402
 
 PATHS = ("auto", "planar", "channels_last")
 
 
 def time_rotated(fns, budget, min_rounds, max_rounds):
-    """{name: min seconds per call}: rounds of one call each, order rotated per round."""
+    """{name: min seconds per call}: rounds of one call each, order rotated per round
+    (after the caller's first call of each: main's result check)."""
     names = list(fns)
-    for f in fns.values():  # warm-up
-        f()
     best = {k: float("inf") for k in names}
     t_start = time.perf_counter()
     r = 0
@@ -56,7 +54,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--filter", default=None, help="regular expression on case name or tags")
+    ap.add_argument(
+        "--filter", default=None, help="regular expression on case name, tags or source"
+    )
     ap.add_argument("--passes", default="fwd,bwd_d,bwd_w", help="comma list (default: all)")
     ap.add_argument("--quick", action="store_true", help="the benchmark's few small cases")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per case and pass")
@@ -67,23 +67,22 @@ def parse_args(argv=None):
     )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    args.passes = [
-        bench.PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",") if p.strip()
-    ]
+    try:
+        args.passes = [
+            bench.PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",") if p.strip()
+        ]
+    except KeyError as e:
+        ap.error(f"unknown pass {e}; choose from {', '.join(bench.PASSES)}")
+    args.mb = None  # bench.select_cases: the cases' own batch sizes
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    import torch
-
     ops, pkg, desc = bench.load_ops(use_stub=False)
     bench._steady_heap()
     print(f"{desc}; {torch.get_num_threads()} threads; NCX, interleaved, min per call")
-    cs = cases_mod.all_cases(quick=args.quick)
-    if args.filter:
-        rx = re.compile(args.filter)
-        cs = [c for c in cs if rx.search(c.name) or rx.search(",".join(c.tags))]
+    cs = bench.select_cases(args)
     gen = torch.Generator().manual_seed(args.seed)
     print(
         f"{'case':<30} {'pass':<5} {'torch':>8} " + " ".join(f"{p:>13}" for p in PATHS) + "  faster"

@@ -760,16 +760,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         for (int64_t k0 = 0; k0 < T; k0 += 16) {
           const int nk = static_cast<int>(std::min<int64_t>(16, T - k0));
           for (int64_t j0 = 0; j0 < jn; j0 += 16) {
-            for (int k = 0; k < nk; ++k) rows[k] = chunk + tap_of_koff[k0 + k] * cn * NR + c * NR + j0;
+            for (int k = 0; k < nk; ++k)
+              rows[k] = chunk + tap_of_koff[k0 + k] * cn * NR + c * NR + j0;
             tr(src + c * red_stride + j0 * col_stride + k0, col_stride,
                static_cast<int>(std::min<int64_t>(16, jn - j0)), nk, rows);
           }
         }
-        for (int64_t k = 0; k < T; ++k) {
-          float* d = chunk + tap_of_koff[k] * cn * NR + c * NR;
-          std::fill(d + jn, d + NR, 0.f);
-        }
       }
+      for (int64_t t = 0; t < T; ++t) zero_tail(chunk + t * cn * NR);
     } else {
       for (size_t i = 0; i < nt; ++i)
         pack_slab(src + pkoff[i], red_stride, col_stride, c_lo, c_hi, jn, NR,

@@ -41,7 +41,8 @@ void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int col
         r[i] = i0 + i < rows ? _mm256_maskload_ps(src + (i0 + i) * src_stride + j0, cm)
                              : _mm256_setzero_ps();
       transpose8x8(r);  // r[j]: column j0 + j over rows i0..
-      for (int j = 0; j < 8 && j0 + j < cols; ++j) store_first_lanes(dst[j0 + j] + i0, r[j], rows - i0);
+      for (int j = 0; j < 8 && j0 + j < cols; ++j)
+        store_first_lanes(dst[j0 + j] + i0, r[j], rows - i0);
     }
   }
 }

@@ -14,7 +14,7 @@ namespace {
 // In place: on return r[j] holds column j of the 16 rows given.
 inline void transpose16(__m512 r[16]) {
   __m512 t[16];
-  // Interleave 32-bit pairs, then 64-bit pairs: each 128-bit lane L of u[4q+c]
+  // Interleave 32-bit pairs, then 64-bit pairs: each 128-bit lane L of t[4q+c]
   // holds column 4L+c of rows 4q..4q+3.
 #pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {
