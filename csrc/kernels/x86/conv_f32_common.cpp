@@ -1187,6 +1187,12 @@ bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
   return run(isa, Pass::Forward, p, src, w, bias, dst, nthreads);
 }
 
+double gemm_column_share(Isa isa, int64_t ncol) {
+  if (ncol <= 0) return 1.0;
+  const int64_t nr = choose_gemm_kernel(isa, ncol).nr;
+  return static_cast<double>(ncol) / static_cast<double>((ncol + nr - 1) / nr * nr);
+}
+
 bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, WeightsView w,
                        float* diff_src, int nthreads) {
   // A one-pixel src under a covering kernel (z -> 4x4): dot products (10x).

@@ -1519,9 +1519,26 @@ double macs_per_element(const ConvProblem& p) {
   return p.macs() / std::max(1.0, activation_elements(p));
 }
 
-// AVX-512: little work per activation element (the layout changes dominate).
-bool planar_by_work(const ConvProblem& p, const Line& L) {
-  return L.max_len >= 24 && macs_per_element(p) <= 130;
+// Share of the (src pixel, tap) pairs that land inside dst (below 1 where
+// pads crop the output, or on small images under large kernels).
+double valid_tap_share(const ConvProblem& p) {
+  double share = 1.0;
+  for (int a = 0; a < kAxes; ++a) {
+    int64_t pairs = 0;
+    for (int64_t k = 0; k < p.K[a]; ++k) {
+      const auto [lo, hi] = p.tap_src_range(a, k);
+      pairs += hi - lo;
+    }
+    const int64_t all = std::max<int64_t>(1, p.K[a] * p.I[a]);
+    share *= static_cast<double>(pairs) / static_cast<double>(all);
+  }
+  return share;
+}
+
+// Little work per activation element (the layout changes dominate) on lines
+// of at least min_len.
+bool planar_by_work(const ConvProblem& p, const Line& L, int64_t min_len, double max_macs) {
+  return L.max_len >= min_len && macs_per_element(p) <= max_macs;
 }
 }  // namespace
 
@@ -1535,8 +1552,11 @@ bool planar_by_work(const ConvProblem& p, const Line& L) {
 // than one vector stay channels-last. On half-width AVX-512 (Zen 4) the
 // planar tiles, which load one vector per FMA row, lose more to the
 // channels-last ones: the forward as on Sapphire Rapids but depthwise and
-// work-per-element layers channels-last (1.1-1.5x), the backward-data as on
-// AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x).
+// deep work-per-element layers channels-last (1.1-1.5x), the backward-data as
+// on AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x); one
+// group of at most 24 (forward) or 64 (backward-data) channels with little
+// work per element, and backward-data whose channels-last tiles would mostly
+// multiply zeros, planar (the rules below).
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
@@ -1569,13 +1589,37 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width)
   if (!forward && planar_backward_data_gemm(isa, p) &&
       !(isa == Isa::Avx512 && half_width && p.OCg * p.taps() > 256))
     return true;
+  const bool hw512 = isa == Isa::Avx512 && half_width;
+  // Half-width AVX-512, backward-data whose channels-last tiles would mostly
+  // multiply zeros: lanes of padded columns times taps outside diff_dst
+  // (cropping pads, small images). benchdnn's 3D ic-tail problem (17 columns
+  // in tiles of 32, 24 % of the (pixel, tap) pairs inside: 13 % useful) runs
+  // 1.3x faster planar; 16 columns at 24 % (a tie) or 17 at 77 % (0.6x) stay
+  // channels-last.
+  if (!forward && hw512 && p.G == 1 && p.ICg > 4 &&
+      valid_tap_share(p) * gemm_column_share(isa, p.ICg) < 0.2)
+    return true;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
   const bool depthwise = p.ICg == 1 && p.OCg == 1;
-  if (isa == Isa::Avx512 && half_width && forward)
-    return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
-  if (isa == Isa::Avx512 && !half_width) return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L);
+  // Half-width AVX-512, one group of few channels on lines of 16+, little
+  // work per activation element (sweeps of 8-64 channels a side on 16x16 to
+  // 64x64 planes and 16^3 volumes, k1-k4, s1-s2): forward with at most 24
+  // channels a side planar, 1.05-2.6x (the channels-last tiles pad 8-24
+  // columns to 16-32 lanes; 32+ channels, and 1x1 kernels of 32-64, run
+  // 1.1-1.6x faster channels-last); backward-data with at most 64 a side
+  // planar, 1.05-2.5x (1x1 and 2x2 s2 kernels too); 100+ multiply-adds per
+  // element (32 channels under k4 s2) stay channels-last, 1.0-1.15x.
+  if (hw512 && p.G == 1) {
+    const int64_t cmax = std::max(g.Cin, g.Cout);
+    if (forward ? cmax <= 24 && planar_by_work(p, L, 16, 110)
+                : cmax <= 64 && planar_by_work(p, L, 16, 100))
+      return true;
+  }
+  if (hw512 && forward) return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
+  if (isa == Isa::Avx512 && !half_width)
+    return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L, 24, 130);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on the forward of
   // depthwise layers (1.2-1.4x; their backward-data rows, on lines of 16+,

@@ -12,6 +12,10 @@ bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads);
 bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, WeightsView w,
                        float* diff_src, int nthreads);
+// Share of the lanes that hold real columns in the GEMM register tiles that
+// forward_f32 / backward_data_f32 pick for ncol columns per group (17 columns
+// in tiles of 32: 0.53).
+double gemm_column_share(Isa isa, int64_t ncol);
 // Whether backward_weights_f32 can fuse consecutive innermost taps into one
 // tile (one group, dilation 1 innermost, K2 > 1, a small GEMM): it does when
 // diff_dst is the broadcast side (few diff_dst channels).
