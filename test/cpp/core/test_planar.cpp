@@ -276,6 +276,28 @@ TEST(PlanarF32, NcxRuleHalfWidth) {
     EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardWeights, half));
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, big_rgb, Pass::BackwardWeights, half));
   }
+  // Half width, one group of few channels with little work per element:
+  // 16 channels under k3 on 32x32 planar both ways, 32 channels forward
+  // channels-last (over 24 a side), 64 channels of a 1x1 backward-data planar.
+  const ConvProblem c16 = make(2, 8, 1, 16, 16, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
+  const ConvProblem c32 = make(2, 8, 1, 32, 32, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
+  const ConvProblem c64 = make(2, 8, 1, 64, 64, {32, 32}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c16, Pass::Forward, true));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c16, Pass::BackwardData, true));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c32, Pass::Forward, true));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c64, Pass::Forward, true));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c64, Pass::BackwardData, true));
+  // Half width, backward-data whose channels-last tiles would mostly multiply
+  // zeros: benchdnn's 3D ic tail (17 of 32 lanes, 24 % of the (pixel, tap)
+  // pairs inside) planar; the same without cropping pads (77 % inside), and
+  // on full width (lines of 8), channels-last.
+  const ConvProblem tail =
+      make(3, 8, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {3, 3, 3}, {2, 2, 2});
+  const ConvProblem tail_uncropped =
+      make(3, 8, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1});
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, true));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, false));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail_uncropped, Pass::BackwardData, true));
   // AVX2 (half_width has no effect): depthwise backward-data planar, forward not.
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, dw, Pass::Forward, false));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, dw, Pass::BackwardData, false));
