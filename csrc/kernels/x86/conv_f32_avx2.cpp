@@ -53,6 +53,11 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
       for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
     }
+    if (args->prefetch) {
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m)
+        _mm_prefetch(reinterpret_cast<const char*>(p[m] + args->prefetch), _MM_HINT_T0);
+    }
     for (int64_t c = 0; c < cred; ++c) {
       __m256 wv[NV];
 #pragma GCC unroll 8

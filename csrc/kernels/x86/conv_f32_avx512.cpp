@@ -61,6 +61,11 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 32
       for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
     }
+    if (args->prefetch) {
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m)
+        _mm_prefetch(reinterpret_cast<const char*>(p[m] + args->prefetch), _MM_HINT_T0);
+    }
     for (int64_t c = 0; c < cred; ++c) {
       __m512 wv[NV];
 #pragma GCC unroll 4
@@ -73,6 +78,40 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(x, wv[v], acc[m][v]);
       }
     }
+  }
+  if (args->stream) {
+    // Streaming stores: whole 64-byte lines only. Rows that follow each
+    // other in memory (ncols is the output's row length) are staged in L1
+    // and written as M * ncols / 16 lines; otherwise each full vector that
+    // is a whole aligned line is streamed and the others stored as usual.
+    const int64_t ncols = args->ncols;
+    float* const o0 = args->out[0] + col_off;
+    bool packed = (M * ncols) % 16 == 0 && (reinterpret_cast<uintptr_t>(o0) & 63) == 0;
+#pragma GCC unroll 32
+    for (int m = 1; m < M; ++m) packed = packed && args->out[m] + col_off == o0 + m * ncols;
+    if (packed) {
+      alignas(64) float buf[M * NR];
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v)
+          _mm512_mask_storeu_ps(buf + m * ncols + 16 * v, k[v], acc[m][v]);
+      for (int64_t i = 0; i < M * ncols; i += 16)
+        _mm512_stream_ps(o0 + i, _mm512_load_ps(buf + i));
+      return;
+    }
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m) {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        if (k[v] == 0xFFFF && (reinterpret_cast<uintptr_t>(o + 16 * v) & 63) == 0)
+          _mm512_stream_ps(o + 16 * v, acc[m][v]);
+        else
+          _mm512_mask_storeu_ps(o + 16 * v, k[v], acc[m][v]);
+      }
+    }
+    return;
   }
   if (args->ncols >= NR) {
 #pragma GCC unroll 32

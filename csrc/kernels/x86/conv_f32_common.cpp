@@ -793,12 +793,26 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
                           (!fwd || nchunks == 1) && ncolblocks >= nthreads &&
                           (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
 
-  // Depthwise outputs beyond the caches: written with streaming stores (each
-  // tile row stores whole 64-byte lines), saving the read for ownership of
-  // every output line (the depthwise k4 s2 upsampler, 2-8 MiB outputs: on
-  // Zen 3 forward -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %).
-  const bool stream = dw && out_c % 16 == 0 &&
-                      4.0 * static_cast<double>(N) * out_pix * out_c >= 2.0 * (1 << 20);
+  // Outputs beyond the caches: written with streaming stores (whole 64-byte
+  // lines), saving the read for ownership of every output line. Depthwise
+  // from 2 MiB (the k4 s2 upsampler, 2-8 MiB outputs: on Zen 3 forward
+  // -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %). AVX-512 GEMM
+  // tiles written in one pass from 16 MiB (36 <- 4 k3 s3 backward-data, 33 MB:
+  // -10 % on Zen 5; 4 MiB outputs, which stay in L3, ran up to 10 % slower).
+  const double out_bytes = 4.0 * static_cast<double>(N) * out_pix * out_c;
+  const bool stream =
+      (dw && out_c % 16 == 0 && out_bytes >= 2.0 * (1 << 20)) ||
+      (isa == Isa::Avx512 && !whole_pixel && !dot && nchunks == 1 && out_bytes >= 16.0 * (1 << 20));
+
+  // Short reductions per tap (a few channels, or the fused taps of a few):
+  // a tile's inputs are a few cache lines per row, consumed faster than the
+  // hardware prefetcher runs ahead; each tap of a tile then prefetches the
+  // inputs of the tile four tiles on (consecutive rows step by s (backward)
+  // or 1 (forward phase) pixels along the innermost axis). 36 <- 4 k3 s3 on
+  // 1080x1920 backward-data: 1.3x.
+  const int64_t tap_run = fuse ? cred * K2 : cred;
+  const int64_t prefetch = !whole_pixel && !dot && tap_run <= 64
+                               ? 4 * MR * (fwd ? in_c : p.s[2] * in_c) : 0;
 
   // Packed up front (every schedule), inside the parallel region below.
   AlignedBuf wp;
@@ -1109,6 +1123,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       const int64_t g = q / NB, nb = q % NB;
       ConvTileArgs args;
       args.stream = stream;
+      args.prefetch = prefetch;
       args.bias = biasp.data() + q * NR;
       args.col_off = g * cols + nb * NR;
       args.ncols = std::min<int64_t>(NR, cols - nb * NR);

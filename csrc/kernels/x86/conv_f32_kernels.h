@@ -38,9 +38,13 @@ struct ConvTileArgs {
   int64_t accumulate = 0;
   const float* const* rows = nullptr;
   const int64_t* tapoff = nullptr;
-  // Depthwise tiles: write 64-byte aligned output lines with streaming
-  // stores (the caller fences before the outputs are read).
+  // Depthwise and AVX-512 GEMM tiles (not accumulating): write whole 64-byte
+  // output lines with streaming stores (the caller fences before the outputs
+  // are read).
   int64_t stream = 0;
+  // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
+  // (row m's input of the tap) + prefetch floats (a later tile's).
+  int64_t prefetch = 0;
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.

@@ -352,6 +352,17 @@ TEST(FastConvF32, LargerLayers) {
   check_case(make(3, 2, 1, 24, 40, {3, 4, 3}, {3, 3, 3}, {2, 1, 2}, {1, 1, 1}, {1, 0, 1}, {1, 1, 0}, {1, 0, 1}), 17);
 }
 
+// GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).
+// Backward-data to 36 channels (8x48 tiles of 36 columns: consecutive rows
+// staged and written as whole lines; the last tile of 3 rows line by line),
+// and a forward of 96 columns in two 48-column blocks (whole-line vectors
+// streamed, row by row, in stride phases).
+TEST(FastConvF32, LargeOutputsStreamed) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  check_case(make(2, 1, 1, 36, 4, {241, 499}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 19);
+  check_case(make(2, 1, 1, 8, 96, {105, 105}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 20);
+}
+
 // Any thread count gives the same (exact) results.
 TEST(FastConvF32, ThreadCounts) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
