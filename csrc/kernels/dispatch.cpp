@@ -72,9 +72,9 @@ bool isa_supported(Isa isa) {
 #endif
 }
 
-bool avx512_half_width() {
+bool avx512_amd() {
 #if defined(__x86_64__) || defined(_M_X64)
-  static const bool half = [] {
+  static const bool amd = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
     char vendor[13] = {};
@@ -84,9 +84,9 @@ bool avx512_half_width() {
     if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
     unsigned family = (a >> 8) & 0xf;
     if (family == 0xf) family += (a >> 20) & 0xff;
-    return family == 0x19;  // Zen 3 (no AVX-512) and Zen 4; Zen 5 (1Ah) is full width
+    return family >= 0x19;  // Zen 3 (no AVX-512), Zen 4; Zen 5 (1Ah) and later
   }();
-  return half;
+  return amd;
 #else
   return false;
 #endif
@@ -149,7 +149,7 @@ bool use_planar(const ConvProblem& p, Pass pass) {
     case NcxPath::ChannelsLast: return false;
     case NcxPath::Auto: break;
   }
-  return x86::planar_preferred(isa, p, pass, isa == Isa::Avx512 && avx512_half_width());
+  return x86::planar_preferred(isa, p, pass, isa == Isa::Avx512 && avx512_amd());
 }
 
 bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,

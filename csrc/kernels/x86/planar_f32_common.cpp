@@ -1549,15 +1549,17 @@ bool planar_by_work(const ConvProblem& p, const Line& L, int64_t min_len, double
 // more: 1.1-1.8x), or little work per activation element (1x1 strided, 2x2
 // stride-2 upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle,
 // and the channels-last GEMM tiles are faster) and anything on lines shorter
-// than one vector stay channels-last. On half-width AVX-512 (Zen 4) the
-// planar tiles, which load one vector per FMA row, lose more to the
+// than one vector stay channels-last. On AMD's AVX-512 cores (Zen 4, which
+// runs 512-bit ops as two halves, and Zen 5: ncx_paths.py there flagged 4
+// picks of the Sapphire Rapids rule, 1.15-1.45x, and 1 of this one, 1.15x)
+// the planar tiles, which load one vector per FMA row, lose more to the
 // channels-last ones: the forward as on Sapphire Rapids but depthwise and
 // deep work-per-element layers channels-last (1.1-1.5x), the backward-data as
 // on AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x); one
 // group of at most 24 (forward) or 64 (backward-data) channels with little
 // work per element, and backward-data whose channels-last tiles would mostly
 // multiply zeros, planar (the rules below).
-bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width) {
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   if (pass == Pass::BackwardWeights) {
     // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
     // which pay a horizontal sum per tile and row block: they win (1.05-2x)
@@ -1582,28 +1584,28 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width)
   const bool forward = pass == Pass::Forward;
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
-  // The backward-data GEMM (kernels that do not overlap); on half-width
-  // AVX-512 (Zen 4) only up to 256 (channel, tap) columns: the 3D U-Net
+  // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
+  // (Zen 4/5) only up to 256 (channel, tap) columns: the 3D U-Net
   // k2 s2 128 -> 64 (512 columns) runs 1.15x faster channels-last there,
   // 64 x 4 columns (2D) and 480-512 columns of 1x1 kernels tie.
   if (!forward && planar_backward_data_gemm(isa, p) &&
-      !(isa == Isa::Avx512 && half_width && p.OCg * p.taps() > 256))
+      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() > 256))
     return true;
-  const bool hw512 = isa == Isa::Avx512 && half_width;
-  // Half-width AVX-512, backward-data whose channels-last tiles would mostly
+  const bool amd512 = isa == Isa::Avx512 && amd;
+  // AMD AVX-512, backward-data whose channels-last tiles would mostly
   // multiply zeros: lanes of padded columns times taps outside diff_dst
   // (cropping pads, small images). benchdnn's 3D ic-tail problem (17 columns
   // in tiles of 32, 24 % of the (pixel, tap) pairs inside: 13 % useful) runs
   // 1.3x faster planar; 16 columns at 24 % (a tie) or 17 at 77 % (0.6x) stay
   // channels-last.
-  if (!forward && hw512 && p.G == 1 && p.ICg > 4 &&
+  if (!forward && amd512 && p.G == 1 && p.ICg > 4 &&
       valid_tap_share(p) * gemm_column_share(isa, p.ICg) < 0.2)
     return true;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
   if (L.max_len < 16) return false;
   const bool depthwise = p.ICg == 1 && p.OCg == 1;
-  // Half-width AVX-512, one group of few channels on lines of 16+, little
+  // AMD AVX-512, one group of few channels on lines of 16+, little
   // work per activation element (sweeps of 8-64 channels a side on 16x16 to
   // 64x64 planes and 16^3 volumes, k1-k4, s1-s2): forward with at most 24
   // channels a side planar, 1.05-2.6x (the channels-last tiles pad 8-24
@@ -1611,14 +1613,14 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width)
   // 1.1-1.6x faster channels-last); backward-data with at most 64 a side
   // planar, 1.05-2.5x (1x1 and 2x2 s2 kernels too); 100+ multiply-adds per
   // element (32 channels under k4 s2) stay channels-last, 1.0-1.15x.
-  if (hw512 && p.G == 1) {
+  if (amd512 && p.G == 1) {
     const int64_t cmax = std::max(g.Cin, g.Cout);
     if (forward ? cmax <= 24 && planar_by_work(p, L, 16, 110)
                 : cmax <= 64 && planar_by_work(p, L, 16, 100))
       return true;
   }
-  if (hw512 && forward) return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
-  if (isa == Isa::Avx512 && !half_width)
+  if (amd512 && forward) return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
+  if (isa == Isa::Avx512 && !amd)
     return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L, 24, 130);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on the forward of

@@ -47,9 +47,9 @@ bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p);
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                             WeightsView diff_w, int nthreads);
 // Whether the planar kernels are expected to beat the channels-last ones plus
-// the layout changes on this problem; half_width: AVX-512 ops run as two
-// 256-bit halves (avx512_half_width()).
-bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool half_width);
+// the layout changes on this problem; amd: an AMD AVX-512 core (Zen 4 or 5,
+// avx512_amd()), where the rule differs.
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd);
 
 }  // namespace x86
 }  // namespace tct

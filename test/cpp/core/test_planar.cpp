@@ -248,35 +248,35 @@ TEST(PlanarF32, DepthwiseBackwardData) {
   }
 }
 
-// The NCX path rule on full- and half-width AVX-512 (x86::planar_preferred's
-// half_width; pure functions of the shapes, checked on any CPU): AlexNet's
+// The NCX path rule on Intel's and AMD's AVX-512 cores (x86::planar_preferred's
+// amd; pure functions of the shapes, checked on any CPU): AlexNet's
 // 96 <- 3 channels k11 s4 backward passes, a depthwise 2x upsampling, k2 s2
 // upsamplings of 128 -> 64 channels (2D: little work per element; 2D and 3D
 // backward-data GEMMs) and the 36 -> 4 k3 s3 upsampler's backward-weights.
-TEST(PlanarF32, NcxRuleHalfWidth) {
+TEST(PlanarF32, NcxRuleIntelAmd) {
   const ConvProblem alex = make(2, 4, 1, 96, 3, {55, 55}, {11, 11}, {4, 4}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem dw = make(2, 8, 64, 1, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
   const ConvProblem up = make(2, 2, 1, 128, 64, {64, 64}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem big_rgb = make(2, 1, 1, 36, 4, {360, 640}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem up3d = make(3, 1, 1, 128, 64, {16, 16, 16}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0});
-  for (bool half : {false, true}) {
-    SCOPED_TRACE(half ? "half width" : "full width");
-    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, alex, Pass::Forward, half));
-    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardData, half), !half);
-    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, dw, Pass::Forward, half), !half);
-    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, dw, Pass::BackwardData, half));
-    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up, Pass::Forward, half), !half);
+  for (bool amd : {false, true}) {
+    SCOPED_TRACE(amd ? "AMD" : "Intel");
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, alex, Pass::Forward, amd));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardData, amd), !amd);
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, dw, Pass::Forward, amd), !amd);
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, dw, Pass::BackwardData, amd));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up, Pass::Forward, amd), !amd);
     // Backward-data of k2 s2 as a GEMM over (channel, tap) columns: 64 x 4
-    // planar on both; 64 x 8 (3D) channels-last on half width.
-    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, up, Pass::BackwardData, half));
-    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up3d, Pass::BackwardData, half), !half);
+    // planar on both; 64 x 8 (3D) channels-last on AMD.
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, up, Pass::BackwardData, amd));
+    EXPECT_EQ(x86::planar_preferred(Isa::Avx512, up3d, Pass::BackwardData, amd), !amd);
     // Backward-weights with few diff_dst channels: channels-last (fused taps)
     // when the work per element is large; the 36 -> 4 k3 s3 upsampler's 66 MB
     // of activations at 18 multiply-adds per element stay planar.
-    EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardWeights, half));
-    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, big_rgb, Pass::BackwardWeights, half));
+    EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardWeights, amd));
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, big_rgb, Pass::BackwardWeights, amd));
   }
-  // Half width, one group of few channels with little work per element:
+  // AMD, one group of few channels with little work per element:
   // 16 channels under k3 on 32x32 planar both ways, 32 channels forward
   // channels-last (over 24 a side), 64 channels of a 1x1 backward-data planar.
   const ConvProblem c16 = make(2, 8, 1, 16, 16, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
@@ -287,10 +287,10 @@ TEST(PlanarF32, NcxRuleHalfWidth) {
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c32, Pass::Forward, true));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c64, Pass::Forward, true));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c64, Pass::BackwardData, true));
-  // Half width, backward-data whose channels-last tiles would mostly multiply
+  // AMD, backward-data whose channels-last tiles would mostly multiply
   // zeros: benchdnn's 3D ic tail (17 of 32 lanes, 24 % of the (pixel, tap)
   // pairs inside) planar; the same without cropping pads (77 % inside), and
-  // on full width (lines of 8), channels-last.
+  // on Intel (lines of 8), channels-last.
   const ConvProblem tail =
       make(3, 8, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {3, 3, 3}, {2, 2, 2});
   const ConvProblem tail_uncropped =
@@ -298,7 +298,7 @@ TEST(PlanarF32, NcxRuleHalfWidth) {
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, true));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, false));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail_uncropped, Pass::BackwardData, true));
-  // AVX2 (half_width has no effect): depthwise backward-data planar, forward not.
+  // AVX2 (amd has no effect): depthwise backward-data planar, forward not.
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, dw, Pass::Forward, false));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, dw, Pass::BackwardData, false));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, alex, Pass::BackwardData, false));
