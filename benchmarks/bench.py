@@ -574,6 +574,34 @@ def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
 
 
+def compute_bound_summary(good):
+    """Lines on the compute-bound ("deep") cases' % of the FMA peak: median and minimum."""
+    deep = [r for r in good if "deep" in r["tags"].split(",")]
+    if not deep:
+        return []
+    out = [
+        "",
+        f"Compute-bound cases ({len({r['case'] for r in deep})} layers tagged deep: "
+        f"{cases_mod.DEEP_CHANNELS}+ channels per group on both sides), % of the FMA peak",
+        f"{'pass':<6} {'layout':<6} {'cases':>5} {'median ours':>11} {'median torch':>12} "
+        f"{'min ours':>8}  min case",
+    ]
+    groups = [(p, lay) for p in PASSES for lay in LAYOUTS] + [("all", "")]
+    for p, lay in groups:
+        rs = [r for r in deep if p == "all" or (r["pass"] == p and r["layout"] == lay)]
+        if not rs:
+            continue
+        lo = min(rs, key=lambda r: r["ours_pct_peak"])
+        where = lo["case"][:30] + ("" if p != "all" else f" {lo['pass']} {lo['layout']}")
+        out.append(
+            f"{p:<6} {lay:<6} {len(rs):>5} "
+            f"{statistics.median(r['ours_pct_peak'] for r in rs):>11.1f} "
+            f"{statistics.median(r['torch_pct_peak'] for r in rs):>12.1f} "
+            f"{lo['ours_pct_peak']:>8.1f}  {where}"
+        )
+    return out
+
+
 def summary(rows, peak):
     out = [
         "",
@@ -607,6 +635,8 @@ def summary(rows, peak):
             f"{lo['case'][:30] + ' ' + lo['pass'] + ' ' + lo['layout']}"
         )
         out.append("(%peak columns: geometric mean over the cases of GFLOP/s / FMA peak)")
+        if peak:
+            out.extend(compute_bound_summary(good))
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         out.append("")

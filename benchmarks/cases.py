@@ -158,6 +158,12 @@ def _load_csv():
     return rows
 
 
+# Layers with at least this many channels per group on both sides do enough
+# work per byte to run near the FMA peak ("deep" tag; bench.py's compute-bound
+# summary).
+DEEP_CHANNELS = 128
+
+
 def _tags(case: Case) -> tuple:
     t = [f"{case.nsp}d"]
     if any(s > 1 for s in case.strides):
@@ -171,6 +177,8 @@ def _tags(case: Case) -> tuple:
     icg, ocg = case.ic // case.groups, case.oc // case.groups
     if case.groups != case.ic and (icg % 16 or ocg % 16):
         t.append("tail")
+    if icg >= DEEP_CHANNELS and ocg >= DEEP_CHANNELS:
+        t.append("deep")  # compute-bound: the summary's % of peak targets
     if torch_params(case).needs_crop:
         t.append("crop")
     return tuple(t)
