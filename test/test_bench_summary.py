@@ -11,11 +11,12 @@ BENCH_DIR = str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks")
 
 @pytest.fixture(scope="module")
 def bench():
+    saved = list(sys.path)
     sys.path.insert(0, BENCH_DIR)
     try:
         import bench as b
     finally:
-        sys.path.remove(BENCH_DIR)
+        sys.path[:] = saved  # bench.py adds its folder too
     return b
 
 

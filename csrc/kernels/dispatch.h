@@ -20,10 +20,11 @@ Isa active_isa();
 // Forces an ISA for this process (tests, reproducibility); throws ProblemError
 // naming the value when the CPU lacks it.
 void set_active_isa(Isa isa);
-// Whether this CPU is an AMD core with AVX-512: Zen 4 (family 19h, 512-bit
-// ops run as two 256-bit halves) or Zen 5 (family 1Ah, full width). Some
-// choices between kernels (the NCX path rule) were measured to differ there
-// from Intel's AVX-512 cores.
+// Whether this CPU is an AMD core of family 19h or later: with AVX-512 that is
+// Zen 4 (512-bit ops run as two 256-bit halves) or Zen 5 (family 1Ah, full
+// width); callers combine it with Isa::Avx512 (Zen 3, also 19h, has none).
+// Some choices between kernels (the NCX path rule) were measured to differ
+// there from Intel's AVX-512 cores.
 bool avx512_amd();
 
 // f32 fast paths over dense channels-last activations: (N, X0, X1, X2, C)

@@ -797,8 +797,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // lines), saving the read for ownership of every output line. Depthwise
   // from 2 MiB (the k4 s2 upsampler, 2-8 MiB outputs: on Zen 3 forward
   // -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %). AVX-512 GEMM
-  // tiles written in one pass from 16 MiB (36 <- 4 k3 s3 backward-data, 33 MB:
-  // -10 % on Zen 5; 4 MiB outputs, which stay in L3, ran up to 10 % slower).
+  // tiles written in one pass from 16 MiB (measured on Zen 5, interleaved with
+  // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
+  // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
+  // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
   const double out_bytes = 4.0 * static_cast<double>(N) * out_pix * out_c;
   const bool stream =
       (dw && out_c % 16 == 0 && out_bytes >= 2.0 * (1 << 20)) ||
@@ -806,10 +808,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
 
   // Short reductions per tap (a few channels, or the fused taps of a few):
   // a tile's inputs are a few cache lines per row, consumed faster than the
-  // hardware prefetcher runs ahead; each tap of a tile then prefetches the
-  // inputs of the tile four tiles on (consecutive rows step by s (backward)
-  // or 1 (forward phase) pixels along the innermost axis). 36 <- 4 k3 s3 on
-  // 1080x1920 backward-data: 1.3x.
+  // hardware prefetcher runs ahead; each tap of a tile then prefetches, per
+  // row, the first line of the input four tiles on (consecutive rows step by
+  // s (backward) or 1 (forward phase) pixels along the innermost axis; rows
+  // that are not consecutive prefetch a useless line). Zen 5, AVX-512:
+  // 36 <- 4 k3 s3 on 1080x1920 backward-data 1.3x, the few-channel and
+  // small benchdnn layers unchanged or 1-10 % faster (AVX2 not measured).
   const int64_t tap_run = fuse ? cred * K2 : cred;
   const int64_t prefetch = !whole_pixel && !dot && tap_run <= 64
                                ? 4 * MR * (fwd ? in_c : p.s[2] * in_c) : 0;

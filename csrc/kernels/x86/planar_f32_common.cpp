@@ -1549,11 +1549,13 @@ bool planar_by_work(const ConvProblem& p, const Line& L, int64_t min_len, double
 // more: 1.1-1.8x), or little work per activation element (1x1 strided, 2x2
 // stride-2 upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle,
 // and the channels-last GEMM tiles are faster) and anything on lines shorter
-// than one vector stay channels-last. On AMD's AVX-512 cores (Zen 4, which
-// runs 512-bit ops as two halves, and Zen 5: ncx_paths.py there flagged 4
-// picks of the Sapphire Rapids rule, 1.15-1.45x, and 1 of this one, 1.15x)
-// the planar tiles, which load one vector per FMA row, lose more to the
-// channels-last ones: the forward as on Sapphire Rapids but depthwise and
+// than one vector stay channels-last. On AMD's AVX-512 cores the planar
+// tiles lose more to the channels-last ones. The rule below was measured on
+// Zen 4 (512-bit ops as two halves: the planar tiles, which load one vector
+// per FMA row, suffer most; the figures below are Zen 4's); Zen 5 takes it
+// too (ncx_paths.py there: the Sapphire Rapids rule's picks lost 1.15-1.45x
+// on 4 benchmark passes, this rule's on 1, HiFi-GAN 128 -> 64 k4 s2 bwd_d,
+// 1.15x): the forward as on Sapphire Rapids but depthwise and
 // deep work-per-element layers channels-last (1.1-1.5x), the backward-data as
 // on AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x); one
 // group of at most 24 (forward) or 64 (backward-data) channels with little
@@ -1585,8 +1587,8 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
-  // (Zen 4/5) only up to 256 (channel, tap) columns: the 3D U-Net
-  // k2 s2 128 -> 64 (512 columns) runs 1.15x faster channels-last there,
+  // only up to 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
+  // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5,
   // 64 x 4 columns (2D) and 480-512 columns of 1x1 kernels tie.
   if (!forward && planar_backward_data_gemm(isa, p) &&
       !(isa == Isa::Avx512 && amd && p.OCg * p.taps() > 256))
