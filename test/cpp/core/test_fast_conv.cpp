@@ -352,6 +352,14 @@ TEST(FastConvF32, LargerLayers) {
   // IOX weights packed channel by channel through 16x16 transposes: 27 taps
   // (two tap blocks), 40 columns (a 8-column tail), strided phases.
   check_case(make(3, 2, 1, 24, 40, {3, 4, 3}, {3, 3, 3}, {2, 1, 2}, {1, 1, 1}, {1, 0, 1}, {1, 1, 0}, {1, 0, 1}), 17);
+  // Weights with the columns outermost (IOX backward-data, OIX forward), up
+  // to 16 taps: packed 16 columns at a time. 40 columns (an 8-column strip),
+  // a reduction of 200 channels x 16 taps in two chunks (backward-data);
+  // 70 columns (a 6-column strip and an empty one); OIX forward, 9 taps.
+  check_case(make(2, 1, 1, 40, 200, {5, 5}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 21);
+  check_case(make(2, 2, 1, 70, 24, {6, 5}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {1, 1}, {1, 0}), 22);
+  check_case(make(2, 2, 1, 24, 70, {6, 5}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {1, 1}, {1, 0}, true,
+                  WeightsFormat::OIX), 23);
 }
 
 // GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).
