@@ -1589,9 +1589,14 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
   // only up to 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
   // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5,
-  // 64 x 4 columns (2D) and 480-512 columns of 1x1 kernels tie.
+  // 64 x 4 columns (2D) tie; so does ResNet's 1x1 s2 256 <- 512 on Zen 4
+  // (1.15x channels-last on Zen 5). A 1x1 kernel of stride 1, whose im2col
+  // is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet 4a's
+  // 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
+  bool plain_1x1 = p.taps() == 1;
+  for (int a = 0; a < kAxes; ++a) plain_1x1 = plain_1x1 && p.s[a] == 1;
   if (!forward && planar_backward_data_gemm(isa, p) &&
-      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() > 256))
+      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() > 256 && !plain_1x1))
     return true;
   const bool amd512 = isa == Isa::Avx512 && amd;
   // AMD AVX-512, backward-data whose channels-last tiles would mostly
