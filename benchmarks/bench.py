@@ -37,9 +37,11 @@ Columns:
   check              ours vs torch, allclose(rtol=1e-3, atol=1e-3*max|torch|); MISMATCH or
                      ERROR rows are flagged and left out of the summary
 
-Summary: per pass and layout the geometric mean, minimum and maximum of the ratios;
-then, for the compute-bound cases (tag "deep": 128+ channels per group on both
-sides), the median and minimum % of the FMA peak, ours and torch's.
+Summary: per pass and layout (and all together) the geometric mean of the ratios
+(of the minima, and of the medians: geo(med)), the worst and best case, and the
+geometric mean % of the FMA peak, ours and torch's; then, when the peak was
+measured, for the compute-bound cases (tag "deep": 128+ channels per group on both
+sides) the median and minimum % of the FMA peak, ours and torch's.
 
 Exit status 1 if any result differs from torch's (or an op failed).
 """

@@ -186,7 +186,8 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
 // those elements, gathered into a dense NCX tensor of src's spatial shape,
 // make the same pass a 1x1 stride-1 problem (returned with the gathered
 // diff_dst). ResNet's 256 <- 512 1x1 s2 on 56x56 (26 MB), Zen 5:
-// backward-data 1.12-1.2x, backward-weights 1.23x. Below 2 MiB the gather's
+// backward-data 1.12-1.2x, backward-weights 1.23x (not measured on Intel or
+// AVX2-only CPUs). Below 2 MiB the gather's
 // fixed costs outweigh it (a 0.75 MB 3D one ran 2x slower); channels-last
 // tensors, which the kernels read in place at stride s, are left alone (the
 // gather made them slower).
@@ -207,7 +208,7 @@ std::optional<std::pair<ConvProblem, Tensor>> strided_1x1_as_dense(const ConvPro
   ConvProblem q = p;
   for (int i = 0; i < S; ++i) {
     const int a = kAxes - S + i;
-    const int64_t start = -p.pb[a];  // position of src index 0 (inside: pb <= 0)
+    const int64_t start = -p.pb[a];  // position of src index 0 (pb == 0 here)
     g = g.slice(2 + i, start, start + (p.I[a] - 1) * p.s[a] + 1, p.s[a]);
     q.s[a] = q.d[a] = 1;
     q.pb[a] = q.pe[a] = q.op[a] = 0;

@@ -300,7 +300,8 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail_uncropped, Pass::BackwardData, true));
   // AMD, backward-data of 1x1 kernels as a GEMM over 480-512 columns:
   // planar at stride 1 (GoogLeNet 4a, 192 <- 480), channels-last at stride 2
-  // (ResNet's 256 <- 512 with output padding).
+  // (ResNet's 256 <- 512 with output padding, as when it is not gathered to
+  // stride 1: small or cropped).
   const ConvProblem g4a = make(2, 16, 1, 192, 480, {14, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
   const ConvProblem r50 =
       make(2, 4, 1, 256, 512, {28, 28}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1});
