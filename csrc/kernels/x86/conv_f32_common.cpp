@@ -439,6 +439,12 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
   // tiles allow (a one-pixel src has one row per image).
   const int64_t TBt = std::clamp<int64_t>(tiles / (4 * static_cast<int64_t>(nthreads)), 1, 16);
   const int64_t items = (tiles + TBt - 1) / TBt;
+  const int64_t run = p.K[2] * OC;
+  // Outputs of 16 MiB and more: whole tiles written with streaming stores
+  // (below), saving the read for ownership of every output line (36 <- 4
+  // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
+  const bool stream = run % 4 == 0 && (MR * run) % 16 == 0 &&
+                      4.0 * static_cast<double>(N) * out_pix * OC >= 16.0 * (1 << 20);
 #pragma omp parallel num_threads(nthreads)
   {
 #pragma omp for schedule(static)
@@ -465,7 +471,6 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
     std::vector<const float*> a(static_cast<size_t>(MR));
     std::vector<float*> o(static_cast<size_t>(MR));
     for (int m = 0; m < MR; ++m) o[m] = tile.get() + m * ldS;
-    const int64_t run = p.K[2] * OC;
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t it = 0; it < items; ++it) {
       const int64_t t_hi = std::min(tiles, (it + 1) * TBt);
@@ -490,6 +495,43 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
             kern.fn(&args);
           }
         }
+#if defined(__SSE2__)
+        // Streamed: a full tile of consecutive pixels of one image row, every
+        // axis-2 tap inside: per (k0, k1) its outputs are one contiguous run
+        // of MR * K2 * OCg floats, written as whole 64-byte lines when each
+        // run starts a line.
+        if (stream) {
+          const int64_t n = r0 / in_pix, ip = r0 % in_pix;
+          const int64_t i2 = ip % p.I[2], i1 = (ip / p.I[2]) % p.I[1], i0 = ip / (p.I[2] * p.I[1]);
+          const int64_t b2 = i2 * p.s[2] - p.pb[2];
+          bool whole = nr == MR && i2 + nr <= p.I[2] && b2 >= 0 &&
+                       (i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
+          float* const obase = out + n * out_pix * OC;
+          auto run_at = [&](int64_t o0, int64_t o1) {
+            return obase + ((o0 * p.O[1] + o1) * p.O[2] + b2) * OC;
+          };
+          for (int64_t k0 = 0; k0 < p.K[0] && whole; ++k0)
+            for (int64_t k1 = 0; k1 < p.K[1] && whole; ++k1) {
+              const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0, o1 = i1 * p.s[1] - p.pb[1] + k1;
+              if (o0 >= 0 && o0 < p.O[0] && o1 >= 0 && o1 < p.O[1])
+                whole = (reinterpret_cast<uintptr_t>(run_at(o0, o1)) & 63) == 0;
+            }
+          if (whole) {
+            for (int64_t k0 = 0; k0 < p.K[0]; ++k0)
+              for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
+                const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0, o1 = i1 * p.s[1] - p.pb[1] + k1;
+                if (o0 < 0 || o0 >= p.O[0] || o1 < 0 || o1 >= p.O[1]) continue;
+                float* const dp = run_at(o0, o1);
+                for (int64_t m = 0; m < nr; ++m) {
+                  const float* sp = tile.get() + m * ldS + (k0 * p.K[1] + k1) * run;
+                  for (int64_t e = 0; e < run; e += 4)
+                    _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
+                }
+              }
+            continue;
+          }
+        }
+#endif
         // Scatter: row r = input pixel (n, i0, i1, i2).
         for (int64_t m = 0; m < nr; ++m) {
           const int64_t r = r0 + m;
@@ -520,6 +562,9 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
         }
       }
     }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();  // the streamed outputs, before the region's barrier
+#endif
   }
 }
 

@@ -366,10 +366,15 @@ TEST(FastConvF32, LargerLayers) {
 // Backward-data to 36 channels (8x48 tiles of 36 columns: consecutive rows
 // staged and written as whole lines; the last tile of 3 rows line by line),
 // and a forward of 96 columns in two 48-column blocks (whole-line vectors
-// streamed, row by row, in stride phases).
+// streamed, row by row, in stride phases). Forwards with K = s and 4
+// channels (per input pixel one GEMM row, copied to its 3x3 patch) stream
+// whole tiles whose runs start a line and copy the others: rows of 1500
+// pixels (tiles at every fourth pixel aligned, tiles across image rows), and
+// of 1497 (no tile aligned).
 TEST(FastConvF32, LargeOutputsStreamed) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   check_case(make(2, 1, 1, 36, 4, {241, 499}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 19);
+  check_case(make(2, 1, 1, 36, 4, {241, 500}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 24);
   check_case(make(2, 1, 1, 8, 96, {112, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 20);
 }
 
