@@ -440,6 +440,26 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
   const int64_t TBt = std::clamp<int64_t>(tiles / (4 * static_cast<int64_t>(nthreads)), 1, 16);
   const int64_t items = (tiles + TBt - 1) / TBt;
   const int64_t run = p.K[2] * OC;
+  // Row r of the GEMM = input pixel (n, i0, i1, i2).
+  struct Pixel {
+    int64_t n, i0, i1, i2;
+  };
+  auto pixel = [&](int64_t r) {
+    const int64_t ip = r % in_pix;
+    return Pixel{r / in_pix, ip / (p.I[2] * p.I[1]), (ip / p.I[2]) % p.I[1], ip % p.I[2]};
+  };
+  // Calls f(k0 * K1 + k1, output pixel of (k0, k1) at axis-2 position 0, in
+  // its image) for the taps (k0, k1) of pixel q that land inside dst.
+  auto for_each_tap01 = [&](const Pixel& q, auto&& f) {
+    for (int64_t k0 = 0; k0 < p.K[0]; ++k0) {
+      const int64_t o0 = q.i0 * p.s[0] - p.pb[0] + k0;
+      if (o0 < 0 || o0 >= p.O[0]) continue;
+      for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
+        const int64_t o1 = q.i1 * p.s[1] - p.pb[1] + k1;
+        if (o1 >= 0 && o1 < p.O[1]) f(k0 * p.K[1] + k1, (o0 * p.O[1] + o1) * p.O[2]);
+      }
+    }
+  };
   // Outputs of 16 MiB and more: whole tiles written with streaming stores
   // (below), saving the read for ownership of every output line (36 <- 4
   // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
@@ -501,64 +521,47 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
         // of MR * K2 * OCg floats, written as whole 64-byte lines when each
         // run starts a line.
         if (stream) {
-          const int64_t n = r0 / in_pix, ip = r0 % in_pix;
-          const int64_t i2 = ip % p.I[2], i1 = (ip / p.I[2]) % p.I[1], i0 = ip / (p.I[2] * p.I[1]);
-          const int64_t b2 = i2 * p.s[2] - p.pb[2];
-          bool whole = nr == MR && i2 + nr <= p.I[2] && b2 >= 0 &&
-                       (i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
-          float* const obase = out + n * out_pix * OC;
-          auto run_at = [&](int64_t o0, int64_t o1) {
-            return obase + ((o0 * p.O[1] + o1) * p.O[2] + b2) * OC;
-          };
-          for (int64_t k0 = 0; k0 < p.K[0] && whole; ++k0)
-            for (int64_t k1 = 0; k1 < p.K[1] && whole; ++k1) {
-              const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0, o1 = i1 * p.s[1] - p.pb[1] + k1;
-              if (o0 >= 0 && o0 < p.O[0] && o1 >= 0 && o1 < p.O[1])
-                whole = (reinterpret_cast<uintptr_t>(run_at(o0, o1)) & 63) == 0;
-            }
+          const Pixel q = pixel(r0);
+          const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
+          bool whole = nr == MR && q.i2 + nr <= p.I[2] && b2 >= 0 &&
+                       (q.i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
+          float* const obase = out + (q.n * out_pix + b2) * OC;
+          if (whole)
+            for_each_tap01(q, [&](int64_t, int64_t orow) {
+              whole = whole && (reinterpret_cast<uintptr_t>(obase + orow * OC) & 63) == 0;
+            });
           if (whole) {
-            for (int64_t k0 = 0; k0 < p.K[0]; ++k0)
-              for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
-                const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0, o1 = i1 * p.s[1] - p.pb[1] + k1;
-                if (o0 < 0 || o0 >= p.O[0] || o1 < 0 || o1 >= p.O[1]) continue;
-                float* const dp = run_at(o0, o1);
-                for (int64_t m = 0; m < nr; ++m) {
-                  const float* sp = tile.get() + m * ldS + (k0 * p.K[1] + k1) * run;
-                  for (int64_t e = 0; e < run; e += 4)
-                    _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
-                }
+            for_each_tap01(q, [&](int64_t t01, int64_t orow) {
+              float* const dp = obase + orow * OC;
+              for (int64_t m = 0; m < nr; ++m) {
+                const float* sp = tile.get() + m * ldS + t01 * run;
+                for (int64_t e = 0; e < run; e += 4)
+                  _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
               }
+            });
             continue;
           }
         }
 #endif
         // Scatter: row r = input pixel (n, i0, i1, i2).
         for (int64_t m = 0; m < nr; ++m) {
-          const int64_t r = r0 + m;
-          const int64_t n = r / in_pix, ip = r % in_pix;
-          const int64_t i2 = ip % p.I[2], i1 = (ip / p.I[2]) % p.I[1], i0 = ip / (p.I[2] * p.I[1]);
-          float* obase = out + n * out_pix * OC;
+          const Pixel q = pixel(r0 + m);
           const float* srow = tile.get() + m * ldS;
           // Axis 2: taps [k2a, k2b) land inside the output.
-          const int64_t b2 = i2 * p.s[2] - p.pb[2];
+          const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
           const int64_t k2a = std::max<int64_t>(0, -b2), k2b = std::min(p.K[2], p.O[2] - b2);
           if (k2a >= k2b) continue;
-          for (int64_t k0 = 0; k0 < p.K[0]; ++k0) {
-            const int64_t o0 = i0 * p.s[0] - p.pb[0] + k0;
-            if (o0 < 0 || o0 >= p.O[0]) continue;
-            for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
-              const int64_t o1 = i1 * p.s[1] - p.pb[1] + k1;
-              if (o1 < 0 || o1 >= p.O[1]) continue;
-              const float* sp = srow + (k0 * p.K[1] + k1) * run + k2a * OC;
-              float* dp = obase + ((o0 * p.O[1] + o1) * p.O[2] + b2 + k2a) * OC;
-              const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
-              int64_t e = 0;
+          float* const obase = out + (q.n * out_pix + b2 + k2a) * OC;
+          const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
+          for_each_tap01(q, [&](int64_t t01, int64_t orow) {
+            const float* sp = srow + t01 * run + k2a * OC;
+            float* dp = obase + orow * OC;
+            int64_t e = 0;
 #if defined(__SSE2__)
-              for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
+            for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
 #endif
-              for (; e < len; ++e) dp[e] = sp[e];
-            }
-          }
+            for (; e < len; ++e) dp[e] = sp[e];
+          });
         }
       }
     }
@@ -767,16 +770,21 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t K2 = p.K[2];
   const bool fuse = !fwd && !whole_pixel && !dot && G == 1 && cred == in_c && p.d[2] == 1 &&
                     K2 > 1 && nchunks == 1 && cred <= 16;
+  // Offset of row (packed tap t, channel c) in a column block's packed GEMM
+  // weights, [chunk of CB channels][tap][c][NR].
+  auto packed_offset = [&](int64_t t, int64_t c) {
+    const int64_t c0 = c / CB * CB;
+    return (T * c0 + t * std::min(CB, cred - c0) + (c - c0)) * NR;
+  };
   // Packs channels [c_begin, c_end), within one block of 16 (so within one
   // chunk), of column block nb of group g into dst_block, the block's
   // [chunk][tap][c][NR] weights.
   const TransposeRows tr = transpose_rows(isa);
   auto pack_block = [&](int64_t g, int64_t nb, int64_t c_begin, int64_t c_end,
                         float* dst_block) {
-    const int64_t c0 = c_begin / CB * CB, cn = std::min(CB, cred - c0);  // its chunk
-    const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;                // in the chunk
+    const int64_t c0 = c_begin / CB * CB;                  // its chunk
+    const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
     const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
-    float* chunk = dst_block + T * c0 * NR;
     const int64_t jn = std::min<int64_t>(NR, ncol - nb * NR);
     const size_t nt = ptap.size();
     auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
@@ -784,7 +792,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     };
     if (col_stride == 1) {
       for (size_t i = 0; i < nt; ++i) {
-        float* d = chunk + ptap[i] * cn * NR;
+        float* d = dst_block + packed_offset(ptap[i], c0);
         for (int64_t c = c_lo; c < c_hi; ++c) {
           const float* sp = src + pkoff[i] + c * red_stride;
           std::copy(sp, sp + jn, d + c * NR);
@@ -793,7 +801,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       }
     } else if (red_stride == 1) {
       for (size_t i = 0; i < nt; ++i) {
-        float* d = chunk + ptap[i] * cn * NR;
+        float* d = dst_block + packed_offset(ptap[i], c0);
         transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
       }
@@ -806,17 +814,17 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           const int nk = static_cast<int>(std::min<int64_t>(16, T - k0));
           for (int64_t j0 = 0; j0 < jn; j0 += 16) {
             for (int k = 0; k < nk; ++k)
-              rows[k] = chunk + tap_of_koff[k0 + k] * cn * NR + c * NR + j0;
+              rows[k] = dst_block + packed_offset(tap_of_koff[k0 + k], c0 + c) + j0;
             tr(src + c * red_stride + j0 * col_stride + k0, col_stride,
                static_cast<int>(std::min<int64_t>(16, jn - j0)), nk, rows);
           }
         }
       }
-      for (int64_t t = 0; t < T; ++t) zero_tail(chunk + t * cn * NR);
+      for (int64_t t = 0; t < T; ++t) zero_tail(dst_block + packed_offset(t, c0));
     } else {
       for (size_t i = 0; i < nt; ++i)
         pack_slab(src + pkoff[i], red_stride, col_stride, c_lo, c_hi, jn, NR,
-                  chunk + ptap[i] * cn * NR);
+                  dst_block + packed_offset(ptap[i], c0));
     }
   };
 
@@ -836,14 +844,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block) {
     const int64_t jw = std::min<int64_t>(16, NR - j0);                   // strip width
     const int64_t nj = std::clamp<int64_t>(ncol - nb * NR - j0, 0, jw);  // real columns
-    auto row = [&](int64_t t, int64_t c) {  // packed row (tap t, channel c), at column j0
-      const int64_t c0 = c / CB * CB, cn = std::min(CB, cred - c0);
-      return dst_block + (T * c0 + t * cn + (c - c0)) * NR + j0;
-    };
     const float* const src = W + g * p.ICg * wv.si + (nb * NR + j0) * col_stride;
     float* rows[16];
     for (int64_t c = 0; c < cred; ++c) {
-      for (int64_t t = 0; t < T; ++t) rows[t] = row(tap_of_koff[t], c);
+      for (int64_t t = 0; t < T; ++t) rows[t] = dst_block + packed_offset(tap_of_koff[t], c) + j0;
       if (nj > 0)
         tr(src + c * red_stride, col_stride, static_cast<int>(nj), static_cast<int>(T), rows);
       for (int64_t t = 0; t < T; ++t) std::fill(rows[t] + nj, rows[t] + jw, 0.f);
@@ -1229,7 +1233,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         const int64_t c0 = cb * CB, cn = dw ? cred : std::min(CB, cred - c0);
         args.w = dw    ? wp.get() + ph.tap_off * cols
                  : dot ? wblock + ph.tap_off * credp * NR
-                       : wblock + (T * c0 + ph.tap_off * cn) * NR;
+                       : wblock + packed_offset(ph.tap_off, c0);
         args.cred = cn;
         args.a_off = g * cred + c0;
         args.accumulate = cb > 0;
