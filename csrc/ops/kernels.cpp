@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <functional>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -184,25 +183,26 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
 // every other element of every other row), which the channels-last path
 // would transpose in full. When every src position lands inside diff_dst,
 // those elements, gathered into a dense NCX tensor of src's spatial shape,
-// make the same pass a 1x1 stride-1 problem (returned with the gathered
-// diff_dst). ResNet's 256 <- 512 1x1 s2 on 56x56 (26 MB), Zen 5:
-// backward-data 1.12-1.2x, backward-weights 1.23x (not measured on Intel or
-// AVX2-only CPUs). Below 2 MiB the gather's
-// fixed costs outweigh it (a 0.75 MB 3D one ran 2x slower); channels-last
-// tensors, which the kernels read in place at stride s, are left alone (the
-// gather made them slower).
-std::optional<std::pair<ConvProblem, Tensor>> strided_1x1_as_dense(const ConvProblem& p,
-                                                                   DataFormat f,
-                                                                   const Tensor& diff_dst) {
-  if (p.taps() != 1 || !is_dense_ncx(diff_dst, f) || diff_dst.numel() < (int64_t{1} << 19))
-    return std::nullopt;
+// make the same pass a 1x1 stride-1 problem. ResNet's 256 <- 512 1x1 s2 on
+// 56x56 (26 MB), Zen 5: backward-data 1.12-1.2x, backward-weights 1.23x (not
+// measured on Intel or AVX2-only CPUs). Below 2 MiB the gather's fixed costs
+// outweigh it (a 0.75 MB 3D one ran 2x slower); channels-last tensors, which
+// the kernels read in place at stride s, are left alone (the gather made them
+// slower). Returns the problem the fast paths run and their diff_dst: the
+// stride-1 form and the gathered tensor, or p and diff_dst themselves.
+// `other` is the pass's other activation (diff_src, src), dense NCX too.
+std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
+                                           const Tensor& diff_dst, const Tensor& other) {
+  if (p.taps() != 1 || !dense_ncx_pair(diff_dst, other, f) ||
+      diff_dst.numel() < (int64_t{1} << 19))
+    return {p, diff_dst};
   bool strided = false;
   for (int a = 0; a < kAxes; ++a) {
     const auto [lo, hi] = p.tap_src_range(a, 0);
-    if (lo != 0 || hi != p.I[a]) return std::nullopt;
+    if (lo != 0 || hi != p.I[a]) return {p, diff_dst};
     strided = strided || p.s[a] > 1;
   }
-  if (!strided) return std::nullopt;
+  if (!strided) return {p, diff_dst};
   const int S = p.spatial_rank;
   Tensor g = diff_dst;
   ConvProblem q = p;
@@ -214,7 +214,7 @@ std::optional<std::pair<ConvProblem, Tensor>> strided_1x1_as_dense(const ConvPro
     q.pb[a] = q.pe[a] = q.op[a] = 0;
     q.O[a] = p.I[a];
   }
-  return std::make_pair(q, g.contiguous());
+  return {q, g.contiguous()};
 }
 
 bool use_fast_f32(const Tensor& t) {
@@ -339,11 +339,7 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
     reference();
     return diff_src;
   }
-  // The fast paths run q on dy: p on diff_dst, or its stride-1 form.
-  const auto dense = is_dense_ncx(diff_src, df) ? strided_1x1_as_dense(p, df, diff_dst)
-                                                 : std::nullopt;
-  const ConvProblem& q = dense ? dense->first : p;
-  const Tensor& dy = dense ? dense->second : diff_dst;
+  const auto [q, dy] = as_stride_1(p, df, diff_dst, diff_src);
   if (dense_ncx_pair(dy, diff_src, df) && use_planar(q, Pass::BackwardData)) {
     if (!fast_backward_data_ncx_f32(q, dy.data_ptr<float>(), wv, diff_src.data_ptr<float>(), nt))
       reference();
@@ -426,11 +422,7 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
   if (use_fast_f32(src)) {
-    // The fast paths run q on dd: p on diff_dst, or its stride-1 form.
-    const auto dense = is_dense_ncx(src, df) ? strided_1x1_as_dense(p, df, diff_dst)
-                                              : std::nullopt;
-    const ConvProblem& q = dense ? dense->first : p;
-    const Tensor& dd = dense ? dense->second : diff_dst;
+    const auto [q, dd] = as_stride_1(p, df, diff_dst, src);
     if (dense_ncx_pair(src, dd, df) && use_planar(q, Pass::BackwardWeights) &&
         fast_backward_weights_ncx_f32(q, src.data_ptr<float>(), dd.data_ptr<float>(), wv, nt))
       return diff_w;

@@ -1591,9 +1591,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5,
   // 64 x 4 columns (2D) tie; so does a 1x1 s2 256 <- 512 on Zen 4 (1.15x
   // channels-last on Zen 5; dense NCX ones of 2 MiB and more arrive here
-  // gathered, as stride 1: ops/kernels.cpp). A 1x1 kernel of stride 1, whose im2col
-  // is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet 4a's
-  // 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
+  // gathered, as stride 1: ops/kernels.cpp). A 1x1 kernel of stride 1, whose
+  // im2col is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet
+  // 4a's 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
   bool plain_1x1 = p.taps() == 1;
   for (int a = 0; a < kAxes; ++a) plain_1x1 = plain_1x1 && p.s[a] == 1;
   if (!forward && planar_backward_data_gemm(isa, p) &&
