@@ -232,9 +232,9 @@ int main(int argc, char** argv) {
       {"avx512 6x64", Isa::Avx512, x86::conv_f32_avx512_6x64, 6, 64},
       {"avx512 8x48", Isa::Avx512, x86::conv_f32_avx512_8x48, 8, 48},
       {"avx512 12x32", Isa::Avx512, x86::conv_f32_avx512_12x32, 12, 32},
-      {"avx512 14x16", Isa::Avx512, x86::conv_f32_avx512_14x16, 14, 16},
+      {"avx512 12x16", Isa::Avx512, x86::conv_f32_avx512_12x16, 12, 16},
       {"avx2 6x16", Isa::Avx2, x86::conv_f32_avx2_6x16, 6, 16},
-      {"avx2 8x8", Isa::Avx2, x86::conv_f32_avx2_8x8, 8, 8},
+      {"avx2 12x8", Isa::Avx2, x86::conv_f32_avx2_12x8, 12, 8},
       {"avx2 4x24", Isa::Avx2, x86::conv_f32_avx2_4x24, 4, 24},
   };
   for (Isa isa : {Isa::Avx512, Isa::Avx2}) {

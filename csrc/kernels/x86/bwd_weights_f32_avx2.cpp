@@ -29,7 +29,7 @@ inline void store_vec(float* p, __m256 v, int tail_n) {
 
 // Individually named accumulators (c<row>_<vec>): GCC 12 spills arrays of
 // vectors in this loop. Unused names are dead code for small tiles.
-#define BWW_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define BWW_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 #define BWW_DECL(i) \
   __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps(), c##i##_2 = _mm256_setzero_ps();
@@ -69,9 +69,14 @@ void gemm_kernel(const TileArgs& t) {
   }
   const Pix* px = t.pix;
   constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
-  for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = PK ? t.pa + i * t.lda : px[i].a + t.a_off;
-    const float* b = PK ? t.pb + i * t.ldb : px[i].b + t.b_off;
+  // Locals, so that the loop keeps them in registers (GCC re-read t's
+  // fields every pixel, two loads more per pixel).
+  const int64_t npix = t.npix, lda = t.lda, ldb = t.ldb, a_off = t.a_off, b_off = t.b_off;
+  const float* pa = t.pa;
+  const float* pb = t.pb;
+  for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {
+    const float* a = PK ? pa : px[i].a + a_off;
+    const float* b = PK ? pb : px[i].b + b_off;
     const __m256 b0 = load_vec<0, NV, LM>(b, tail);
     __m256 b1, b2;
     if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);

@@ -316,13 +316,15 @@ Kernel choose_gemm_kernel(Isa isa, int64_t ncol) {
   static const Kernel k512[] = {{conv_f32_avx512_6x64, 6, 64, 1.0},
                                 {conv_f32_avx512_8x48, 8, 48, 0.97},
                                 {conv_f32_avx512_12x32, 12, 32, 0.95},
-                                {conv_f32_avx512_14x16, 14, 16, 0.8}};
-  // AVX2 speeds: bench_conv_f32's in-cache micro runs on Zen 3 (6x16 and
-  // 4x24 95%, 8x8 73% of the FMA peak). (A 2x40 tile, 89% in cache, lost
-  // 1.3x on the 36-column layer it would serve: two pixels per tile.)
+                                {conv_f32_avx512_12x16, 12, 16, 0.87}};
+  // Speeds: bench_conv_f32's in-cache micro runs (Zen 5: AVX-512 12x16
+  // 86-89 %, the others 96-99 %; AVX2 12x8 85-87 %, 6x16 and 4x24 97-99 %;
+  // on Zen 3 AVX2 6x16 and 4x24 95 %, 8 rows x 8 73 %). (A 2x40 AVX2 tile,
+  // 89 % in cache, lost 1.3x on the 36-column layer it would serve: two
+  // pixels per tile.)
   static const Kernel k2[] = {{conv_f32_avx2_6x16, 6, 16, 1.0},
                               {conv_f32_avx2_4x24, 4, 24, 1.0},
-                              {conv_f32_avx2_8x8, 8, 8, 0.77}};
+                              {conv_f32_avx2_12x8, 12, 8, 0.85}};
   const Kernel* ks = isa == Isa::Avx512 ? k512 : k2;
   const int nk = isa == Isa::Avx512 ? 4 : 3;
   const Kernel* best = &ks[0];

@@ -88,13 +88,13 @@ void conv_f32_avx512_dot4(const ConvTileArgs* args);
 void conv_f32_avx512_6x64(const ConvTileArgs* args);
 void conv_f32_avx512_8x48(const ConvTileArgs* args);
 void conv_f32_avx512_12x32(const ConvTileArgs* args);
-void conv_f32_avx512_14x16(const ConvTileArgs* args);
+void conv_f32_avx512_12x16(const ConvTileArgs* args);
 void conv_f32_avx512_dw(const ConvTileArgs* args);
 void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
 
 // AVX2 register tiles.
 void conv_f32_avx2_6x16(const ConvTileArgs* args);
-void conv_f32_avx2_8x8(const ConvTileArgs* args);
+void conv_f32_avx2_12x8(const ConvTileArgs* args);
 void conv_f32_avx2_4x24(const ConvTileArgs* args);
 void conv_f32_avx2_dw(const ConvTileArgs* args);
 void conv_f32_avx2_dot1(const ConvTileArgs* args);

@@ -342,6 +342,25 @@ TEST(FastBackwardWeights, FewRowsWideTiles) {
   }
 }
 
+TEST(FastBackwardWeights, OneVectorTiles) {
+  // One side within one vector (AVX-512 <= 16 channels, AVX2 <= 8), the
+  // other long enough for whole 14-row (AVX-512) / 12-row (AVX2) tiles and a
+  // partial one; then a wide layer whose last column block is one vector
+  // (72 = 4 x 16 + 8, 80 = 64 + 16), run as packed panels.
+  std::mt19937 rng(12);
+  for (WeightsFormat wf : kFormats) {
+    // (Channel counts where vectorizing the long side would waste more
+    // lanes; the m side is cut into near-equal blocks of at most the tile's
+    // rows: 12 and 28 give full 12- and 14-row tiles.)
+    check_case(simple_case(2, 2, 1, 12, 8, 6, 3, 1, 1, wf), 2, rng);
+    check_case(simple_case(2, 2, 1, 8, 12, 6, 3, 1, 1, wf), 2, rng);
+    check_case(simple_case(2, 1, 1, 28, 16, 5, 3, 1, 1, wf), 1, rng);
+    check_case(simple_case(1, 2, 1, 5, 14, 40, 4, 1, 1, wf), 2, rng);
+    check_case(simple_case(2, 1, 1, 100, 72, 7, 3, 2, 1, wf), 2, rng);
+    check_case(simple_case(2, 1, 1, 72, 100, 7, 3, 1, 1, wf), 2, rng);
+  }
+}
+
 TEST(FastBackwardWeights, RandomDense) {
   std::mt19937 rng(6);
   for (int it = 0; it < 200; ++it) {
