@@ -45,8 +45,9 @@ struct TileArgs {
 
 // Register tiles: rows per tile for a tile of v vectors (index v, 1..kMaxVecs).
 // One-vector tiles take one broadcast load per FMA (load-bound); AVX2 runs 12
-// rows there (8 rows: 12 FMA chains too few for the latency, 67-70 % of the
-// peak in cache on Zen 5; 12 rows with packed panels 90-92 %).
+// rows there: on Zen 5, in cache, on pixel pointer lists (the mode they run
+// in: layers with <= 8 channels a side are not packed) 8 rows 69-70 % of the
+// peak, 12 rows 77-80 % (packed panels: 67 % and 90-92 %).
 constexpr int kAvx512Lanes = 16;
 constexpr int kAvx512MaxVecs = 4;
 constexpr int kAvx512Rows[kAvx512MaxVecs + 1] = {0, 14, 14, 8, 6};

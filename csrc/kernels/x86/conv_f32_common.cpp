@@ -317,11 +317,11 @@ Kernel choose_gemm_kernel(Isa isa, int64_t ncol) {
                                 {conv_f32_avx512_8x48, 8, 48, 0.97},
                                 {conv_f32_avx512_12x32, 12, 32, 0.95},
                                 {conv_f32_avx512_12x16, 12, 16, 0.87}};
-  // Speeds: bench_conv_f32's in-cache micro runs (Zen 5: AVX-512 12x16
-  // 86-89 %, the others 96-99 %; AVX2 12x8 85-87 %, 6x16 and 4x24 97-99 %;
-  // on Zen 3 AVX2 6x16 and 4x24 95 %, 8 rows x 8 73 %). (A 2x40 AVX2 tile,
-  // 89 % in cache, lost 1.3x on the 36-column layer it would serve: two
-  // pixels per tile.)
+  // Speeds: bench_conv_f32's in-cache micro runs on Zen 5 (AVX-512 12x16
+  // 86-89 %, the others 96-99 %; AVX2 12x8 82-89 %, 8 rows x 8 80-86 %, 6x16
+  // and 4x24 97-99 %; on Zen 3, where 12x8 was not measured, AVX2 6x16 and
+  // 4x24 95 %, 8 rows x 8 73 %). (A 2x40 AVX2 tile, 89 % in cache, lost
+  // 1.3x on the 36-column layer it would serve: two pixels per tile.)
   static const Kernel k2[] = {{conv_f32_avx2_6x16, 6, 16, 1.0},
                               {conv_f32_avx2_4x24, 4, 24, 1.0},
                               {conv_f32_avx2_12x8, 12, 8, 0.85}};
@@ -779,9 +779,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     return (T * c0 + t * std::min(CB, cred - c0) + (c - c0)) * NR;
   };
   // Packing reads W from memory or L3 in runs the hardware prefetcher does
-  // not keep ahead of (a channel's [column][tap] block per step, or 16
-  // column streams of T taps): the transposes below fetch the rows of the
-  // channel kPackAhead on (distances 2-8 measured alike). Zen 5, bench.py
+  // not keep ahead of (a channel's [column][tap] block per step, 16 column
+  // streams of T taps, or per tap 16 channels of each column): the
+  // transposes below fetch the rows of the channel kPackAhead on (distances
+  // 2-8 measured alike), or of the tap two on. Zen 5, bench.py
   // (weights read from memory), interleaved runs: 512 -> 512 k3 s2 on 4x4
   // 1.3-1.45x, DCGAN 512 -> 256 and 3D U-Net 320 -> 320 k2 s2 forward
   // 1.2x, HiFi-GAN / vocoder 512 -> 256 k16 s8 1.07-1.14x, the 16 deep
@@ -812,6 +813,11 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       }
     } else if (red_stride == 1) {
       for (size_t i = 0; i < nt; ++i) {
+        if (i + 2 < nt) {  // the rows of the tap two on (XOI forward: 5-7 % faster)
+          for (int64_t j = 0; j < jn; ++j)
+            _mm_prefetch(reinterpret_cast<const char*>(src + pkoff[i + 2] + c_lo + j * col_stride),
+                         _MM_HINT_T0);
+        }
         float* d = dst_block + packed_offset(ptap[i], c0);
         transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);

@@ -167,7 +167,7 @@ TEST(FastBackwardWeights, RealisticLayers) {
   for (WeightsFormat wf : kFormats) {
     check_case(simple_case(2, 2, 1, 64, 32, 12, 4, 2, 1, wf), 2, rng);   // k4 s2 p1
     check_case(simple_case(2, 2, 1, 48, 40, 9, 3, 1, 1, wf), 2, rng);    // tails both sides
-    check_case(simple_case(2, 1, 1, 96, 80, 7, 3, 2, 1, wf), 2, rng);    // 6x64 + 14x16
+    check_case(simple_case(2, 1, 1, 96, 80, 7, 3, 2, 1, wf), 2, rng);    // 14x32 + 14x16
     check_case(simple_case(1, 3, 1, 33, 70, 50, 5, 3, 2, wf), 2, rng);   // 1D
     check_case(simple_case(3, 2, 1, 20, 17, 5, 3, 2, 1, wf), 2, rng);    // 3D
     check_case(simple_case(2, 1, 1, 16, 16, 6, 1, 1, 0, wf), 2, rng);    // 1x1
@@ -343,19 +343,19 @@ TEST(FastBackwardWeights, FewRowsWideTiles) {
 }
 
 TEST(FastBackwardWeights, OneVectorTiles) {
-  // One side within one vector (AVX-512 <= 16 channels, AVX2 <= 8), the
-  // other long enough for whole 14-row (AVX-512) / 12-row (AVX2) tiles and a
-  // partial one; then a wide layer whose last column block is one vector
-  // (72 = 4 x 16 + 8, 80 = 64 + 16), run as packed panels.
+  // One side within one vector (AVX-512 <= 16 channels, AVX2 <= 8) and the
+  // other split into m-blocks of near-equal rows, at most the tile's (AVX-512
+  // 14, AVX2 12): full tiles (12/8, 8/12: AVX2 12x8; 28/16: AVX-512 14x16),
+  // tiles of fewer rows (10/8, 30/16), and tail column blocks of one vector
+  // after wider ones (100/72, 72/100). All run on pixel pointer lists (the
+  // packed panels' one-vector tiles: RealisticLayers, SharedPanels).
   std::mt19937 rng(12);
   for (WeightsFormat wf : kFormats) {
-    // (Channel counts where vectorizing the long side would waste more
-    // lanes; the m side is cut into near-equal blocks of at most the tile's
-    // rows: 12 and 28 give full 12- and 14-row tiles.)
     check_case(simple_case(2, 2, 1, 12, 8, 6, 3, 1, 1, wf), 2, rng);
     check_case(simple_case(2, 2, 1, 8, 12, 6, 3, 1, 1, wf), 2, rng);
     check_case(simple_case(2, 1, 1, 28, 16, 5, 3, 1, 1, wf), 1, rng);
-    check_case(simple_case(1, 2, 1, 5, 14, 40, 4, 1, 1, wf), 2, rng);
+    check_case(simple_case(2, 2, 1, 10, 8, 5, 3, 1, 1, wf), 2, rng);
+    check_case(simple_case(1, 2, 1, 30, 16, 40, 4, 1, 1, wf), 2, rng);
     check_case(simple_case(2, 1, 1, 100, 72, 7, 3, 2, 1, wf), 2, rng);
     check_case(simple_case(2, 1, 1, 72, 100, 7, 3, 1, 1, wf), 2, rng);
   }
