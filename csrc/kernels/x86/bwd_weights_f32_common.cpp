@@ -400,12 +400,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // pixel of the block, its B row zero where the tap falls outside (hifigan
   // 512->256 k16: 16x fewer A copies).
   const int64_t ldb_max = static_cast<int64_t>(gemm_vecs) * lanes;
-  if (packed) block = std::clamp<int64_t>(262144 / Mg, 16, 1024);
   // A partition a little longer than that is one block when its A panels
   // stay within 2 MiB (L3): each accumulator tile is then written once instead
   // of loaded and stored per block (3D U-Net k3 512 -> 256 on 8x9x9, 648
   // pixels: 14 MB of accumulators, Zen 5 1.05-1.08x).
   if (packed) {
+    block = std::clamp<int64_t>(262144 / Mg, 16, 1024);
     const int64_t part_pixels = (F + P - 1) / P;
     if (part_pixels > block && part_pixels <= 1024 && part_pixels * Mg <= 524288)
       block = part_pixels;

@@ -371,6 +371,11 @@ void transpose(TransposeRows tr, const float* src, int64_t lds, int64_t R, int64
     }
 }
 
+// Prefetches (into L1) the first line of each of n rows `stride` floats apart.
+void prefetch_rows(const float* q, int64_t n, int64_t stride) {
+  for (int64_t j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(q + j * stride), _MM_HINT_T0);
+}
+
 // dst[c*NR + j] = src[c*rs + j*cs] for j < jn, 0 for jn <= j < NR, for
 // c in [c0, c1). 16x16 blocks, the inner loop along the source's contiguous
 // side, so that both the reads and the writes stay within a few cache lines.
@@ -782,12 +787,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // not keep ahead of (a channel's [column][tap] block per step, 16 column
   // streams of T taps, or per tap 16 channels of each column): the
   // transposes below fetch the rows of the channel kPackAhead on (distances
-  // 2-8 measured alike), or of the tap two on. Zen 5, bench.py
+  // 2-8 measured alike), or of the tap kPackTapsAhead on (XOI forward: 5-7 %
+  // faster). Zen 5, bench.py
   // (weights read from memory), interleaved runs: 512 -> 512 k3 s2 on 4x4
   // 1.3-1.45x, DCGAN 512 -> 256 and 3D U-Net 320 -> 320 k2 s2 forward
   // 1.2x, HiFi-GAN / vocoder 512 -> 256 k16 s8 1.07-1.14x, the 16 deep
   // layers' forward and backward-data 1.06x in geometric mean.
   constexpr int64_t kPackAhead = 4;
+  constexpr size_t kPackTapsAhead = 2;
   // Packs channels [c_begin, c_end), within one block of 16 (so within one
   // chunk), of column block nb of group g into dst_block, the block's
   // [chunk][tap][c][NR] weights.
@@ -813,11 +820,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       }
     } else if (red_stride == 1) {
       for (size_t i = 0; i < nt; ++i) {
-        if (i + 2 < nt) {  // the rows of the tap two on (XOI forward: 5-7 % faster)
-          for (int64_t j = 0; j < jn; ++j)
-            _mm_prefetch(reinterpret_cast<const char*>(src + pkoff[i + 2] + c_lo + j * col_stride),
-                         _MM_HINT_T0);
-        }
+        if (i + kPackTapsAhead < nt) prefetch_rows(src + pkoff[i + kPackTapsAhead] + c_lo, jn, col_stride);
         float* d = dst_block + packed_offset(ptap[i], c0);
         transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
@@ -832,13 +835,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           for (int64_t j0 = 0; j0 < jn; j0 += 16) {
             for (int k = 0; k < nk; ++k)
               rows[k] = dst_block + packed_offset(tap_of_koff[k0 + k], c0 + c) + j0;
-            if (c0 + c + kPackAhead < cred) {
-              const float* q = src + (c + kPackAhead) * red_stride + j0 * col_stride + k0;
-              for (int64_t j = 0; j < std::min<int64_t>(16, jn - j0); ++j)
-                _mm_prefetch(reinterpret_cast<const char*>(q + j * col_stride), _MM_HINT_T0);
-            }
-            tr(src + c * red_stride + j0 * col_stride + k0, col_stride,
-               static_cast<int>(std::min<int64_t>(16, jn - j0)), nk, rows);
+            const int64_t nj = std::min<int64_t>(16, jn - j0);
+            if (c0 + c + kPackAhead < cred)
+              prefetch_rows(src + (c + kPackAhead) * red_stride + j0 * col_stride + k0, nj, col_stride);
+            tr(src + c * red_stride + j0 * col_stride + k0, col_stride, static_cast<int>(nj), nk, rows);
           }
         }
       }
@@ -870,11 +870,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     float* rows[16];
     for (int64_t c = 0; c < cred; ++c) {
       for (int64_t t = 0; t < T; ++t) rows[t] = dst_block + packed_offset(tap_of_koff[t], c) + j0;
-      if (c + kPackAhead < cred) {
-        for (int64_t j = 0; j < nj; ++j)
-          _mm_prefetch(reinterpret_cast<const char*>(src + (c + kPackAhead) * red_stride + j * col_stride),
-                       _MM_HINT_T0);
-      }
+      if (c + kPackAhead < cred) prefetch_rows(src + (c + kPackAhead) * red_stride, nj, col_stride);
       if (nj > 0)
         tr(src + c * red_stride, col_stride, static_cast<int>(nj), static_cast<int>(T), rows);
       for (int64_t t = 0; t < T; ++t) std::fill(rows[t] + nj, rows[t] + jw, 0.f);
