@@ -15,7 +15,9 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
     set_active_isa(isa);
     for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{1, 16, 16},
                                      {2, 3, 17}, {3, 64, 64}, {2, 130, 47}, {1, 33, 200},
-                                     {4, 1, 9}, {2, 80, 1}, {0, 5, 5}}) {
+                                     {4, 1, 9}, {2, 80, 1}, {0, 5, 5},
+                                     // rows a multiple of 256 (blocks walked by columns)
+                                     {2, 512, 70}, {1, 256, 16}, {1, 768, 100}, {1, 256, 3}}) {
       std::vector<float> src(batch * rows * cols), dst(src.size(), -1.f);
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
       transpose_f32(src.data(), dst.data(), batch, rows, cols, 2);
