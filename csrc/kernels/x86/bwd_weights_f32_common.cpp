@@ -25,8 +25,11 @@
 // accumulates straight into the output when its layout has the vector side
 // contiguous (XOI, XIO), else into a scratch copy that is written out in the
 // output's strides (layouts with the taps innermost, IOX/OIX: 16x16 register
-// transposes). Extra memory: at most P copies of the weight gradient, plus
-// per-thread pixel lists and packed panels (at most ~1.3 MiB per thread).
+// transposes); with one pixel block for all pixels, each item instead runs
+// all taps of its tiles into a per-thread buffer and writes them out itself
+// (local n-blocks, no scratch copy). Extra memory: at most P copies of the
+// weight gradient, plus per-thread pixel lists and packed panels (at most
+// ~1.3 MiB per thread) and the local n-block buffer (at most 512 KiB).
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -352,31 +355,6 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   }
   const int per_part = nt / P;
 
-  // Targets: partition 0 writes the output (direct) or scratch 0.
-  // Scratch: per copy the taps' planes of G*Mg*Ng floats, each padded by a
-  // line so that the final pass's reads of one row of every tap (planes a
-  // multiple of 4 KiB apart, e.g. 512 KiB) do not all fall in one cache set.
-  const int64_t plane = kf > 1 ? G * Mg * Ng : (G * Mg * Ng + 15) / 16 * 16 + 16;
-  const int64_t wstride = taps * plane;  // floats per scratch copy
-  std::vector<int64_t> scratch_off(taps);
-  for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * plane;
-  const int nbuf = direct ? P - 1 : P;
-  std::unique_ptr<float, FreeDeleter> scratch;
-  if (nbuf > 0) {
-    scratch.reset(alloc_floats(static_cast<size_t>(nbuf * wstride)));
-    if (!scratch) return false;  // caller falls back to the reference
-  }
-  std::vector<Target> targets(P);
-  for (int q = 0; q < P; ++q) {
-    if (q == 0 && direct) {
-      // vec_b: m = a (stride si), n = b (stride so == 1); vec_a: m = b, n = a.
-      targets[q] = {out, koff.data(), ICg * si, vec_b ? si : so};
-    } else {
-      const int buf = direct ? q - 1 : q;
-      targets[q] = {scratch.get() + buf * wstride, scratch_off.data(), Mg * Ng, Ng};
-    }
-  }
-
   // Pixel block size. GEMM: one tile call reads a line of A and max_cols
   // floats of B per pixel; keep those of a block within ~24 KiB of L1.
   // Depthwise: the block's src and tapped diff_dst rows of one channel block.
@@ -411,13 +389,89 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       block = part_pixels;
   }
 
+  // Output with the taps innermost (IOX, OIX: each (m, n) has its taps at
+  // +0, +1, ...): written from scratch [tap][m][n] by a final transposing pass.
+  bool taps_inner = !direct && taps > 1;
+  for (int64_t t = 0; t < taps && taps_inner; ++t) taps_inner = koff[t] == t;
+  // Local n-blocks: when one pixel block covers all pixels (one partition,
+  // packed, A = src shared by the taps), an item is an n-block x a run of
+  // m-blocks with all its taps, computed into a per-thread buffer
+  // [tap][m][n] of at most 512 KiB (L2) and written out in the output's order
+  // right after (taps innermost: runs of taps x 16 channels). The whole
+  // scratch copy of the weight gradient (written by the tiles, read back by
+  // the final pass: the 512 -> 512 k3 s2 layer's 9.4 MB twice) never
+  // reaches memory; the B panel of each (n-block, tap) is packed once per run
+  // of m-blocks instead of once (a copy of block x 32 floats per run of
+  // 100+ rows of FMAs).
+  // Items are single tasks, claimed dynamically: runs of m-blocks short
+  // enough for 8 items per thread (10 items on 2 threads left one thread
+  // idle for a fifth of the 3D U-Net 320 -> 320 layer).
+  const int64_t ln_cols = int64_t{gemm_vecs} * lanes;
+  const int64_t nblocks_local = G * ((Ng + ln_cols - 1) / ln_cols);
+  int64_t run_mb =
+      std::min<int64_t>(mblocks, (512 * 1024 / 4) / std::max<int64_t>(1, taps * rows_main * ln_cols));
+  if (run_mb >= 1) {
+    const int64_t want = (4 * int64_t{nt} + nblocks_local - 1) / nblocks_local;
+    const int64_t runs = std::min(mblocks, std::max((mblocks + run_mb - 1) / run_mb, want));
+    run_mb = (mblocks + runs - 1) / runs;
+  }
+  const bool local = !depthwise && !grouped && packed && kf == 1 && P == 1 && taps_inner &&
+                     vec_b && low_waste && F <= block && F <= 65536 / taps && run_mb >= 1;
+  int64_t local_rows = 0;  // rows of the largest run
+  const bool local_stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // as the final pass
+  if (local) {
+    items.clear();
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t n0 = 0; n0 < Ng;) {
+        const int nv = static_cast<int>(std::min<int64_t>(gemm_vecs, vecs(Ng - n0)));
+        const int cols = static_cast<int>(std::min<int64_t>(Ng - n0, int64_t{nv} * lanes));
+        for (int64_t j = 0; j < mblocks; j += run_mb) {
+          const int64_t j1 = std::min(mblocks, j + run_mb);
+          const int64_t m0 = m_starts[j];
+          Item it{0, g, m0, n0, static_cast<int>(m_starts[j + 1] - m0), cols,
+                  all_pixels * ((m_starts[j1] - m0) * nv + 3.0 * (j1 - j) + 0.1 * cols)};
+          it.mj = j;
+          it.mj_end = j1;
+          items.push_back(it);
+          local_rows = std::max(local_rows, m_starts[j1] - m0);
+        }
+        n0 += cols;
+      }
+  }
+
+  // Targets: partition 0 writes the output (direct) or scratch 0.
+  // Scratch: per copy the taps' planes of G*Mg*Ng floats, each padded by a
+  // line so that the final pass's reads of one row of every tap (planes a
+  // multiple of 4 KiB apart, e.g. 512 KiB) do not all fall in one cache set.
+  const int64_t plane = kf > 1 ? G * Mg * Ng : (G * Mg * Ng + 15) / 16 * 16 + 16;
+  const int64_t wstride = taps * plane;  // floats per scratch copy
+  std::vector<int64_t> scratch_off(taps);
+  for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * plane;
+  const int nbuf = local ? 0 : direct ? P - 1 : P;
+  std::unique_ptr<float, FreeDeleter> scratch;
+  if (nbuf > 0) {
+    scratch.reset(alloc_floats(static_cast<size_t>(nbuf * wstride)));
+    if (!scratch) return false;  // caller falls back to the reference
+  }
+  std::vector<Target> targets(P);
+  for (int q = 0; q < P; ++q) {
+    if (q == 0 && direct) {
+      // vec_b: m = a (stride si), n = b (stride so == 1); vec_a: m = b, n = a.
+      targets[q] = {out, koff.data(), ICg * si, vec_b ? si : so};
+    } else {
+      const int buf = direct ? q - 1 : q;
+      targets[q] = {local ? nullptr : scratch.get() + buf * wstride, scratch_off.data(), Mg * Ng, Ng};
+    }
+  }
+
   // Tasks: (pixel partition, chunk of items), claimed dynamically, so that a
   // thread that starts late (shared machine) or runs slow takes fewer. Two
   // chunks per thread of a partition keep the tail short; each chunk re-reads
   // the partition's pixels, so a partition of one thread is one chunk.
-  const int nchunks = per_part == 1 ? 1
-                                    : static_cast<int>(std::max<int64_t>(
-                                          1, std::min<int64_t>(items.size(), 2 * per_part)));
+  const int nchunks = local           ? static_cast<int>(items.size())
+                      : per_part == 1 ? 1
+                                      : static_cast<int>(std::max<int64_t>(
+                                            1, std::min<int64_t>(items.size(), 2 * per_part)));
   std::vector<int64_t> chunk;
   split_items(items, nchunks, chunk);
   const int64_t ntasks = static_cast<int64_t>(P) * nchunks;
@@ -429,6 +483,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       lo_t = std::min(lo_t, items[i].tap), hi_t = std::max(hi_t, items[i].tap);
     max_span = std::max(max_span, hi_t - lo_t + 1);
   }
+  if (local) max_span = taps;  // an item runs every tap
   // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts).
   block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
@@ -446,6 +501,15 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     if (!pack_all) return false;
   }
   std::vector<char> a_done_all(packed ? static_cast<size_t>(nt * mblocks) : 0);
+  const size_t local_floats = local ? static_cast<size_t>(taps * local_rows * ln_cols) : 0;
+  // Local n-blocks: the group whose A panels a thread holds (one pixel block,
+  // so they stay valid from one item to the next), -1 for none.
+  std::vector<int64_t> local_a_g(static_cast<size_t>(nt), -1);
+  std::unique_ptr<float, FreeDeleter> local_all;
+  if (local) {
+    local_all.reset(static_cast<float*>(std::aligned_alloc(64, nt * local_floats * sizeof(float))));
+    if (!local_all) return false;
+  }
 
   std::vector<float> gbufs(grouped ? static_cast<size_t>(nt) * 4 * lanes * lanes : 0);
   std::vector<int64_t> pix_count(static_cast<size_t>(taps) * nt);
@@ -472,6 +536,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       tap_lo = std::min(tap_lo, items[i].tap), tap_hi = std::max(tap_hi, items[i].tap);
       tiles_in_chunk += std::max<int64_t>(1, items[i].mj_end - items[i].mj);
     }
+    if (local) tap_lo = 0, tap_hi = taps - 1;  // every item runs every tap
     // Tiles start at zero: GEMM tiles by their first tile call (fresh), or
     // here if their tap has no pixel in the first block; others here.
     const bool gemm = !depthwise && !grouped;
@@ -605,6 +670,65 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         gemm_tile(ta);
       }
     };
+    // Local n-blocks: the item's m-blocks for every tap into the thread's
+    // buffer lb[tap][m - m0][n] (fresh: one pixel block), then written out.
+    float* const lb = local ? local_all.get() + tid * local_floats : nullptr;
+    auto run_local = [&](const Item& item, int64_t nseg) {
+      const int64_t m0 = item.m0, rows = m_starts[item.mj_end] - m0;
+      const int64_t ldl = ln_cols, ld_t = rows * ldl;
+      const int64_t ldb = vecs(item.cols) * lanes;
+      for (int64_t t = 0; t < taps; ++t) {
+        if (count[t] < 0) build(t, nseg);
+        float* lt = lb + t * ld_t;
+        if (count[t] == 0) {
+          for (int64_t r = 0; r < rows; ++r) std::memset(lt + r * ldl, 0, sizeof(float) * item.cols);
+          continue;
+        }
+        const Pix* px = pix + t * block;
+        const int64_t np = count[t];
+        if (local_a_g[tid] != item.g) {  // A panels: shared by the taps and items
+          local_a_g[tid] = item.g;
+          if (pack_panels)
+            pack_panels(px, np, item.g * a_gstride, a_len - item.g * a_gstride, m_starts.data(),
+                        mblocks, block, apack);
+          else
+            std::memset(a_done, 0, mblocks);
+        }
+        pack(px, np, true, item.g * b_gstride + item.n0, item.cols, ldb, bpack);
+        for (int64_t mj = item.mj; mj < item.mj_end; ++mj) {
+          const int64_t mb0 = m_starts[mj];
+          const int mrows = static_cast<int>(m_starts[mj + 1] - mb0);
+          float* pa = apack + mb0 * block + mj * bww::kPanelSlack;
+          if (!pack_panels && !a_done[mj]) {
+            a_done[mj] = 1;
+            pack(px, np, false, item.g * a_gstride + mb0, mrows, mrows, pa);
+          }
+          TileArgs ta{};
+          ta.fresh = 1;
+          ta.npix = np;
+          ta.c = lt + (mb0 - m0) * ldl;
+          ta.ldc = ldl;
+          ta.rows = mrows;
+          ta.cols = item.cols;
+          ta.pa = pa;
+          ta.lda = mrows;
+          ta.pb = bpack;
+          ta.ldb = ldb;
+          gemm_tile(ta);
+        }
+      }
+      // Out in the output's order: per row m, 16 channels x 16 taps at a time.
+      void (*transpose)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool) =
+          avx512 ? bww::transpose_avx512 : bww::transpose_avx2;
+      float* o = out + item.g * ICg * si;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < item.cols; n += 16)
+          for (int64_t t0 = 0; t0 < taps; t0 += 16)
+            transpose(lb + t0 * ld_t + r * ldl + n, ld_t, 0, 1,
+                      static_cast<int>(std::min<int64_t>(16, taps - t0)),
+                      static_cast<int>(std::min<int64_t>(16, item.cols - n)),
+                      o + (m0 + r) * si + (item.n0 + n) * so + t0, so, local_stream);
+    };
     const int64_t f_begin = part_start(F, P, part);
     if (gemm && f_begin >= f_end)
       for (int64_t i = ib; i < ie; ++i) zero_tile(items[i]);
@@ -649,6 +773,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       int pf_r = pf[0] ? 0 : 2;  // range being prefetched; 2 = done
       for (int64_t i = ib; i < ie; ++i) {
         const Item& whole = items[i];
+        if (local) {
+          run_local(whole, nseg);
+          continue;
+        }
         if (whole.fk > 1) {
           run_fused(whole, nseg, first_block);
           continue;
@@ -749,7 +877,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       const int64_t c = k / P;
       work(tid, static_cast<int>(k % P), chunk[c], chunk[c + 1]);
     }
-    if (P > 1 || !direct) {
+    if (local) {
+      if (local_stream) (avx512 ? bww::store_fence_avx512 : bww::store_fence_avx2)();
+    } else if (P > 1 || !direct) {
 #pragma omp barrier
       // Sum the partitions into the output, in tiles of 16 m x 16 n x 16
       // taps, through a buffer in L1: the scratch is read in runs of 16
@@ -758,8 +888,6 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       // large stride (IOX: 16 ic rows 16 KiB apart) maps a tile's output
       // lines to one L1 set; row by row, one float per output line per tap.
       constexpr int kTb = 16;
-      bool taps_inner = !direct && taps > 1;  // each (ic, b) has its taps at +0, +1, ...
-      for (int64_t t = 0; t < taps && taps_inner; ++t) taps_inner = koff[t] == t;
       if (taps_inner) {
         // Per (g, m) and 16 n: the 16 scratch rows of a chunk of 16 taps
         // (one line each) transposed in registers into 16 runs of taps.

@@ -299,6 +299,20 @@ TEST(FastBackwardWeights, LargeIoxStreamed) {
   for (int nt : {1, 2}) check_case(simple_case(1, 1, 1, 512, 256, 2, 16, 8, 4, WeightsFormat::IOX), nt, rng);
 }
 
+TEST(FastBackwardWeights, LocalNBlocks) {
+  // Taps-innermost results (IOX, OIX) of one pixel block whose taps cover
+  // every src pixel: each item (an n-block x a run of m-blocks) runs all taps
+  // into a per-thread buffer and writes its part of the result itself. Runs
+  // split the m-blocks (several per n-block), tail n-blocks (144 = 4 x 32 + 16,
+  // 136), two groups, 1 to 3 threads.
+  std::mt19937 rng(21);
+  for (WeightsFormat wf : {WeightsFormat::IOX, WeightsFormat::OIX})
+    for (int nt : {1, 2, 3}) {
+      check_case(simple_case(2, 2, 1, 160, 144, 3, 3, 2, 0, wf), nt, rng);  // 512 -> 512 k3 s2 on 4x4
+      check_case(simple_case(3, 1, 2, 136, 130, 3, 2, 2, 0, wf), nt, rng);
+    }
+}
+
 TEST(FastBackwardWeights, FusedInnermostTaps) {
   // 1-3 diff_dst channels on the broadcast side, one group, dilation 1
   // innermost: groups of innermost taps share one tile; pixels at the line
