@@ -29,7 +29,8 @@
 // all taps of its tiles into a per-thread buffer and writes them out itself
 // (local n-blocks, no scratch copy). Extra memory: at most P copies of the
 // weight gradient, plus per-thread pixel lists and packed panels (at most
-// ~1.3 MiB per thread) and the local n-block buffer (at most 512 KiB).
+// ~1.3 MiB per thread) and the local n-block buffer (at most 512 KiB per
+// thread; with one group the A panels of all pixels, at most 4 MiB, shared).
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -411,7 +412,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // of m-blocks instead of once (a copy of block x 32 floats per run of
   // 100+ rows of FMAs).
   // Items are single tasks, claimed dynamically: runs of m-blocks short
-  // enough for 8 items per thread (10 items on 2 threads left one thread
+  // enough for 4 items per thread (10 items on 2 threads left one thread
   // idle for a fifth of the 3D U-Net 320 -> 320 layer).
   const int64_t ln_cols = int64_t{gemm_vecs} * lanes;
   const int64_t nblocks_local = G * ((Ng + ln_cols - 1) / ln_cols);
@@ -422,8 +423,16 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     const int64_t runs = std::min(mblocks, std::max((mblocks + run_mb - 1) / run_mb, want));
     run_mb = (mblocks + runs - 1) / runs;
   }
-  const bool local = !depthwise && !grouped && packed && kf == 1 && P == 1 && taps_inner &&
-                     vec_b && share_ok && F <= block && F <= 65536 / taps && run_mb >= 1;
+  const bool local_shape = !depthwise && !grouped && packed && kf == 1 && P == 1 &&
+                           taps_inner && vec_b && share_ok && F <= 65536 / taps && run_mb >= 1;
+  // One group: the A panels of all pixels are packed once, shared by the
+  // threads, so a longer block is worth it: up to 2048 pixels whose panels
+  // fit in 4 MiB (L3) make one block (U-Net 1024 -> 512 k2 s2 on 23x30, 690
+  // pixels, 2.8 MB of panels, was 3 blocks of 256 into an 8 MB scratch:
+  // 1.14-1.19x NXC, 1.11x NCX on Zen 5).
+  if (local_shape && G == 1 && F > block && F <= 2048 && F * Mg <= (int64_t{1} << 20)) block = F;
+  const bool local = local_shape && F <= block;
+  const bool local_shared_a = local && G == 1;
   int64_t local_rows = 0;  // rows of the largest run
   const bool local_stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // as the final pass
   if (local) {
@@ -500,7 +509,21 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   void (*pack_panels)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
                       float*) = avx512 ? nullptr : bww::pack_panels_avx2;
   const size_t pack_floats =
-      packed ? static_cast<size_t>(block * (Mg + ldb_max) + mblocks * bww::kPanelSlack) : 0;
+      !packed          ? 0
+      : local_shared_a ? static_cast<size_t>(block * ldb_max)
+                       : static_cast<size_t>(block * (Mg + ldb_max) + mblocks * bww::kPanelSlack);
+  // Local n-blocks of one group: the A panels of all m-blocks (the block is
+  // every pixel, in flat order), packed once before the tiles.
+  std::unique_ptr<float, FreeDeleter> shared_ap;
+  std::vector<Pix> a_rows;
+  if (local_shared_a) {
+    shared_ap.reset(static_cast<float*>(std::aligned_alloc(
+        64, (static_cast<size_t>(block * Mg + mblocks * bww::kPanelSlack) * sizeof(float) + 63) /
+                64 * 64)));
+    if (!shared_ap) return false;
+    a_rows.resize(static_cast<size_t>(F));
+    for (int64_t f = 0; f < F; ++f) a_rows[f] = {src + f * IC, nullptr};
+  }
   std::unique_ptr<float, FreeDeleter> pack_all;
   if (packed) {
     pack_all.reset(static_cast<float*>(
@@ -693,7 +716,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         }
         const Pix* px = pix + t * block;
         const int64_t np = count[t];
-        if (local_a_g[tid] != item.g) {  // A panels: shared by the taps and items
+        if (!local_shared_a && local_a_g[tid] != item.g) {  // A panels: shared by the taps and items
           local_a_g[tid] = item.g;
           if (pack_panels)
             pack_panels(px, np, item.g * a_gstride, a_len - item.g * a_gstride, m_starts.data(),
@@ -705,8 +728,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         for (int64_t mj = item.mj; mj < item.mj_end; ++mj) {
           const int64_t mb0 = m_starts[mj];
           const int mrows = static_cast<int>(m_starts[mj + 1] - mb0);
-          float* pa = apack + mb0 * block + mj * bww::kPanelSlack;
-          if (!pack_panels && !a_done[mj]) {
+          float* pa = (local_shared_a ? shared_ap.get() : apack) + mb0 * block + mj * bww::kPanelSlack;
+          if (!local_shared_a && !pack_panels && !a_done[mj]) {
             a_done[mj] = 1;
             pack(px, np, false, item.g * a_gstride + mb0, mrows, mrows, pa);
           }
@@ -878,6 +901,15 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
+    if (local_shared_a) {
+#pragma omp for schedule(static)
+      for (int64_t mj = 0; mj < mblocks; ++mj) {
+        const int64_t m0 = m_starts[mj];
+        const int rows = static_cast<int>(m_starts[mj + 1] - m0);
+        pack(a_rows.data(), F, false, m0, rows, rows,
+             shared_ap.get() + m0 * block + mj * bww::kPanelSlack);
+      }
+    }
     for (;;) {
       const int64_t k = next_task.fetch_add(1, std::memory_order_relaxed);
       if (k >= ntasks) break;

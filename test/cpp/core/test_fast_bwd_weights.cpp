@@ -313,6 +313,9 @@ TEST(FastBackwardWeights, LocalNBlocks) {
       check_case(simple_case(2, 2, 1, 160, 144, 3, 3, 2, 0, wf), nt, rng);  // 512 -> 512 k3 s2 on 4x4
       check_case(simple_case(3, 1, 2, 136, 130, 3, 2, 2, 0, wf), nt, rng);
     }
+  // One group, 676 pixels of 800 channels (A panels beyond the usual block of
+  // 327 pixels): one block with the A panels packed once for the threads.
+  for (int nt : {1, 2}) check_case(simple_case(2, 1, 1, 800, 48, 26, 2, 2, 0, WeightsFormat::IOX), nt, rng);
 }
 
 TEST(FastBackwardWeights, FusedInnermostTaps) {
