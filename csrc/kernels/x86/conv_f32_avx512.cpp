@@ -248,36 +248,36 @@ void conv_f32_avx512_8x48(const ConvTileArgs* args) { gemm_tile<8, 3>(args); }
 void conv_f32_avx512_12x32(const ConvTileArgs* args) { gemm_tile<12, 2>(args); }
 void conv_f32_avx512_12x16(const ConvTileArgs* args) { gemm_tile<12, 1>(args); }
 
-// Depthwise: elementwise multiply-adds over the channels. The kDwRows rows
-// share each weight load; 4 rows x 2 vectors = 8 independent FMA chains.
-void conv_f32_avx512_dw(const ConvTileArgs* args) {
-  static_assert(kDwRows == 4, "four rows per tile");
+// Depthwise: elementwise multiply-adds over the channels. The R rows share
+// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+template <int R>
+void dw_tile(const ConvTileArgs* args) {
   const int64_t C = args->ncols, T = args->ntaps;
   const float* const* a = args->a;
   const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
-  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * 4 + m]; };
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
   int64_t c = 0;
   for (; c + 32 <= C; c += 32) {
-    __m512 acc[4][2];
+    __m512 acc[R][2];
     const __m512 b0 = _mm512_loadu_ps(args->bias + c), b1 = _mm512_loadu_ps(args->bias + c + 16);
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) {
       acc[m][0] = b0;
       acc[m][1] = b1;
     }
     for (int64_t t = 0; t < T; ++t) {
       const float* w = args->w + t * C + c;
       const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
-#pragma GCC unroll 4
-      for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) {
         const float* x = in(t, m) + c;
         acc[m][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x), w0, acc[m][0]);
         acc[m][1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), w1, acc[m][1]);
       }
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) {
       float* o = args->out[m] + c;
       if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0) {  // two whole lines
         _mm512_stream_ps(o, acc[m][0]);
@@ -290,18 +290,18 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
   }
   for (; c < C; c += 16) {
     const __mmask16 k = col_mask(C - c, 0);
-    __m512 acc[4];
+    __m512 acc[R];
     const __m512 b = _mm512_maskz_loadu_ps(k, args->bias + c);
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) acc[m] = b;
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) acc[m] = b;
     for (int64_t t = 0; t < T; ++t) {
       const __m512 w = _mm512_maskz_loadu_ps(k, args->w + t * C + c);
-#pragma GCC unroll 4
-      for (int m = 0; m < 4; ++m)
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m)
         acc[m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, in(t, m) + c), w, acc[m]);
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) {
       float* o = args->out[m] + c;
       if (args->stream && k == 0xffff && (reinterpret_cast<uintptr_t>(o) & 63) == 0)
         _mm512_stream_ps(o, acc[m]);
@@ -310,6 +310,8 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) {
     }
   }
 }
+
+void conv_f32_avx512_dw(const ConvTileArgs* args) { dw_tile<kDwRowsAvx512>(args); }
 
 // Small groups: per 16-channel block, the 32 input channels its lanes need
 // are loaded once per row and tap, and each reduction step permutes them into

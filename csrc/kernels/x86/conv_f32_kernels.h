@@ -49,8 +49,10 @@ struct ConvTileArgs {
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
 //   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[t*ncols + c],  c < ncols
-// with MR = kDwRows; a's pointers point at the pixel's channel 0.
+// with MR = kDwRows (AVX2) or kDwRowsAvx512 (AVX-512); a's pointers point at
+// the pixel's channel 0.
 constexpr int kDwRows = 4;
+constexpr int kDwRowsAvx512 = 8;
 
 using ConvTileFn = void (*)(const ConvTileArgs*);
 
