@@ -183,36 +183,36 @@ void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<6, 2>(args); }
 void conv_f32_avx2_12x8(const ConvTileArgs* args) { gemm_tile<12, 1>(args); }
 void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<4, 3>(args); }
 
-// Depthwise: elementwise multiply-adds over the channels. The kDwRows rows
-// share each weight load; 4 rows x 2 vectors = 8 independent FMA chains.
-void conv_f32_avx2_dw(const ConvTileArgs* args) {
-  static_assert(kDwRows == 4, "four rows per tile");
+// Depthwise: elementwise multiply-adds over the channels. The R rows share
+// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+template <int R>
+void dw_tile(const ConvTileArgs* args) {
   const int64_t C = args->ncols, T = args->ntaps;
   const float* const* a = args->a;
   const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
-  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * 4 + m]; };
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
   int64_t c = 0;
   for (; c + 16 <= C; c += 16) {
-    __m256 acc[4][2];
+    __m256 acc[R][2];
     const __m256 b0 = _mm256_loadu_ps(args->bias + c), b1 = _mm256_loadu_ps(args->bias + c + 8);
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) {
       acc[m][0] = b0;
       acc[m][1] = b1;
     }
     for (int64_t t = 0; t < T; ++t) {
       const float* w = args->w + t * C + c;
       const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
-#pragma GCC unroll 4
-      for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m) {
         const float* x = in(t, m) + c;
         acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x), w0, acc[m][0]);
         acc[m][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), w1, acc[m][1]);
       }
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) {
       float* o = args->out[m] + c;
       if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0) {  // a whole line
         _mm256_stream_ps(o, acc[m][0]);
@@ -225,20 +225,22 @@ void conv_f32_avx2_dw(const ConvTileArgs* args) {
   }
   for (; c < C; c += 8) {
     const __m256i k = first_lanes(C - c);
-    __m256 acc[4];
+    __m256 acc[R];
     const __m256 b = _mm256_maskload_ps(args->bias + c, k);
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) acc[m] = b;
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) acc[m] = b;
     for (int64_t t = 0; t < T; ++t) {
       const __m256 w = _mm256_maskload_ps(args->w + t * C + c, k);
-#pragma GCC unroll 4
-      for (int m = 0; m < 4; ++m)
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m)
         acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(in(t, m) + c, k), w, acc[m]);
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);
   }
 }
+
+void conv_f32_avx2_dw(const ConvTileArgs* args) { dw_tile<kDwRowsAvx2>(args); }
 
 ConvTileFn conv_f32_avx2_partial(ConvTileFn full, int m) {
   struct Tables {

@@ -630,11 +630,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
   Kernel kern;  // (small groups call conv_f32_avx512_grouped, also kDwRows rows)
   if (whole_pixel) {
-    // AVX-512 depthwise: 8 pixels a tile (16 FMA chains, the weight loads
-    // shared by twice the rows): Zen 5 forward 1.1-1.15x, backward-data
-    // 1-1.1x against 4 rows (12 rows no better). Small groups: kDwRows.
+    // Depthwise tiles of 8 pixels (AVX-512: 16 FMA chains, the weight loads
+    // shared by twice the rows of 4; Zen 5 forward 1.1-1.15x, backward-data
+    // 1-1.1x; 12 rows no better) or 6 (AVX2, in its 16 registers; on Zen 5
+    // up to 1.1x). Small groups (AVX-512 grouped kernel): kDwRows.
     kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw,
-            isa == Isa::Avx512 && dw ? kDwRowsAvx512 : kDwRows, 0, 1.0};
+            !dw ? kDwRows : isa == Isa::Avx512 ? kDwRowsAvx512 : kDwRowsAvx2, 0, 1.0};
   } else if (dot) {
     static const ConvTileFn dot512[5] = {nullptr, conv_f32_avx512_dot1, conv_f32_avx512_dot2,
                                          conv_f32_avx512_dot3, conv_f32_avx512_dot4};

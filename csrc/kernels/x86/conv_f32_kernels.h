@@ -49,10 +49,10 @@ struct ConvTileArgs {
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
 //   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[t*ncols + c],  c < ncols
-// with MR = kDwRows (AVX2) or kDwRowsAvx512 (AVX-512); a's pointers point at
+// with MR = kDwRowsAvx512 (AVX-512) or kDwRowsAvx2; a's pointers point at
 // the pixel's channel 0.
-constexpr int kDwRows = 4;
 constexpr int kDwRowsAvx512 = 8;
+constexpr int kDwRowsAvx2 = 6;
 
 using ConvTileFn = void (*)(const ConvTileArgs*);
 
@@ -62,6 +62,7 @@ using ConvTileFn = void (*)(const ConvTileArgs*);
 // lane l for reduction index c is channel base[v] + idx[(v*cred + c)*16 + l]:
 //   out[m][o] = bias[o] + sum_{t < ntaps, c < cred} a[t*kDwRows + m][base + idx] * w[(t*cred + c)*ncols_pad + o]
 // for o < ncols; the inputs are read only below channel in_c.
+constexpr int kDwRows = 4;
 struct ConvGroupedArgs {
   const float* const* a;
   const float* w;
