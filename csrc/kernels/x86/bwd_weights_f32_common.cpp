@@ -537,7 +537,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   std::vector<int64_t> local_a_g(static_cast<size_t>(nt), -1);
   std::unique_ptr<float, FreeDeleter> local_all;
   if (local) {
-    local_all.reset(static_cast<float*>(std::aligned_alloc(64, nt * local_floats * sizeof(float))));
+    local_all.reset(static_cast<float*>(
+        std::aligned_alloc(64, (nt * local_floats * sizeof(float) + 63) / 64 * 64)));
     if (!local_all) return false;
   }
 
