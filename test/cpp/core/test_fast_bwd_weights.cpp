@@ -289,6 +289,7 @@ TEST(FastBackwardWeights, SharedPanels) {
       check_case(simple_case(2, 2, 1, 130, 128, 7, 2, 2, 0, wf), nt, rng);
       check_case(simple_case(3, 1, 1, 64, 72, 5, 2, 2, 0, wf), nt, rng);  // 64x64+: packed too
       check_case(simple_case(2, 2, 1, 136, 130, 8, 4, 2, 1, wf), nt, rng);  // 88 % inside (DCGAN)
+      check_case(simple_case(2, 2, 1, 136, 128, 8, 4, 2, 1, wf), nt, rng);  // same, A = src
     }
   check_case(simple_case(1, 1, 1, 129, 128, 2500, 2, 2, 0, WeightsFormat::XOI), 1, rng);
   check_case(simple_case(1, 1, 1, 129, 128, 2500, 2, 2, 0, WeightsFormat::IOX), 2, rng);
