@@ -969,12 +969,17 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   };
   double abytes = 0;  // input rows of all phases, once
   for (const Phase& ph : phases) abytes += 4.0 * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
-  // Items per thread wanted: forward 8 (its phases' blocks differ in work,
-  // and with 4 the threads of small layers waited on each other: AlexNet's
-  // 1D 384 -> 256 on 13 1.13x, the depthwise layers 1.03-1.14x, 3D U-Net
-  // 320 k2 s2 1.03x on Zen 5; GoogLeNet 4d 3x3 within 2 %); backward-data 4 (8
-  // made the 3D U-Net 256 -> 128 k2 s2 5 % slower).
-  const int64_t want = (fwd ? 8 : 4) * static_cast<int64_t>(nthreads);
+  // At least 4 items per thread; forward GEMM tiles also want a multiple of
+  // the threads below 8 per thread: AlexNet's 1D 384 -> 256 on 13 (one
+  // phase of 416 rows) got 9 blocks, one thread waiting for the other's
+  // fifth, 1.13x with 18 on Zen 5 (rotated A/B; GoogLeNet 4d 3x3 2 % slower;
+  // backward-data and the depthwise tiles lost 2-7 % with the rule, and 8
+  // items per thread flat made the 3D U-Net 320 k2 s2 forward 5 % slower).
+  const int64_t want = 4 * static_cast<int64_t>(nthreads);
+  const bool even_items = fwd && !whole_pixel;
+  auto enough = [&](int64_t n) {
+    return n >= want && (!even_items || n % nthreads == 0 || n >= 2 * want);
+  };
   int64_t TB = tb_cap, CG = 1;
   if (!by_columns) {
     double best_traffic = 0;
@@ -986,8 +991,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         const double traffic = wt + cg * abytes;
         const bool better =
             best_items < 0 ||
-            (items >= want ? (best_items < want || traffic < best_traffic)
-                           : (best_items < want && items > best_items));
+            (enough(items) ? (!enough(best_items) || traffic < best_traffic)
+                           : (!enough(best_items) && items > best_items));
         if (better) {
           best_traffic = traffic;
           best_items = items;
