@@ -418,15 +418,15 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // of m-blocks instead of once (a copy of block x 32 floats per run of
   // 100+ rows of FMAs).
   // Items are single tasks, claimed dynamically: runs of m-blocks short
-  // enough for 8 items per thread (10 items on 2 threads left one thread
-  // idle for a fifth of the 3D U-Net 320 -> 320 layer; 8 rather than 4:
-  // AlexNet's 1D 384 -> 256 on 13 1.12x, the k16 s8 layers 1.03-1.04x).
+  // enough for 4 items per thread (10 items on 2 threads left one thread
+  // idle for a fifth of the 3D U-Net 320 -> 320 layer; 8 per thread, more B
+  // panel copies, were 1-8 % slower in rotated A/B runs).
   const int64_t ln_cols = int64_t{gemm_vecs} * lanes;
   const int64_t nblocks_local = G * ((Ng + ln_cols - 1) / ln_cols);
   int64_t run_mb =
       std::min<int64_t>(mblocks, (512 * 1024 / 4) / std::max<int64_t>(1, taps * rows_main * ln_cols));
   if (run_mb >= 1) {
-    const int64_t want = (8 * int64_t{nt} + nblocks_local - 1) / nblocks_local;
+    const int64_t want = (4 * int64_t{nt} + nblocks_local - 1) / nblocks_local;
     const int64_t runs = std::min(mblocks, std::max((mblocks + run_mb - 1) / run_mb, want));
     run_mb = (mblocks + runs - 1) / runs;
   }
