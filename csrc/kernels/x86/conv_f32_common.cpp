@@ -630,10 +630,11 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
   Kernel kern;  // (small groups call conv_f32_avx512_grouped, also kDwRows rows)
   if (whole_pixel) {
-    // Depthwise tiles of 8 pixels (AVX-512: 16 FMA chains, the weight loads
-    // shared by twice the rows of 4; Zen 5 forward 1.1-1.15x, backward-data
-    // 1-1.1x; 12 rows no better) or 6 (AVX2, in its 16 registers; on Zen 5
-    // up to 1.1x). Small groups (AVX-512 grouped kernel): kDwRows.
+    // Depthwise tiles of 8 pixels on AVX-512 (16 FMA chains, the weight
+    // loads shared by twice the rows of 4; Zen 5, rotated A/B: the small
+    // depthwise layers 1.03-1.15x, the k4 s2 upsampler about even; 12 rows
+    // no better), 4 on AVX2 (6 made the upsampler 7-15 % slower with the ISA
+    // forced to AVX2 on Zen 5). Small groups (AVX-512 grouped kernel): kDwRows.
     kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw,
             !dw ? kDwRows : isa == Isa::Avx512 ? kDwRowsAvx512 : kDwRowsAvx2, 0, 1.0};
   } else if (dot) {

@@ -52,7 +52,7 @@ struct ConvTileArgs {
 // with MR = kDwRowsAvx512 (AVX-512) or kDwRowsAvx2; a's pointers point at
 // the pixel's channel 0.
 constexpr int kDwRowsAvx512 = 8;
-constexpr int kDwRowsAvx2 = 6;
+constexpr int kDwRowsAvx2 = 4;
 
 using ConvTileFn = void (*)(const ConvTileArgs*);
 
