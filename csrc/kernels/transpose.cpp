@@ -15,6 +15,7 @@
 // source at stride cols and loses where that is the power of two instead
 // (2 x 128 x 4096: 155 -> 80 GB/s).
 #include <algorithm>
+#include <cstdint>
 
 #include "dispatch.h"
 #include "x86/transpose.h"
@@ -29,13 +30,8 @@ struct TileOrder {
   bool by_columns;
 };
 
-int trailing_zeros(int64_t v) {
-  int z = 0;
-  while (v > 0 && (v & 1) == 0 && z < 62) v >>= 1, ++z;
-  return z;
-}
-
 TileOrder tile_order(int64_t rows, int64_t cols) {
+  auto trailing_zeros = [](int64_t v) { return v > 0 ? __builtin_ctzll(static_cast<uint64_t>(v)) : 0; };
   const int zr = trailing_zeros(rows), zc = trailing_zeros(cols);
   if (zr >= 8 && zr > zc) return {128, 64, true};
   return {64, 64, false};

@@ -708,6 +708,26 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         gemm_tile(ta);
       }
     };
+    // A panels of packed tiles, from pixel list px (np pixels) of group g:
+    // marked stale (AVX2 packs every m-block at once here), then m-block mj's
+    // panel, packed when first used (AVX-512).
+    auto stale_a_panels = [&](const Pix* px, int64_t np, int64_t g) {
+      if (pack_panels)
+        pack_panels(px, np, g * a_gstride, a_len - g * a_gstride, m_starts.data(), mblocks, block,
+                    apack);
+      else
+        std::memset(a_done, 0, mblocks);
+    };
+    auto a_panel = [&](const Pix* px, int64_t np, int64_t g, int64_t mj) {
+      const int64_t mb0 = m_starts[mj];
+      const int mrows = static_cast<int>(m_starts[mj + 1] - mb0);
+      float* pa = apack + mb0 * block + mj * bww::kPanelSlack;
+      if (!pack_panels && !a_done[mj]) {
+        a_done[mj] = 1;
+        pack(px, np, false, g * a_gstride + mb0, mrows, mrows, pa);
+      }
+      return pa;
+    };
     // Local n-blocks: the item's m-blocks for every tap into the thread's
     // buffer lb[tap][m - m0][n] (fresh: one pixel block), then written out.
     float* const lb = local ? local_all.get() + tid * local_floats : nullptr;
@@ -716,31 +736,22 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       const int64_t ldl = ln_cols, ld_t = rows * ldl;
       const int64_t ldb = vecs(item.cols) * lanes;
       for (int64_t t = 0; t < taps; ++t) {
+        // Shared panels list every pixel of the block for every tap (zero
+        // B rows where the tap falls outside): np is the whole block.
         if (count[t] < 0) build(t, nseg);
         float* lt = lb + t * ld_t;
-        if (count[t] == 0) {
-          for (int64_t r = 0; r < rows; ++r) std::memset(lt + r * ldl, 0, sizeof(float) * item.cols);
-          continue;
-        }
         const Pix* px = pix + t * block;
         const int64_t np = count[t];
         if (!local_shared_a && local_a_g[tid] != item.g) {  // A panels: shared by the taps and items
           local_a_g[tid] = item.g;
-          if (pack_panels)
-            pack_panels(px, np, item.g * a_gstride, a_len - item.g * a_gstride, m_starts.data(),
-                        mblocks, block, apack);
-          else
-            std::memset(a_done, 0, mblocks);
+          stale_a_panels(px, np, item.g);
         }
         pack(px, np, true, item.g * b_gstride + item.n0, item.cols, ldb, bpack);
         for (int64_t mj = item.mj; mj < item.mj_end; ++mj) {
           const int64_t mb0 = m_starts[mj];
           const int mrows = static_cast<int>(m_starts[mj + 1] - mb0);
-          float* pa = (local_shared_a ? shared_ap.get() : apack) + mb0 * block + mj * bww::kPanelSlack;
-          if (!local_shared_a && !pack_panels && !a_done[mj]) {
-            a_done[mj] = 1;
-            pack(px, np, false, item.g * a_gstride + mb0, mrows, mrows, pa);
-          }
+          float* pa = local_shared_a ? shared_ap.get() + mb0 * block + mj * bww::kPanelSlack
+                                     : a_panel(px, np, item.g, mj);
           TileArgs ta{};
           ta.fresh = 1;
           ta.npix = np;
@@ -872,17 +883,9 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
             const int64_t np = ta.npix;
             if (a_tap < 0 || (item.tap != a_tap && !shared_a) || item.g != a_g) {
               a_tap = item.tap, a_g = item.g;
-              if (pack_panels)
-                pack_panels(px, np, item.g * a_gstride, a_len - item.g * a_gstride, m_starts.data(),
-                            mblocks, block, apack);
-              else
-                std::memset(a_done, 0, mblocks);
+              stale_a_panels(px, np, item.g);
             }
-            float* pa = apack + item.m0 * block + item.mj * bww::kPanelSlack;
-            if (!pack_panels && !a_done[item.mj]) {
-              a_done[item.mj] = 1;
-              pack(px, np, false, item.g * a_gstride + item.m0, item.rows, item.rows, pa);
-            }
+            float* pa = a_panel(px, np, item.g, item.mj);
             const int64_t ldb = vecs(item.cols) * lanes;
             if (item.tap != b_tap || item.g != b_g || item.n0 != b_n0) {
               b_tap = item.tap, b_g = item.g, b_n0 = item.n0;
