@@ -192,6 +192,8 @@ void dw_tile(const ConvTileArgs* args) {
   const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
   auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
+  const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
+  auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
   int64_t c = 0;
   for (; c + 16 <= C; c += 16) {
     __m256 acc[R][2];
@@ -202,7 +204,7 @@ void dw_tile(const ConvTileArgs* args) {
       acc[m][1] = b1;
     }
     for (int64_t t = 0; t < T; ++t) {
-      const float* w = args->w + t * C + c;
+      const float* w = wrow(t) + c;
       const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
 #pragma GCC unroll 8
       for (int m = 0; m < R; ++m) {
@@ -230,7 +232,7 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 8
     for (int m = 0; m < R; ++m) acc[m] = b;
     for (int64_t t = 0; t < T; ++t) {
-      const __m256 w = _mm256_maskload_ps(args->w + t * C + c, k);
+      const __m256 w = _mm256_maskload_ps(wrow(t) + c, k);
 #pragma GCC unroll 8
       for (int m = 0; m < R; ++m)
         acc[m] = _mm256_fmadd_ps(_mm256_maskload_ps(in(t, m) + c, k), w, acc[m]);

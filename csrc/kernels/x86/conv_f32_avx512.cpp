@@ -257,6 +257,8 @@ void dw_tile(const ConvTileArgs* args) {
   const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
   auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
+  const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
+  auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
   int64_t c = 0;
   for (; c + 32 <= C; c += 32) {
     __m512 acc[R][2];
@@ -267,7 +269,7 @@ void dw_tile(const ConvTileArgs* args) {
       acc[m][1] = b1;
     }
     for (int64_t t = 0; t < T; ++t) {
-      const float* w = args->w + t * C + c;
+      const float* w = wrow(t) + c;
       const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
@@ -295,7 +297,7 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m) acc[m] = b;
     for (int64_t t = 0; t < T; ++t) {
-      const __m512 w = _mm512_maskz_loadu_ps(k, args->w + t * C + c);
+      const __m512 w = _mm512_maskz_loadu_ps(k, wrow(t) + c);
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m)
         acc[m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, in(t, m) + c), w, acc[m]);

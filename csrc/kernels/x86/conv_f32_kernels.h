@@ -48,9 +48,9 @@ struct ConvTileArgs {
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
-//   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[t*ncols + c],  c < ncols
-// with MR = kDwRowsAvx512 (AVX-512) or kDwRowsAvx2; a's pointers point at
-// the pixel's channel 0.
+//   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[(wtap ? wtap[t] : t)*ncols + c],  c < ncols
+// with MR = kDwRowsAvx512 (AVX-512) or kDwRowsAvx2; a's pointers (or row
+// mode's rows[m] + tapoff[t]) point at the pixel's channel 0.
 constexpr int kDwRowsAvx512 = 8;
 constexpr int kDwRowsAvx2 = 4;
 

@@ -362,6 +362,34 @@ TEST(FastConvF32, LargerLayers) {
                   WeightsFormat::OIX), 23);
 }
 
+// Depthwise tiles line by line (lines long enough that their tiles' dummy
+// rows are at most 1/8): lines whose axis-0/1 taps are partly or wholly
+// padding (valid taps listed per line), image borders along the line
+// (pointer tiles), dummy rows at a line's end, channel tails, stride
+// phases (forward), dilation, 1D/3D, runs of lines split across threads.
+TEST(FastConvF32, DepthwiseLines) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  // The k4 s2 upsampler; forward phases of 16-pixel lines.
+  check_case(make(2, 2, 64, 1, 1, {16, 16}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 40);
+  // 17 channels (a masked tail only); lines of 24, 3x3 stride 1.
+  check_case(make(2, 1, 17, 1, 1, {9, 24}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 41);
+  // 40 channels (32 + 8); lines of 15 (a last tile of 7 rows on AVX-512),
+  // dilation 2, asymmetric pads, output padding.
+  check_case(make(2, 2, 40, 1, 1, {8, 8}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {0, 2}, {1, 1}), 42);
+  check_case(make(2, 1, 40, 1, 1, {6, 15}, {3, 3}, {1, 1}, {2, 2}, {2, 1}, {0, 2}), 43);
+  // Pads as wide as the kernel on the outer axis: backward-data lines with
+  // no tap inside diff_dst (zeros), forward lines with one.
+  check_case(make(2, 1, 20, 1, 1, {6, 16}, {2, 3}, {1, 1}, {1, 1}, {2, 1}, {0, 1}), 44);
+  // K < s: forward phases without taps (bias only).
+  check_case(make(2, 1, 32, 1, 1, {5, 16}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {1, 1}), 45);
+  // 1D long lines; 3D.
+  check_case(make(1, 3, 24, 1, 1, {64}, {5}, {3}, {1}, {2}, {2}), 46);
+  check_case(make(3, 1, 16, 1, 1, {3, 4, 16}, {3, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 0, 2}, {1, 2, 0}, {0, 1, 0}), 47);
+  // Many lines per image: runs of 64, 32, ... lines across 1-3 threads.
+  for (int nt : {1, 2, 3})
+    check_case(make(2, 3, 48, 1, 1, {40, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 48, nt);
+}
+
 // GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).
 // Backward-data to 36 channels (8x48 tiles of 36 columns: consecutive rows
 // staged and written as whole lines; the last tile of 3 rows line by line),
