@@ -1587,9 +1587,10 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
-  // only up to 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
-  // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5,
-  // 64 x 4 columns (2D) tie; so does a 1x1 s2 256 <- 512 on Zen 4 (1.15x
+  // only below 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
+  // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5, the
+  // 2D one's 64 x 4 columns tied on Zen 4 and run 1.05-1.15x faster
+  // channels-last on Zen 5 (rotated A/B); so does a 1x1 s2 256 <- 512 on Zen 4 (1.15x
   // channels-last on Zen 5; dense NCX ones of 2 MiB and more arrive here
   // gathered, as stride 1: ops/kernels.cpp). A 1x1 kernel of stride 1, whose
   // im2col is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet
@@ -1597,7 +1598,7 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   bool plain_1x1 = p.taps() == 1;
   for (int a = 0; a < kAxes; ++a) plain_1x1 = plain_1x1 && p.s[a] == 1;
   if (!forward && planar_backward_data_gemm(isa, p) &&
-      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() > 256 && !plain_1x1))
+      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() >= 256 && !plain_1x1))
     return true;
   const bool amd512 = isa == Isa::Avx512 && amd;
   // AMD AVX-512, backward-data whose channels-last tiles would mostly
