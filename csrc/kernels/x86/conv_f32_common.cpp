@@ -25,7 +25,8 @@
 //     once per call to [g][column block][chunk of c][phase-ordered tap][c][NR];
 //   depthwise (ICg = OCg = 1): elementwise over all channels, weights [tap][C];
 //     long lines (rows of an image) tile by tile along each line
-//     (run_dw_lines), short ones (small images) in the tiles above;
+//     (run_lines, as the fused backward-data below), short ones (small
+//     images) in the tiles above;
 //   small groups (AVX-512, <= 8 columns per group): 16 channels of several
 //     groups per vector, inputs permuted into place, weights [tap][c][OC].
 //   few columns (<= 4 columns, reduction >= 16): dot-product tiles
@@ -580,96 +581,116 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
   }
 }
 
-// Depthwise tiles, line by line. A line is one (image, phase, axis-0 row,
-// axis-1 row): its taps along axes 0 and 1 are either inside the input or
-// padding for all of its pixels, so a line keeps the valid ones (wtap) and
-// its tiles of MR pixels along axis 2 need no zero reads there. Tiles whose
-// pixels are interior along axis 2 run in row mode (a base pointer per pixel
-// plus the line's tap offsets); the others (image borders along axis 2) get
-// pointers per (tap, pixel), a zero vector for padding. Items are runs of up
-// to 64 consecutive lines, walked strip by strip (the same tile position in
-// every line of the run, then the next): consecutive lines read overlapping
-// input rows, which a strip still finds in L1. Zen 5, the k4 s2 upsampler's
-// backward-data (rotated A/B): 1.2x over the tiles across lines of run()
-// (whose border tiles built pointers for every tap and pixel), strips 1.15x
-// over line-by-line order, runs of 32 lines 2-5 % over runs of 8; strips
-// two tiles wide and software prefetch of the next line's tile no faster.
-struct DwLines {
+// Tiles line by line (depthwise layers; backward-data with fused taps, see
+// by_lines in run()). A line is one (image, phase, axis-0 row, axis-1 row): its taps
+// along axes 0 and 1 are either inside the input or padding for all of its
+// pixels, so a line lists the valid ones once (wtap) and its tiles of MR
+// pixels along axis 2 read no zeros there. Tiles whose pixels are interior
+// along axis 2 run in row mode (a base pointer per pixel plus the line's tap
+// offsets; fused: one tap per valid (t0, t1), a run of K2 pixels); the
+// others (image borders along axis 2) get pointers per (tap, pixel), a zero
+// vector for padding. Items are runs of up to 64 consecutive lines, walked
+// strip by strip (the same tile position in every line of the run, then the
+// next): consecutive lines read overlapping input rows, which a strip still
+// finds in L1. Zen 5, the depthwise k4 s2 upsampler's backward-data (rotated
+// A/B): 1.2x over the tiles across lines of run() (whose border tiles built
+// pointers for every tap and pixel), strips 1.15x over line-by-line order,
+// runs of 32 lines 2-5 % over runs of 8; strips two tiles wide and software
+// prefetch of the next line's tile no faster.
+struct Lines {
   ConvTileFn fn;
+  // GEMM tiles of fewer rows (null: depthwise, whose last tile of a line
+  // computes dummy rows into scratch).
+  ConvTileFn (*partial)(ConvTileFn, int);
   int MR;
   const std::vector<Phase>* phases;
-  int64_t NI;                // images the driver loops over (1: folded into axis 0)
-  int64_t in_img, out_img;   // floats per image (in, out)
+  int64_t NI;               // images the driver loops over (1: folded into axis 0)
+  int64_t in_img, out_img;  // floats per image (in, out)
   const float* in;
   float* out;
-  const float* w;            // packed [tap][C]
-  const float* bias;         // C floats (zeros for backward)
-  int64_t C;
-  bool stream;
-  const float* zeros;        // >= C floats of zeros
+  // Packed weights: depthwise [tap][C]; GEMM per column block (w_block
+  // floats apart) [tap][cred][NR] (one chunk, one group).
+  const float* w;
+  int64_t w_block, nblocks, NR;
+  const float* bias;  // nblocks * NR floats (zeros for backward)
+  int64_t ncols;      // output columns (depthwise: the channels)
+  int64_t cred;       // reduction per tap (GEMM)
+  int64_t K2;         // > 1: fused taps (GEMM backward-data), else 1
+  bool depthwise, stream;
+  int64_t prefetch;
+  const float* zeros;  // >= the longest read of zeros
   int nthreads;
 };
 
-void run_dw_lines(const DwLines& d) {
+void run_lines(const Lines& d) {
   const int64_t MR = d.MR;
-  // Line runs: per (image, phase, axis-0 row), LB lines of axis 1 per item:
-  // all of them (at most 64), halved until every thread gets 4 items.
-  int64_t LB = 1;
-  for (const Phase& ph : *d.phases) LB = std::max(LB, ph.ax[1].rows);
-  LB = std::min<int64_t>(64, LB);
-  while (LB > 1) {
-    int64_t items = 0;
-    for (const Phase& ph : *d.phases) items += d.NI * ph.ax[0].rows * ((ph.ax[1].rows + LB - 1) / LB);
-    if (items >= 4 * d.nthreads) break;
-    LB /= 2;
-  }
+  // Line runs: per (image, phase, axis-0 row), its axis-1 lines split into
+  // k runs of equal length (at most 64 lines), k the smallest giving every
+  // thread 4 items (runs of unequal length left a thread waiting: AlexNet's
+  // 55 lines per image in runs of 6 and a last of 1 ran 7 % slower).
+  int64_t groups = 0;
+  for (const Phase& ph : *d.phases) groups += d.NI * ph.ax[0].rows;
+  const int64_t k_want = (4 * d.nthreads + std::max<int64_t>(groups, 1) - 1) / std::max<int64_t>(groups, 1);
   struct Item {
     int32_t phase;
-    int64_t n, j0, j1;
+    int64_t n, j0, j1, nl;
   };
   std::vector<Item> items;
+  int64_t LB = 1;
   for (int64_t n = 0; n < d.NI; ++n)
     for (size_t pi = 0; pi < d.phases->size(); ++pi) {
       const Phase& ph = (*d.phases)[pi];
+      const int64_t R1 = ph.ax[1].rows;
+      const int64_t k = std::clamp<int64_t>(k_want, (R1 + 63) / 64, std::max<int64_t>(R1, 1));
       for (int64_t j0 = 0; j0 < ph.ax[0].rows; ++j0)
-        for (int64_t j1 = 0; j1 < ph.ax[1].rows; j1 += LB)
-          items.push_back({static_cast<int32_t>(pi), n, j0, j1});
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t lo = R1 * r / k, hi = R1 * (r + 1) / k;
+          if (hi > lo) items.push_back({static_cast<int32_t>(pi), n, j0, lo, hi - lo});
+          LB = std::max(LB, hi - lo);
+        }
     }
   int64_t Tmax = 0;
   for (const Phase& ph : *d.phases) Tmax = std::max(Tmax, ph.taps);
-  // Per line of an item: its valid taps (packed index, row-mode offset) and
-  // the offsets of its valid (t0, t1) pairs; per tile: pointers.
-  std::vector<int32_t> wtap(static_cast<size_t>(LB * Tmax + 1));
-  std::vector<int64_t> tapoff(static_cast<size_t>(LB * Tmax + 1));
-  std::vector<int64_t> off01(static_cast<size_t>(LB * Tmax + 1));
+  // Per line of an item: its valid taps (packed index, row-mode offset; fused:
+  // per valid (t0, t1)) and the offsets of its valid (t0, t1) pairs; per
+  // tile: pointers.
+  const size_t per_line = static_cast<size_t>(Tmax + 1);
+  std::vector<int32_t> wtap(LB * per_line), wtap_f(LB * per_line);
+  std::vector<int64_t> tapoff(LB * per_line), tapoff_f(LB * per_line), off01(LB * per_line);
   std::vector<int64_t> ntap(static_cast<size_t>(LB)), n01(static_cast<size_t>(LB));
   std::vector<int64_t> obase(static_cast<size_t>(LB));
   std::vector<const float*> ind(static_cast<size_t>(MR * std::max<int64_t>(Tmax, 1)));
   std::vector<const float*> rows(static_cast<size_t>(MR));
   std::vector<float*> outp(static_cast<size_t>(MR));
-  std::vector<float> scratch(static_cast<size_t>(d.C + 16));
+  std::vector<float> scratch(static_cast<size_t>(d.nblocks * d.NR + 16));
   const float* const zp = d.zeros;
+  const bool fused = d.K2 > 1;
+  std::vector<int64_t> jl;  // positions along axis 2 in tile order
+  std::vector<std::pair<int64_t, int64_t>> tiles;
 #pragma omp for schedule(dynamic, 1) nowait
   for (size_t it = 0; it < items.size(); ++it) {
     const Item& item = items[it];
     const Phase& ph = (*d.phases)[static_cast<size_t>(item.phase)];
     const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
     const int64_t T0 = a0.taps, T1 = a1.taps, T2 = a2.taps, R2 = a2.rows;
-    const int64_t nl = std::min(LB, a1.rows - item.j1);
+    const int64_t nl = item.nl;
     const float* const in_base = d.in + item.n * d.in_img;
     float* const out_base = d.out + item.n * d.out_img;
     const bool any_interior = !a2.delta.empty();
     for (int64_t l = 0; l < nl; ++l) {
       const int64_t j0 = item.j0, j1 = item.j1 + l;
+      const size_t L = static_cast<size_t>(l) * per_line;
       int64_t k = 0, v = 0;
       for (int64_t t0 = 0; t0 < T0; ++t0)
         for (int64_t t1 = 0; t1 < T1; ++t1) {
           const int64_t o = a0.in_off[j0 * T0 + t0] + a1.in_off[j1 * T1 + t1];
           if (o < 0) continue;  // padding (kPad) on axis 0 or 1
-          off01[l * Tmax + v++] = o;
+          wtap_f[L + v] = static_cast<int32_t>(t0 * T1 + t1);
+          tapoff_f[L + v] = o;
+          off01[L + v++] = o;
           for (int64_t t2 = 0; t2 < T2; ++t2, ++k) {
-            wtap[l * Tmax + k] = static_cast<int32_t>((t0 * T1 + t1) * T2 + t2);
-            tapoff[l * Tmax + k] = o + (any_interior ? a2.delta[t2] : 0);
+            wtap[L + k] = static_cast<int32_t>((t0 * T1 + t1) * T2 + t2);
+            tapoff[L + k] = o + (any_interior ? a2.delta[t2] : 0);
           }
         }
       ntap[l] = k;
@@ -677,36 +698,67 @@ void run_dw_lines(const DwLines& d) {
       obase[l] = a0.out_off[j0] + a1.out_off[j1];
     }
     ConvTileArgs args;
-    args.w = d.w + ph.tap_off * d.C;
-    args.bias = d.bias;
-    args.ncols = d.C;
     args.stream = d.stream;
+    args.prefetch = d.prefetch;
     args.out = outp.data();
-    for (int64_t j2 = 0; j2 < R2; j2 += MR) {
-      const int64_t real = std::min(MR, R2 - j2);
+    // Tiles along the line: (first position in jl, rows). GEMM tiles (which
+    // have partial variants): the interior run in tiles from its start, then
+    // the border positions gathered into pointer tiles; depthwise: tiles from
+    // position 0.
+    jl.clear();
+    tiles.clear();
+    int64_t lo = 0, hi = 0;
+    if (!d.depthwise) {
+      while (lo < R2 && !a2.interior[lo]) ++lo;
+      hi = lo;
+      while (hi < R2 && a2.interior[hi]) ++hi;
+    }
+    // Runs of positions cut into tiles of MR rows (depthwise: the last one
+    // filled up with dummy rows) or, GEMM, into tiles of near-equal size
+    // (no tile of one or two rows, whose weight loads serve few FMAs).
+    auto cut = [&](int64_t first, int64_t len) {
+      const int64_t nt = (len + MR - 1) / MR;
+      for (int64_t t = 0; t < nt; ++t) {
+        const int64_t a = d.depthwise ? t * MR : len * t / nt;
+        const int64_t b = d.depthwise ? std::min(len, a + MR) : len * (t + 1) / nt;
+        tiles.push_back({first + a, b - a});
+      }
+    };
+    for (int64_t j = lo; j < hi; ++j) jl.push_back(j);
+    cut(0, hi - lo);
+    const int64_t nb0 = static_cast<int64_t>(jl.size());
+    for (int64_t j = 0; j < R2; ++j)
+      if (j < lo || j >= hi) jl.push_back(j);
+    cut(nb0, R2 - nb0);
+    for (const auto& [tj, real] : tiles) {
+      const int64_t* jp = jl.data() + tj;
       bool interior = true;
-      for (int64_t m = 0; m < real && interior; ++m) interior = a2.interior[j2 + m] != 0;
+      for (int64_t m = 0; m < real && interior; ++m) interior = a2.interior[jp[m]] != 0;
       for (int64_t l = 0; l < nl; ++l) {
+        const size_t L = static_cast<size_t>(l) * per_line;
         const int64_t T = ntap[l];
-        args.ntaps = T;
-        args.wtap = T == ph.taps ? nullptr : wtap.data() + l * Tmax;
+        const bool row_mode = interior && T > 0;
+        const bool fuse_tile = fused && row_mode;
+        args.ntaps = fuse_tile ? n01[l] : T;
+        args.wtap = T == ph.taps ? nullptr : fuse_tile ? wtap_f.data() + L : wtap.data() + L;
+        args.cred = fuse_tile ? d.cred * d.K2 : d.cred;
         for (int64_t m = 0; m < MR; ++m)
-          outp[m] = m < real ? out_base + obase[l] + a2.out_off[j2 + m] : scratch.data();
-        if (interior && T > 0) {
+          outp[m] = m < real ? out_base + obase[l] + a2.out_off[jp[m]] : scratch.data();
+        if (row_mode) {
           for (int64_t m = 0; m < MR; ++m)
-            rows[m] = in_base + a2.in_off[(j2 + std::min(m, real - 1)) * T2];
+            rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
           args.rows = rows.data();
-          args.tapoff = tapoff.data() + l * Tmax;
+          args.tapoff = fuse_tile ? tapoff_f.data() + L : tapoff.data() + L;
           args.a = nullptr;
         } else {
-          const int64_t* o01 = off01.data() + l * Tmax;
+          const int64_t* o01 = off01.data() + L;
           for (int64_t m = 0; m < MR; ++m) {
             const float** a = ind.data() + m;
             if (m >= real) {
               for (int64_t t = 0; t < T; ++t) a[t * MR] = zp;
               continue;
             }
-            const int64_t* i2 = a2.in_off.data() + (j2 + m) * T2;
+            const int64_t* i2 = a2.in_off.data() + jp[m] * T2;
             int64_t t = 0;
             for (int64_t v = 0; v < n01[l]; ++v)
               for (int64_t t2 = 0; t2 < T2; ++t2, ++t)
@@ -715,7 +767,21 @@ void run_dw_lines(const DwLines& d) {
           args.rows = nullptr;
           args.a = ind.data();
         }
-        d.fn(&args);
+        if (d.depthwise) {
+          args.w = d.w + ph.tap_off * d.ncols;
+          args.bias = d.bias;
+          args.ncols = d.ncols;
+          d.fn(&args);
+          continue;
+        }
+        const ConvTileFn fn = real < MR ? d.partial(d.fn, static_cast<int>(real)) : d.fn;
+        for (int64_t q = 0; q < d.nblocks; ++q) {
+          args.w = d.w + q * d.w_block + ph.tap_off * d.cred * d.NR;
+          args.bias = d.bias + q * d.NR;
+          args.col_off = q * d.NR;
+          args.ncols = std::min(d.NR, d.ncols - q * d.NR);
+          fn(&args);
+        }
       }
     }
   }
@@ -1158,18 +1224,24 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     for (size_t i = 0; i < phases.size(); ++i)
       if (b < phases[i].blocks) block_order.push_back({static_cast<int32_t>(i), b});
 
-  // Depthwise tiles line by line (run_dw_lines) when lines are long enough
-  // that their tiles' dummy rows are at most 1/8 of the rows; shorter lines
-  // (small images) share tiles across lines and images below (benchdnn's
-  // 5-pixel depthwise layers ran 10-15 % slower line by line).
-  bool dw_lines = dw;
+  // Tiles line by line (run_lines): depthwise, and backward-data with fused
+  // taps (a few diff_dst channels) whose packed weights stay in L1 (every
+  // tile runs all column blocks), when lines are long enough that whole
+  // tiles leave at most 1/8 of the rows over. Zen 5, rotated A/B: DCGAN's
+  // 64 <- 3 k4 s2 1.08-1.12x, the 36 <- 4 k3 s3 on 360x640 1.1-1.14x
+  // (AVX2: 1.03-1.05x; with 139 KB of weights, AlexNet's 96 <- 3 k11 s4
+  // ran 3.5 % slower there, so it stays below). Shorter lines (small
+  // images) share tiles across lines and images below (benchdnn's 5-pixel
+  // depthwise layers ran 10-15 % slower line by line).
+  bool by_lines = dw || (fuse && !by_columns && w_bytes <= (64 << 10));
   for (const Phase& ph : phases) {
     const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
-    if (8 * (padded - ph.ax[2].rows) > padded) dw_lines = false;
+    if (8 * (padded - ph.ax[2].rows) > padded) by_lines = false;
   }
-  const DwLines dwl{kern.fn, MR, &phases, NI, fold_batch ? 0 : in_pix * in_c,
-                    fold_batch ? 0 : out_pix * out_c, in, out, wp.get(), biasp.data(), cols,
-                    stream, zeros.data(), nthreads};
+  const Lines lines{kern.fn, partial, MR, &phases, NI, fold_batch ? 0 : in_pix * in_c,
+                    fold_batch ? 0 : out_pix * out_c, in, out, wp.get(), block_floats, NB, NR,
+                    biasp.data(), cols, cred, fuse ? K2 : 1, dw, stream, prefetch, zeros.data(),
+                    nthreads};
 
   // One parallel region per call: packing, then (after the implicit barrier
   // of the packing loop) the tiles.
@@ -1454,8 +1526,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       }
     };
 
-    if (dw_lines) {
-      run_dw_lines(dwl);
+    if (by_lines) {
+      run_lines(lines);
     } else if (by_columns) {
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t it = 0; it < ncolblocks; ++it) {

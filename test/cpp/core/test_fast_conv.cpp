@@ -390,6 +390,27 @@ TEST(FastConvF32, DepthwiseLines) {
     check_case(make(2, 3, 48, 1, 1, {40, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 48, nt);
 }
 
+// Backward-data with a few diff_dst channels (fused taps) line by line:
+// interior tiles fused in row mode, border positions of a line gathered into
+// pointer tiles, tiles of near-equal size (partial tiles), lines whose outer
+// taps are partly or wholly padding, several column blocks, 1D/3D, 1-3
+// threads. (Each case's forward runs too.)
+TEST(FastConvF32, FusedBackwardDataLines) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  // DCGAN's 64 <- 3 k4 s2 on lines of 64.
+  check_case(make(2, 2, 1, 64, 3, {12, 64}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 60);
+  // The 36 <- 4 k3 s3 upsampler (no padding); 40 columns, lines of 50.
+  check_case(make(2, 1, 1, 36, 4, {10, 50}, {3, 3}, {3, 3}, {1, 1}, {0, 0}, {0, 0}), 61);
+  check_case(make(2, 1, 1, 40, 4, {6, 30}, {3, 3}, {3, 3}, {1, 1}, {2, 1}, {2, 0}, {1, 2}), 62);
+  // Pads as wide as the kernel on the outer axis: lines with no tap inside.
+  check_case(make(2, 1, 1, 32, 3, {5, 48}, {2, 3}, {1, 1}, {1, 1}, {2, 1}, {0, 1}), 63);
+  // 80 columns: several column blocks per tile; 1D, 2 fused taps.
+  check_case(make(1, 2, 1, 80, 2, {40}, {2}, {1}, {1}, {0}, {0}), 64);
+  check_case(make(3, 1, 1, 24, 3, {3, 4, 24}, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 0, 1}, {0, 1, 1}), 65);
+  for (int nt : {1, 2, 3})
+    check_case(make(2, 3, 1, 48, 5, {9, 31}, {3, 5}, {2, 2}, {1, 1}, {1, 2}, {1, 1}, {1, 1}), 66, nt);
+}
+
 // GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).
 // Backward-data to 36 channels (8x48 tiles of 36 columns: consecutive rows
 // staged and written as whole lines; the last tile of 3 rows line by line),
