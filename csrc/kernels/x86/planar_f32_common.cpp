@@ -1604,10 +1604,12 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   // AMD AVX-512, backward-data whose channels-last tiles would mostly
   // multiply zeros: lanes of padded columns times taps outside diff_dst
   // (cropping pads, small images). benchdnn's 3D ic-tail problem (17 columns
-  // in tiles of 32, 24 % of the (pixel, tap) pairs inside: 13 % useful) runs
+  // in tiles of 32, 24 % of the (pixel, tap) pairs inside: 13 % useful) ran
   // 1.3x faster planar; 16 columns at 24 % (a tie) or 17 at 77 % (0.6x) stay
-  // channels-last.
-  if (!forward && amd512 && p.G == 1 && p.ICg > 4 &&
+  // channels-last. Since its 16 diff_dst channels' fused taps run line by
+  // line (dropping a line's padded outer taps: see run_lines), it runs
+  // 1.2x faster channels-last (Zen 5): fused problems stay channels-last.
+  if (!forward && amd512 && p.G == 1 && p.ICg > 4 && !backward_data_fuses_taps(p) &&
       valid_tap_share(p) * gemm_column_share(isa, p.ICg) < 0.2)
     return true;
   const Geometry g = geometry(p, forward);

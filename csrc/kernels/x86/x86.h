@@ -16,6 +16,11 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
 // forward_f32 / backward_data_f32 pick for ncol columns per group (17 columns
 // in tiles of 32: 0.53).
 double gemm_column_share(Isa isa, int64_t ncol);
+// Whether backward_data_f32's GEMM tiles fuse the innermost taps (one group,
+// at most 16 diff_dst channels, dilation 1 innermost, K2 > 1, not the
+// dot-product tiles): those tiles run line by line, dropping a line's padded
+// outer taps, when the packed weights are small.
+bool backward_data_fuses_taps(const ConvProblem& p);
 // Whether backward_weights_f32 can fuse consecutive innermost taps into one
 // tile (one group, dilation 1 innermost, K2 > 1, a small GEMM): it does when
 // diff_dst is the broadcast side (few diff_dst channels).

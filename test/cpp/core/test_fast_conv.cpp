@@ -409,6 +409,10 @@ TEST(FastConvF32, FusedBackwardDataLines) {
   check_case(make(3, 1, 1, 24, 3, {3, 4, 24}, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 0, 1}, {0, 1, 1}), 65);
   for (int nt : {1, 2, 3})
     check_case(make(2, 3, 1, 48, 5, {9, 31}, {3, 5}, {2, 2}, {1, 1}, {1, 2}, {1, 1}, {1, 1}), 66, nt);
+  // Short lines where most (row, tap) pairs are padding (benchdnn's 3D
+  // ic-tail: 8-pixel lines, cropping pads, 24 % inside) and a 2D one.
+  check_case(make(3, 2, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {3, 3, 3}, {2, 2, 2}), 67);
+  check_case(make(2, 2, 1, 20, 6, {7, 9}, {4, 4}, {1, 1}, {1, 1}, {3, 4}, {3, 3}), 68);
 }
 
 // GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).

@@ -289,14 +289,19 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c64, Pass::Forward, true));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c64, Pass::BackwardData, true));
   // AMD, backward-data whose channels-last tiles would mostly multiply
-  // zeros: benchdnn's 3D ic tail (17 of 32 lanes, 24 % of the (pixel, tap)
-  // pairs inside) planar; the same without cropping pads (77 % inside), and
-  // on Intel (lines of 8), channels-last.
+  // zeros: 17 of 32 lanes and 24 % of the (pixel, tap) pairs inside (3D,
+  // cropping pads) planar with 32 diff_dst channels; with 16 (benchdnn's 3D
+  // ic tail) the channels-last tiles fuse taps and drop a line's padded
+  // outer taps: channels-last, as without cropping pads (77 % inside) and
+  // on Intel (lines of 8).
   const ConvProblem tail =
       make(3, 8, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {3, 3, 3}, {2, 2, 2});
+  const ConvProblem tail32 =
+      make(3, 8, 1, 17, 32, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {3, 3, 3}, {2, 2, 2});
   const ConvProblem tail_uncropped =
       make(3, 8, 1, 17, 16, {8, 8, 8}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1});
-  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, true));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, tail32, Pass::BackwardData, true));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, true));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail, Pass::BackwardData, false));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, tail_uncropped, Pass::BackwardData, true));
   // AMD, backward-data of 1x1 kernels as a GEMM over 480-512 columns:
