@@ -651,12 +651,12 @@ void run_lines(const Lines& d) {
     }
   int64_t Tmax = 0;
   for (const Phase& ph : *d.phases) Tmax = std::max(Tmax, ph.taps);
-  // Per line of an item: its valid taps (packed index, row-mode offset; fused:
-  // per valid (t0, t1)) and the offsets of its valid (t0, t1) pairs; per
-  // tile: pointers.
+  // Per line of an item: its valid taps (packed index, row-mode offset) and
+  // its valid (t0, t1) pairs (fused tap index, offset: also the fused row-mode
+  // offsets); per tile: pointers.
   const size_t per_line = static_cast<size_t>(Tmax + 1);
   std::vector<int32_t> wtap(LB * per_line), wtap_f(LB * per_line);
-  std::vector<int64_t> tapoff(LB * per_line), tapoff_f(LB * per_line), off01(LB * per_line);
+  std::vector<int64_t> tapoff(LB * per_line), off01(LB * per_line);
   std::vector<int64_t> ntap(static_cast<size_t>(LB)), n01(static_cast<size_t>(LB));
   std::vector<int64_t> obase(static_cast<size_t>(LB));
   std::vector<const float*> ind(static_cast<size_t>(MR * std::max<int64_t>(Tmax, 1)));
@@ -686,7 +686,6 @@ void run_lines(const Lines& d) {
           const int64_t o = a0.in_off[j0 * T0 + t0] + a1.in_off[j1 * T1 + t1];
           if (o < 0) continue;  // padding (kPad) on axis 0 or 1
           wtap_f[L + v] = static_cast<int32_t>(t0 * T1 + t1);
-          tapoff_f[L + v] = o;
           off01[L + v++] = o;
           for (int64_t t2 = 0; t2 < T2; ++t2, ++k) {
             wtap[L + k] = static_cast<int32_t>((t0 * T1 + t1) * T2 + t2);
@@ -748,7 +747,7 @@ void run_lines(const Lines& d) {
           for (int64_t m = 0; m < MR; ++m)
             rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
           args.rows = rows.data();
-          args.tapoff = fuse_tile ? tapoff_f.data() + L : tapoff.data() + L;
+          args.tapoff = fuse_tile ? off01.data() + L : tapoff.data() + L;
           args.a = nullptr;
         } else {
           const int64_t* o01 = off01.data() + L;
@@ -1237,18 +1236,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   for (const Phase& ph : phases) {
     const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
     if (8 * (padded - ph.ax[2].rows) <= padded) continue;
-    // Short lines: GEMM tiles still go line by line (partial tiles, no
-    // dummy rows) when most (row, tap) pairs are padding, which a line's
-    // outer taps drop as a whole: benchdnn's 3D ic-tail backward-data (8^3,
-    // pads 3/2, 24 % of the pairs inside) 1.1-1.2x; at 77 % inside (pads 1)
-    // 6 % slower.
-    double inside = 1;
-    for (const AxisMap& m : ph.ax) {
-      int64_t n = 0;
-      for (int64_t v : m.in) n += v >= 0;
-      inside *= m.in.empty() ? 1.0 : static_cast<double>(n) / static_cast<double>(m.in.size());
-    }
-    if (dw || inside >= 0.5 || 2 * ph.ax[2].rows < MR) by_lines = false;
+    // Short lines: GEMM tiles (fused backward-data, one phase) still go line
+    // by line (partial tiles, no dummy rows) when most (pixel, tap) pairs are
+    // padding, which a line's outer taps drop as a whole: benchdnn's 3D
+    // ic-tail backward-data (8^3, pads 3/2, 24 % of the pairs inside)
+    // 1.1-1.2x; at 77 % inside (pads 1) 6 % slower.
+    if (dw || 2 * ph.ax[2].rows < MR || valid_tap_share(p) >= 0.5) by_lines = false;
   }
   const Lines lines{kern.fn, partial, MR, &phases, NI, fold_batch ? 0 : in_pix * in_c,
                     fold_batch ? 0 : out_pix * out_c, in, out, wp.get(), block_floats, NB, NR,

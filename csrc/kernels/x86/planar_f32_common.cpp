@@ -1509,18 +1509,6 @@ bool planar_depthwise_backward_data(const ConvProblem& p) {
   return p.ICg == 1 && p.OCg == 1 && !one_pixel_covering(p) && !gemm_bwd_data_preferred(p);
 }
 
-namespace {
-// Activation elements (src and dst, every image) and multiply-adds per element.
-double activation_elements(const ConvProblem& p) {
-  return p.N * (static_cast<double>(p.IC()) * p.src_spatial() +
-                static_cast<double>(p.OC()) * p.dst_spatial());
-}
-double macs_per_element(const ConvProblem& p) {
-  return p.macs() / std::max(1.0, activation_elements(p));
-}
-
-// Share of the (src pixel, tap) pairs that land inside dst (below 1 where
-// pads crop the output, or on small images under large kernels).
 double valid_tap_share(const ConvProblem& p) {
   double share = 1.0;
   for (int a = 0; a < kAxes; ++a) {
@@ -1533,6 +1521,16 @@ double valid_tap_share(const ConvProblem& p) {
     share *= static_cast<double>(pairs) / static_cast<double>(all);
   }
   return share;
+}
+
+namespace {
+// Activation elements (src and dst, every image) and multiply-adds per element.
+double activation_elements(const ConvProblem& p) {
+  return p.N * (static_cast<double>(p.IC()) * p.src_spatial() +
+                static_cast<double>(p.OC()) * p.dst_spatial());
+}
+double macs_per_element(const ConvProblem& p) {
+  return p.macs() / std::max(1.0, activation_elements(p));
 }
 
 // Little work per activation element (the layout changes dominate) on lines

@@ -21,6 +21,10 @@ double gemm_column_share(Isa isa, int64_t ncol);
 // dot-product tiles): those tiles run line by line, dropping a line's padded
 // outer taps, when the packed weights are small.
 bool backward_data_fuses_taps(const ConvProblem& p);
+// Share of the (src pixel, tap) pairs that land inside dst (below 1 where
+// pads crop the output, or on small images under large kernels;
+// planar_f32_common.cpp).
+double valid_tap_share(const ConvProblem& p);
 // Whether backward_weights_f32 can fuse consecutive innermost taps into one
 // tile (one group, dilation 1 innermost, K2 > 1, a small GEMM): it does when
 // diff_dst is the broadcast side (few diff_dst channels).
