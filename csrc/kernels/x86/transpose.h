@@ -20,5 +20,15 @@ void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int c
 void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int cols,
                          float* const* dst);
 
+// As transpose_rows, into whole cache lines with non-temporal stores: each
+// destination row j < cols is 64-byte aligned and gets all 16 floats written
+// (zeros past `rows`). For packing weights that outgrow the caches: no read
+// for ownership of the lines written. The caller fences (_mm_sfence) before
+// another thread reads them.
+void transpose_rows_stream_avx512(const float* src, int64_t src_stride, int rows, int cols,
+                                  float* const* dst);
+void transpose_rows_stream_avx2(const float* src, int64_t src_stride, int rows, int cols,
+                                float* const* dst);
+
 }  // namespace x86
 }  // namespace tct

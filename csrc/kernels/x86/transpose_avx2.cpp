@@ -47,5 +47,26 @@ void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int col
   }
 }
 
+void transpose_rows_stream_avx2(const float* src, int64_t src_stride, int rows, int cols,
+                                float* const* dst) {
+  // Both halves of a line stored back to back (one write-combining buffer).
+  for (int j0 = 0; j0 < cols; j0 += 8) {
+    const __m256i cm = first_lanes(cols - j0);
+    __m256 r[2][8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        r[h][i] = 8 * h + i < rows ? _mm256_maskload_ps(src + (8 * h + i) * src_stride + j0, cm)
+                                   : _mm256_setzero_ps();
+      transpose8x8(r[h]);  // r[h][j]: column j0 + j over rows 8h..
+    }
+    for (int j = 0; j < 8 && j0 + j < cols; ++j) {
+      _mm256_stream_ps(dst[j0 + j], r[0][j]);
+      _mm256_stream_ps(dst[j0 + j] + 8, r[1][j]);
+    }
+  }
+}
+
 }  // namespace x86
 }  // namespace tct

@@ -70,5 +70,18 @@ void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int c
     if (j < cols) _mm512_mask_storeu_ps(dst[j], rm, r[j]);
 }
 
+void transpose_rows_stream_avx512(const float* src, int64_t src_stride, int rows, int cols,
+                                  float* const* dst) {
+  const __mmask16 cm = static_cast<__mmask16>((1u << cols) - 1u);
+  __m512 r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * src_stride) : _mm512_setzero_ps();
+  transpose16(r);
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j)
+    if (j < cols) _mm512_stream_ps(dst[j], r[j]);
+}
+
 }  // namespace x86
 }  // namespace tct

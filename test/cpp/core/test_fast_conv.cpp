@@ -431,6 +431,21 @@ TEST(FastConvF32, LargeOutputsStreamed) {
   check_case(make(2, 1, 1, 8, 96, {112, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 20);
 }
 
+// Packed weights of 2 MiB and more: written with non-temporal stores, whole
+// 16-float lines (zeros past the columns). Forward IOX (per channel a
+// [column][tap] transpose; 9 taps, 300 columns: a column block of 44, a
+// 12-column strip) and its backward-data (columns outermost, a reduction of
+// 300 channels); XOI (reduction channels innermost: per tap a transpose);
+// a 1D k16 s8 layer (16 taps), on 1-3 threads.
+TEST(FastConvF32, PackedWeightsStreamed) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  check_case(make(2, 2, 1, 256, 300, {3, 3}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 50);
+  check_case(make(2, 1, 1, 300, 256, {2, 3}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, {1, 1}, true,
+                  WeightsFormat::XOI), 51);
+  for (int nt : {1, 2, 3})
+    check_case(make(1, 1, 1, 128, 260, {5}, {16}, {8}, {1}, {4}, {4}), 52, nt);
+}
+
 // Any thread count gives the same (exact) results.
 TEST(FastConvF32, ThreadCounts) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
