@@ -56,7 +56,11 @@ void transpose_block16_avx512(const float* src, int64_t src_stride, float* dst,
   for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * dst_stride, r[j]);
 }
 
-void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int cols,
+namespace {
+
+// transpose_rows (STREAM: whole lines with non-temporal stores, see transpose.h).
+template <bool STREAM>
+inline void transpose_rows(const float* src, int64_t src_stride, int rows, int cols,
                            float* const* dst) {
   const __mmask16 cm = static_cast<__mmask16>((1u << cols) - 1u);
   const __mmask16 rm = static_cast<__mmask16>((1u << rows) - 1u);
@@ -66,21 +70,23 @@ void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int c
     r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * src_stride) : _mm512_setzero_ps();
   transpose16(r);
 #pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j)
-    if (j < cols) _mm512_mask_storeu_ps(dst[j], rm, r[j]);
+  for (int j = 0; j < 16; ++j) {
+    if (j >= cols) continue;
+    if constexpr (STREAM) _mm512_stream_ps(dst[j], r[j]);
+    else _mm512_mask_storeu_ps(dst[j], rm, r[j]);
+  }
+}
+
+}  // namespace
+
+void transpose_rows_avx512(const float* src, int64_t src_stride, int rows, int cols,
+                           float* const* dst) {
+  transpose_rows<false>(src, src_stride, rows, cols, dst);
 }
 
 void transpose_rows_stream_avx512(const float* src, int64_t src_stride, int rows, int cols,
                                   float* const* dst) {
-  const __mmask16 cm = static_cast<__mmask16>((1u << cols) - 1u);
-  __m512 r[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i)
-    r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * src_stride) : _mm512_setzero_ps();
-  transpose16(r);
-#pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j)
-    if (j < cols) _mm512_stream_ps(dst[j], r[j]);
+  transpose_rows<true>(src, src_stride, rows, cols, dst);
 }
 
 }  // namespace x86
