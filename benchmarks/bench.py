@@ -62,6 +62,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# numpy's OpenBLAS (imported with torch, unused by either side's convolutions)
+# otherwise starts a worker thread that wakes now and then: 1.3 % of the CPU
+# samples of a timing loop on 2 cores, stolen from whichever threads are timed.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import cases as cases_mod  # noqa: E402
 import torch  # noqa: E402
