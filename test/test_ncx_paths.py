@@ -50,6 +50,18 @@ LAYERS = [
               pads_begin=(0, 0), pads_end=(0, 0), bias=True, name="z_to_4x4"),
     P.Problem(N=2, IC=64, OC=64, src_sp=(4, 4), K=(3, 3), strides=(2, 2), dilations=(1, 1),
               pads_begin=(1, 1), pads_end=(1, 1), output_padding=(1, 1), name="deep_small"),
+    # 1x1 kernels with strides, whose forward 'auto' computes at src's resolution and
+    # expands (the positions between the strided ones: bias only): pads that drop
+    # src positions, output padding, stride 3 and 1 in 3D, groups, no bias.
+    P.Problem(N=2, IC=24, OC=20, src_sp=(7, 13), K=(1, 1), strides=(2, 2), dilations=(1, 1),
+              pads_begin=(1, 0), pads_end=(0, 1), output_padding=(1, 1), bias=True,
+              name="1x1_s2_pads"),
+    P.Problem(N=1, IC=16, OC=24, src_sp=(3, 4, 9), K=(1, 1, 1), strides=(2, 1, 3),
+              dilations=(1, 1, 1), pads_begin=(0, 0, 1), pads_end=(0, 0, 0),
+              output_padding=(1, 0, 2), name="1x1_3d_s213"),
+    P.Problem(N=3, IC=16, OC=32, src_sp=(37,), K=(1,), strides=(2,), dilations=(1,),
+              pads_begin=(0,), pads_end=(0,), output_padding=(1,), groups=2, bias=True,
+              name="1x1_1d_g2"),
 ]
 
 RANDOM = _problems(7, 40)

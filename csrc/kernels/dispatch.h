@@ -67,4 +67,11 @@ bool use_planar(const ConvProblem& p, Pass pass);
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
                    int nthreads);
 
+// Forward of a 1x1 kernel with strides (K = 1 on every axis), dense NCX, from
+// its values at src's resolution: y (N, OC, I...) holds, per src position i,
+// the output at o = i*s - pb (bias included); every other output position is
+// the bias alone (zero without bias). Writes all of dst (N, OC, O...).
+void expand_strided_1x1_f32(const ConvProblem& p, const float* y, const float* bias, float* dst,
+                            int nthreads);
+
 }  // namespace tct

@@ -217,6 +217,22 @@ std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
   return {q, g.contiguous()};
 }
 
+// A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
+// problem at src's resolution (stride 1, no padding, O = I), whose outputs are
+// the strided problem's at o = i*s - pb (expand_strided_1x1_f32 writes the rest,
+// the bias alone). Nothing for other problems.
+std::optional<ConvProblem> strided_1x1_at_src(const ConvProblem& p) {
+  if (p.taps() != 1) return std::nullopt;
+  bool strided = false;
+  for (int a = 0; a < kAxes; ++a) strided = strided || p.s[a] > 1;
+  if (!strided) return std::nullopt;
+  ConvProblem q = p;
+  q.s = q.d = {1, 1, 1};
+  q.pb = q.pe = q.op = {0, 0, 0};
+  q.O = q.I;
+  return q;
+}
+
 bool use_fast_f32(const Tensor& t) {
   return t.scalar_type() == at::kFloat && active_isa() != Isa::Reference;
 }
@@ -279,12 +295,30 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
       reference();
     return dst;
   }
-  run_channels_last(
-      p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(), weights.numel(),
-      [&](const ConvProblem& q, const float* x, float* y) {
-        return fast_forward_f32(q, x, wv, bias_ptr, y, nt);
-      },
-      reference);
+  auto channels_last_kernel = [&](const ConvProblem& q, const float* x, float* y) {
+    return fast_forward_f32(q, x, wv, bias_ptr, y, nt);
+  };
+  // A 1x1 kernel with strides on dense NCX tensors (ResNet's 1x1 s2
+  // upsampling): computed at src's resolution (NCX, by the path its own
+  // problem takes), then written out once, the positions between the strided
+  // ones the bias alone. Channels-last, the whole output went through a buffer,
+  // prod(s) - 1 of its positions only bias, and was transposed back.
+  if (const auto q1 = strided_1x1_at_src(p);
+      q1 && ncx_path() == NcxPath::Auto && dense_ncx_pair(src, dst, df)) {
+    Tensor y = workspace(kInput2, dst_shape(*q1, df));
+    bool ok = true;
+    if (use_planar(*q1, Pass::Forward))
+      ok = fast_forward_ncx_f32(*q1, src.data_ptr<float>(), wv, bias_ptr, y.data_ptr<float>(), nt);
+    else
+      run_channels_last(*q1, df, src, p.IC(), p.src_spatial(), y, p.OC(), p.src_spatial(),
+                        weights.numel(), channels_last_kernel, [&] { ok = false; });
+    if (ok) {
+      expand_strided_1x1_f32(p, y.data_ptr<float>(), bias_ptr, dst.data_ptr<float>(), nt);
+      return dst;
+    }
+  }
+  run_channels_last(p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(),
+                    weights.numel(), channels_last_kernel, reference);
   return dst;
 }
 

@@ -1,6 +1,7 @@
 // The batched transpose used for NCX <-> channels-last, on every ISA.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -35,6 +36,60 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
     }
   }
   set_active_isa(before);
+}
+
+// The strided 1x1 forward's expansion from src's resolution: every output
+// position either its src position's value or the bias (zero without).
+TEST(Transpose, ExpandStrided1x1MatchesNaive) {
+  struct Axes { std::array<int64_t, kAxes> I, s, pb, pe, op; };
+  const Axes cases[] = {
+      {{1, 7, 13}, {1, 2, 2}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1}},  // pairs path, pads
+      {{1, 5, 9}, {1, 2, 2}, {0, 0, 0}, {0, 0, 0}, {0, 1, 1}},   // ResNet-like
+      {{3, 4, 9}, {2, 1, 3}, {0, 0, 1}, {0, 0, 0}, {1, 0, 2}},   // stride 3 inner
+      {{1, 1, 37}, {1, 1, 2}, {0, 0, 0}, {0, 0, 3}, {0, 0, 1}},  // cropped end
+  };
+  for (const Axes& a : cases)
+    for (bool with_bias : {true, false}) {
+      ConvProblem p;
+      p.spatial_rank = 3;
+      p.N = 2;
+      p.G = 2;
+      p.ICg = 3;
+      p.OCg = 5;
+      p.I = a.I;
+      p.s = a.s;
+      p.pb = a.pb;
+      p.pe = a.pe;
+      p.op = a.op;
+      for (int ax = 0; ax < kAxes; ++ax)
+        p.O[ax] = (p.I[ax] - 1) * p.s[ax] + 1 + p.op[ax] - p.pb[ax] - p.pe[ax];
+      const int64_t planes = p.N * p.OC();
+      std::vector<float> y(planes * p.src_spatial()), bias(p.OC());
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 97) + 1.f;
+      for (int64_t c = 0; c < p.OC(); ++c) bias[c] = -1.f - static_cast<float>(c);
+      std::vector<float> dst(planes * p.dst_spatial() + 16, 12345.f);
+      expand_strided_1x1_f32(p, y.data(), with_bias ? bias.data() : nullptr, dst.data(), 2);
+      for (int64_t c = 0; c < planes; ++c)
+        for (int64_t o0 = 0; o0 < p.O[0]; ++o0)
+          for (int64_t o1 = 0; o1 < p.O[1]; ++o1)
+            for (int64_t o2 = 0; o2 < p.O[2]; ++o2) {
+              const int64_t o[kAxes] = {o0, o1, o2};
+              int64_t i[kAxes];
+              bool in = true;
+              for (int ax = 0; ax < kAxes; ++ax) {
+                const int64_t q = o[ax] + p.pb[ax];
+                i[ax] = q / p.s[ax];
+                in = in && q % p.s[ax] == 0 && i[ax] < p.I[ax];
+              }
+              const float want =
+                  in ? y[((c * p.I[0] + i[0]) * p.I[1] + i[1]) * p.I[2] + i[2]]
+                     : (with_bias ? bias[c % p.OC()] : 0.f);
+              ASSERT_EQ(dst[((c * p.O[0] + o0) * p.O[1] + o1) * p.O[2] + o2], want)
+                  << "plane " << c << " at " << o0 << "," << o1 << "," << o2;
+            }
+      for (size_t k = planes * p.dst_spatial(); k < dst.size(); ++k)
+        ASSERT_EQ(dst[k], 12345.f) << "wrote past the end";
+    }
 }
 
 }  // namespace
