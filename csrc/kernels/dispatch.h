@@ -73,5 +73,10 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
 // the bias alone (zero without bias). Writes all of dst (N, OC, O...).
 void expand_strided_1x1_f32(const ConvProblem& p, const float* y, const float* bias, float* dst,
                             int nthreads);
+// The converse gather for the backward passes of such a kernel when every src
+// position lands inside diff_dst (pb = 0): dst (N, OC, I...) = diff_dst
+// (N, OC, O...) at o = i*s.
+void gather_strided_1x1_f32(const ConvProblem& p, const float* diff_dst, float* dst,
+                            int nthreads);
 
 }  // namespace tct

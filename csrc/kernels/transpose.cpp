@@ -168,4 +168,31 @@ void expand_strided_1x1_f32(const ConvProblem& p, const float* y, const float* b
     }
 }
 
+void gather_strided_1x1_f32(const ConvProblem& p, const float* diff_dst, float* dst,
+                            int nthreads) {
+  const int64_t planes = p.N * p.OC();
+  const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2], O0 = p.O[0], O1 = p.O[1], O2 = p.O[2];
+  const int64_t s0 = p.s[0], s1 = p.s[1], s2 = p.s[2];
+  // Stride 2 innermost: even elements of 8-float runs that stay inside the row.
+  const int64_t quads = s2 == 2 && O2 >= 8 ? std::min(I2, (O2 - 8) / 2 + 1) / 4 * 4 : 0;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+  for (int64_t c = 0; c < planes; ++c)
+    for (int64_t r = 0; r < I0 * I1; ++r) {
+      const int64_t i0 = r / I1, i1 = r % I1;
+      const float* s = diff_dst + ((c * O0 + i0 * s0) * O1 + i1 * s1) * O2;
+      float* d = dst + (c * I0 * I1 + r) * I2;
+      int64_t x = 0;
+      if (s2 == 1) {
+        std::copy(s, s + I2, d);
+        continue;
+      }
+#if defined(__SSE2__)
+      for (; x < quads; x += 4)
+        _mm_storeu_ps(d + x, _mm_shuffle_ps(_mm_loadu_ps(s + 2 * x), _mm_loadu_ps(s + 2 * x + 4),
+                                            _MM_SHUFFLE(2, 0, 2, 0)));
+#endif
+      for (; x < I2; ++x) d[x] = s[x * s2];
+    }
+}
+
 }  // namespace tct

@@ -203,18 +203,15 @@ std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
     strided = strided || p.s[a] > 1;
   }
   if (!strided) return {p, diff_dst};
-  const int S = p.spatial_rank;
-  Tensor g = diff_dst;
   ConvProblem q = p;
-  for (int i = 0; i < S; ++i) {
-    const int a = kAxes - S + i;
-    const int64_t start = -p.pb[a];  // position of src index 0 (pb == 0 here)
-    g = g.slice(2 + i, start, start + (p.I[a] - 1) * p.s[a] + 1, p.s[a]);
+  for (int a = 0; a < kAxes; ++a) {
     q.s[a] = q.d[a] = 1;
     q.pb[a] = q.pe[a] = q.op[a] = 0;
     q.O[a] = p.I[a];
   }
-  return {q, g.contiguous()};
+  Tensor g = at::empty(dst_shape(q, f), diff_dst.options());
+  gather_strided_1x1_f32(p, diff_dst.data_ptr<float>(), g.data_ptr<float>(), at::get_num_threads());
+  return {q, g};
 }
 
 // A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
