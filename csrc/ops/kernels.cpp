@@ -299,20 +299,29 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   // upsampling): computed at src's resolution (NCX, by the path its own
   // problem takes), then written out once, the positions between the strided
   // ones the bias alone. Channels-last, the whole output went through a buffer,
-  // prod(s) - 1 of its positions only bias, and was transposed back.
+  // prod(s) - 1 of its positions only bias, and was transposed back. In batch
+  // chunks of about a tenth of the batch: the buffer at src's resolution stays
+  // within 10 % of the output.
   if (const auto q1 = strided_1x1_at_src(p);
       q1 && ncx_path() == NcxPath::Auto && dense_ncx_pair(src, dst, df)) {
-    Tensor y = workspace(kInput2, dst_shape(*q1, df));
+    const int64_t chunk = (p.N + 9) / 10;
     bool ok = true;
-    if (use_planar(*q1, Pass::Forward))
-      ok = fast_forward_ncx_f32(*q1, src.data_ptr<float>(), wv, bias_ptr, y.data_ptr<float>(), nt);
-    else
-      run_channels_last(*q1, df, src, p.IC(), p.src_spatial(), y, p.OC(), p.src_spatial(),
-                        weights.numel(), channels_last_kernel, [&] { ok = false; });
-    if (ok) {
-      expand_strided_1x1_f32(p, y.data_ptr<float>(), bias_ptr, dst.data_ptr<float>(), nt);
-      return dst;
+    for (int64_t n0 = 0; n0 < p.N && ok; n0 += chunk) {
+      ConvProblem qc = *q1, pc = p;
+      qc.N = pc.N = std::min(chunk, p.N - n0);
+      const Tensor x = src.narrow(0, n0, qc.N);
+      Tensor y = workspace(kInput2, dst_shape(qc, df));
+      if (use_planar(qc, Pass::Forward))
+        ok = fast_forward_ncx_f32(qc, x.data_ptr<float>(), wv, bias_ptr, y.data_ptr<float>(), nt);
+      else
+        run_channels_last(qc, df, x, p.IC(), p.src_spatial(), y, p.OC(), p.src_spatial(),
+                          weights.numel(), channels_last_kernel, [&] { ok = false; });
+      if (ok)
+        expand_strided_1x1_f32(pc, y.data_ptr<float>(), bias_ptr,
+                               dst.data_ptr<float>() + n0 * p.OC() * p.dst_spatial(), nt);
     }
+    if (!ok) reference();
+    return dst;
   }
   run_channels_last(p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(),
                     weights.numel(), channels_last_kernel, reference);
