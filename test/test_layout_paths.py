@@ -106,3 +106,37 @@ def test_strided_1x1_backward_ncx(tct, isa, case, path):
             x, dy, weights_shape=list(w.shape), **kw)
     assert torch.equal(dx.double(), want_dx)
     assert torch.equal(dw.double(), want_dw)
+
+
+# Backward-weights of dense NCX activations of 4 MiB and more through channels-last
+# buffers in pieces that stay in the caches: slabs of the outermost spatial axis
+# where the kernel tiles diff_dst there (K = s), batch chunks otherwise; each later
+# piece's gradient is added to the first's. Exact against the oracle.
+PIECES = [
+    # (src NCX shape, OC, K, strides, pads, weights_format)
+    ((1, 16, 16, 16, 16), 32, [2, 2, 2], [2, 2, 2], [0, 0, 0], "IOX"),  # 3D slabs
+    ((2, 8, 64, 128), 16, [2, 2], [2, 2], [0, 0], "OIX"),  # 2D slabs, 2 images
+    ((8, 16, 64, 64), 16, [3, 3], [1, 1], [1, 1], "IOX"),  # batch chunks
+    ((1, 8, 50000), 8, [2], [2], [0], "XOI"),  # 1D slabs
+]
+
+
+@pytest.mark.parametrize("case", PIECES, ids=lambda c: "x".join(map(str, c[0])))
+def test_backward_weights_ncx_in_pieces(tct, isa, case):
+    shape, oc, k, s, pads, wf = case
+    S = len(s)
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randint(-3, 4, shape, generator=gen).float()
+    w_iox_shape = [shape[1], oc] + k
+    y = P.oracle_forward(x.double(), torch.zeros(w_iox_shape, dtype=torch.float64), None, s,
+                         pads, pads, [1] * S, [0] * S, 1)
+    dy = torch.randint(-3, 4, y.shape, generator=gen).float()
+    assert 4 * (x.numel() + dy.numel()) >= 4 * 2**20  # large enough for pieces
+    want = P.oracle_backward_weights(x.double(), dy.double(), w_iox_shape, s, pads, pads,
+                                     [1] * S, 1)
+    kw = dict(strides=s, pads_begin=pads, pads_end=pads, dilations=[1] * S,
+              output_padding=[0] * S, groups=1, data_format="NCX", weights_format=wf)
+    w_shape = list(P.weights_from_iox(torch.zeros(w_iox_shape), wf).shape)
+    with tct.use_ncx_path("channels_last"):
+        dw = torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=w_shape, **kw)
+    assert torch.equal(P.weights_to_iox(dw, wf).double(), want)

@@ -56,8 +56,10 @@ void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int6
 }  // namespace
 
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads) {
+                   int nthreads, int64_t src_ld, int64_t src_batch) {
   const Isa isa = active_isa();
+  const int64_t lds = src_ld < 0 ? cols : src_ld;  // source row stride
+  const int64_t sb = src_batch < 0 ? rows * lds : src_batch;
   void (*const block)(const float*, int64_t, float*, int64_t) =
       isa == Isa::Avx512 ? x86::transpose_block16_avx512
       : isa == Isa::Avx2 ? x86::transpose_block16_avx2
@@ -70,10 +72,10 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
       isa == Isa::Avx512 ? x86::transpose_rows_avx512
       : isa == Isa::Avx2 ? x86::transpose_rows_avx2
                          : nullptr;
-  // dst[(j0 + j) * rows + i0 + i] = src[(i0 + i) * cols + j0 + j], i < ni, j < nj.
+  // dst[(j0 + j) * rows + i0 + i] = src[(i0 + i) * lds + j0 + j], i < ni, j < nj.
   auto edges = [&](const float* s, float* d, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (!edge || std::min(i1 - i0, j1 - j0) < 8) {
-      transpose_scalar(s + i0 * cols + j0, cols, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
+      transpose_scalar(s + i0 * lds + j0, lds, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
       return;
     }
     float* dst_rows[16];
@@ -81,7 +83,7 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
       const int nj = static_cast<int>(std::min<int64_t>(16, j1 - j));
       for (int64_t i = i0; i < i1; i += 16) {
         for (int jj = 0; jj < nj; ++jj) dst_rows[jj] = d + (j + jj) * rows + i;
-        edge(s + i * cols + j, cols, static_cast<int>(std::min<int64_t>(16, i1 - i)), nj, dst_rows);
+        edge(s + i * lds + j, lds, static_cast<int>(std::min<int64_t>(16, i1 - i)), nj, dst_rows);
       }
     }
   };
@@ -92,7 +94,7 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t bi = 0; bi < tr; ++bi)
       for (int64_t bj = 0; bj < tc; ++bj) {
-        const float* s = src + b * rows * cols;
+        const float* s = src + b * sb;
         float* d = dst + b * rows * cols;
         const int64_t i0 = bi * order.rows, i1 = std::min(rows, i0 + order.rows);
         const int64_t j0 = bj * order.cols, j1 = std::min(cols, j0 + order.cols);
@@ -103,17 +105,17 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
           if (order.by_columns) {
             for (int64_t j = j0; j < j_full; j += 16)
               for (int64_t i = i0; i < i_full; i += 16)
-                block(s + i * cols + j, cols, d + j * rows + i, rows);
+                block(s + i * lds + j, lds, d + j * rows + i, rows);
           } else {
             for (int64_t i = i0; i < i_full; i += 16)
               for (int64_t j = j0; j < j_full; j += 16)
-                block(s + i * cols + j, cols, d + j * rows + i, rows);
+                block(s + i * lds + j, lds, d + j * rows + i, rows);
           }
         } else {
           i_full = j_full = -1;  // everything below
         }
         if (i_full < 0) {
-          transpose_scalar(s + i0 * cols + j0, cols, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
+          transpose_scalar(s + i0 * lds + j0, lds, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
           continue;
         }
         // Edges the 16x16 blocks left: columns j_full.. of all rows, rows i_full.. of the rest.

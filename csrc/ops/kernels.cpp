@@ -2,7 +2,9 @@
 // problem (problem.h) -> layouts and dtypes -> a kernel (kernels/).
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -228,6 +230,62 @@ std::optional<ConvProblem> strided_1x1_at_src(const ConvProblem& p) {
   q.pb = q.pe = q.op = {0, 0, 0};
   q.O = q.I;
   return q;
+}
+
+// Backward-weights of dense NCX activations through channels-last buffers in
+// pieces whose buffers stay in the caches while the kernels read them (the
+// whole-tensor transposes wrote them to memory and read them back): batch
+// chunks, or, where the kernel tiles diff_dst along the outermost spatial axis
+// (K = s, no dilation or padding there), slabs of that axis per image. The
+// first piece's gradient goes to diff_w, each later one to a second copy that
+// is added in (at most one extra copy of the gradient, 2+ threads). Only for
+// activations of 4 MiB and more whose pieces' gradient sums stay small next to
+// them. False (diff_w not complete) where it does not apply.
+bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, const Tensor& dd,
+                                    const Tensor& diff_w, WeightsFormat wf, int nt) {
+  constexpr double kPiece = 2.0 * (1 << 20);  // bytes of activations per piece
+  const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
+  const double image = 4.0 * static_cast<double>(IC * P + OC * Q);
+  if (nt < 2 || q.N * image < 2 * kPiece) return false;
+  int a = 0;  // outermost spatial axis with more than one src position
+  while (a < kAxes - 1 && q.I[a] == 1) ++a;
+  const bool slabs = image > kPiece && q.K[a] == q.s[a] && q.d[a] == 1 && q.pb[a] == 0 &&
+                     q.pe[a] == 0 && q.op[a] == 0;
+  if (image > kPiece && !slabs) return false;
+  const int64_t imgs = slabs ? 1 : std::max<int64_t>(1, static_cast<int64_t>(kPiece / image));
+  const int64_t rows =
+      slabs ? std::clamp<int64_t>(static_cast<int64_t>(q.I[a] * kPiece / image), 1, q.I[a])
+            : q.I[a];
+  const int64_t pieces = (q.N + imgs - 1) / imgs * ((q.I[a] + rows - 1) / rows);
+  if (pieces < 2 || 4.0 * diff_w.numel() * pieces > 0.25 * q.N * image) return false;
+  int64_t in_inner = 1, out_inner = 1;  // positions per step along axis a
+  for (int b = a + 1; b < kAxes; ++b) in_inner *= q.I[b], out_inner *= q.O[b];
+  Tensor extra = at::empty_like(diff_w);
+  const int S = q.spatial_rank;
+  const float* x = src.data_ptr<float>();
+  const float* y = dd.data_ptr<float>();
+  bool first = true;
+  for (int64_t n0 = 0; n0 < q.N; n0 += imgs)
+    for (int64_t i0 = 0; i0 < q.I[a]; i0 += rows) {
+      ConvProblem qp = q;
+      qp.N = std::min(imgs, q.N - n0);
+      qp.I[a] = std::min(rows, q.I[a] - i0);
+      qp.O[a] = qp.I[a] * q.s[a];
+      const int64_t pp = qp.src_spatial(), qq = qp.dst_spatial();
+      Tensor xb = workspace(kInput, {qp.N * pp * IC});
+      Tensor yb = workspace(kInput2, {qp.N * qq * OC});
+      transpose_f32(x + n0 * IC * P + i0 * in_inner, xb.data_ptr<float>(), qp.N, IC, pp, nt, P,
+                    IC * P);
+      transpose_f32(y + n0 * OC * Q + i0 * q.s[a] * out_inner, yb.data_ptr<float>(), qp.N, OC, qq,
+                    nt, Q, OC * Q);
+      const Tensor& target = first ? diff_w : extra;
+      if (!fast_backward_weights_f32(qp, xb.data_ptr<float>(), yb.data_ptr<float>(),
+                                     weights_view(target, wf, S), nt))
+        return false;
+      if (!first) diff_w.add_(extra);
+      first = false;
+    }
+  return true;
 }
 
 bool use_fast_f32(const Tensor& t) {
@@ -465,6 +523,9 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
     const auto [q, dd] = as_stride_1(p, df, diff_dst, src);
     if (dense_ncx_pair(src, dd, df) && use_planar(q, Pass::BackwardWeights) &&
         fast_backward_weights_ncx_f32(q, src.data_ptr<float>(), dd.data_ptr<float>(), wv, nt))
+      return diff_w;
+    if (dense_ncx_pair(src, dd, df) &&
+        backward_weights_ncx_in_pieces(q, src, dd, diff_w, plan.attrs.weights_format, nt))
       return diff_w;
     Tensor x = dense_nxc(src, df, kInput), dy = dense_nxc(dd, df, kInput2);
     if (fast_backward_weights_f32(q, x.data_ptr<float>(), dy.data_ptr<float>(), wv, nt))

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <tuple>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -33,6 +34,29 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
                 << "," << i << "," << j;
       for (size_t i = src.size(); i < dst.size(); ++i)
         ASSERT_EQ(dst[i], -1.f) << isa_name(isa) << " wrote past the end";
+    }
+  }
+  set_active_isa(before);
+}
+
+// Sources with their own row and batch strides (a slab of each channel plane).
+TEST(Transpose, StridedSourceMatchesNaive) {
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    set_active_isa(isa);
+    for (auto [batch, rows, cols, ld] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 16, 40, 100},
+                                         {3, 37, 70, 75}, {1, 8, 512, 4096}, {2, 130, 20, 33}}) {
+      const int64_t sbatch = rows * ld + 7;
+      std::vector<float> src(batch * sbatch), dst(batch * rows * cols + 16, -1.f);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+      transpose_f32(src.data(), dst.data(), batch, rows, cols, 2, ld, sbatch);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j)
+            ASSERT_EQ(dst[(b * cols + j) * rows + i], src[b * sbatch + i * ld + j])
+                << isa_name(isa) << " " << batch << "x" << rows << "x" << cols << " ld " << ld;
+      for (size_t i = batch * rows * cols; i < dst.size(); ++i) ASSERT_EQ(dst[i], -1.f);
     }
   }
   set_active_isa(before);
