@@ -269,8 +269,10 @@ bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, con
     for (int64_t i0 = 0; i0 < q.I[a]; i0 += rows) {
       ConvProblem qp = q;
       qp.N = std::min(imgs, q.N - n0);
-      qp.I[a] = std::min(rows, q.I[a] - i0);
-      qp.O[a] = qp.I[a] * q.s[a];
+      if (slabs) {
+        qp.I[a] = std::min(rows, q.I[a] - i0);
+        qp.O[a] = qp.I[a] * q.s[a];
+      }
       const int64_t pp = qp.src_spatial(), qq = qp.dst_spatial();
       Tensor xb = workspace(kInput, {qp.N * pp * IC});
       Tensor yb = workspace(kInput2, {qp.N * qq * OC});
