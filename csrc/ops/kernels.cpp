@@ -180,6 +180,22 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
   }
 }
 
+// A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
+// problem at src's resolution (stride 1, no padding, O = I), whose outputs are
+// the strided problem's at o = i*s - pb (expand_strided_1x1_f32 writes the rest,
+// the bias alone). Nothing for other problems.
+std::optional<ConvProblem> strided_1x1_at_src(const ConvProblem& p) {
+  if (p.taps() != 1) return std::nullopt;
+  bool strided = false;
+  for (int a = 0; a < kAxes; ++a) strided = strided || p.s[a] > 1;
+  if (!strided) return std::nullopt;
+  ConvProblem q = p;
+  q.s = q.d = {1, 1, 1};
+  q.pb = q.pe = q.op = {0, 0, 0};
+  q.O = q.I;
+  return q;
+}
+
 // Backward passes of a 1x1 kernel with strides above 1 on dense NCX tensors
 // read diff_dst only at the positions i*s - pb, 1/prod(s) of it (at s = 2,
 // every other element of every other row), which the channels-last path
@@ -195,41 +211,16 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
 // `other` is the pass's other activation (diff_src, src), dense NCX too.
 std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
                                            const Tensor& diff_dst, const Tensor& other) {
-  if (p.taps() != 1 || !dense_ncx_pair(diff_dst, other, f) ||
-      diff_dst.numel() < (int64_t{1} << 19))
+  const std::optional<ConvProblem> q = strided_1x1_at_src(p);
+  if (!q || !dense_ncx_pair(diff_dst, other, f) || diff_dst.numel() < (int64_t{1} << 19))
     return {p, diff_dst};
-  bool strided = false;
   for (int a = 0; a < kAxes; ++a) {
     const auto [lo, hi] = p.tap_src_range(a, 0);
     if (lo != 0 || hi != p.I[a]) return {p, diff_dst};
-    strided = strided || p.s[a] > 1;
   }
-  if (!strided) return {p, diff_dst};
-  ConvProblem q = p;
-  for (int a = 0; a < kAxes; ++a) {
-    q.s[a] = q.d[a] = 1;
-    q.pb[a] = q.pe[a] = q.op[a] = 0;
-    q.O[a] = p.I[a];
-  }
-  Tensor g = at::empty(dst_shape(q, f), diff_dst.options());
+  Tensor g = at::empty(dst_shape(*q, f), diff_dst.options());
   gather_strided_1x1_f32(p, diff_dst.data_ptr<float>(), g.data_ptr<float>(), at::get_num_threads());
-  return {q, g};
-}
-
-// A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
-// problem at src's resolution (stride 1, no padding, O = I), whose outputs are
-// the strided problem's at o = i*s - pb (expand_strided_1x1_f32 writes the rest,
-// the bias alone). Nothing for other problems.
-std::optional<ConvProblem> strided_1x1_at_src(const ConvProblem& p) {
-  if (p.taps() != 1) return std::nullopt;
-  bool strided = false;
-  for (int a = 0; a < kAxes; ++a) strided = strided || p.s[a] > 1;
-  if (!strided) return std::nullopt;
-  ConvProblem q = p;
-  q.s = q.d = {1, 1, 1};
-  q.pb = q.pe = q.op = {0, 0, 0};
-  q.O = q.I;
-  return q;
+  return {*q, g};
 }
 
 // Backward-weights of dense NCX activations through channels-last buffers in
