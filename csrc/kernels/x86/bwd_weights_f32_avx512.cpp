@@ -3,6 +3,8 @@
 // flags, so it must not instantiate anything that other files also define.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "bwd_weights_f32.h"
 
 namespace tct {
@@ -263,8 +265,81 @@ void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width,
   }
 }
 
+namespace {
+
+// Interleave tables for T taps (2 <= T <= kMaxInterleave): output vector v
+// of the contiguous run dst[n*T + t] holds the flat positions 16v .. 16v+15;
+// position j is row t = j % T, channel n = j / T. With the rows in pairs
+// (2k, 2k+1) as the two tables of vpermt2ps, the index of lane e is
+// n + 16 * (t & 1) whichever the pair, and pair_mask[v][k] marks the lanes
+// whose row is in pair k.
+constexpr int kMaxInterleave = 9;
+struct InterleaveTables {
+  int idx[kMaxInterleave + 1][kMaxInterleave][16];
+  uint16_t pair_mask[kMaxInterleave + 1][kMaxInterleave][(kMaxInterleave + 1) / 2];
+};
+constexpr InterleaveTables make_interleave_tables() {
+  InterleaveTables tb{};
+  for (int T = 2; T <= kMaxInterleave; ++T)
+    for (int v = 0; v < T; ++v)
+      for (int e = 0; e < 16; ++e) {
+        const int j = 16 * v + e, n = j / T, t = j % T;
+        tb.idx[T][v][e] = n + 16 * (t & 1);
+        tb.pair_mask[T][v][t / 2] = static_cast<uint16_t>(tb.pair_mask[T][v][t / 2] | (1u << e));
+      }
+  return tb;
+}
+constexpr InterleaveTables kInterleave = make_interleave_tables();
+
+// transpose_avx512 where the output run is contiguous (ld_n == nt == T):
+// T whole vectors, each merged from the row pairs with one vpermt2ps per
+// pair, instead of a 16x16 transpose (64 shuffles) and 16 partial stores.
+template <int T>
+void interleave_taps(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nn, float* dst,
+                     bool stream) {
+  const __mmask16 nm = static_cast<__mmask16>((1u << nn) - 1u);
+  __m512 r[T + (T & 1)];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    __m512 v = _mm512_maskz_loadu_ps(nm, src + t * ld_t);
+    for (int q = 1; q < nq; ++q)
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(nm, src + q * ld_q + t * ld_t));
+    r[t] = v;
+  }
+  if constexpr (T & 1) r[T] = _mm512_setzero_ps();
+  const int total = nn * T;  // floats of the run
+  stream = stream && nn == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+#pragma GCC unroll 16
+  for (int v = 0; v < T; ++v) {
+    if (16 * v >= total) break;
+    const __m512i idx = _mm512_loadu_si512(kInterleave.idx[T][v]);
+    __m512 acc = _mm512_permutex2var_ps(r[0], idx, r[1]);
+#pragma GCC unroll 8
+    for (int k = 1; 2 * k < T; ++k)
+      acc = _mm512_mask_mov_ps(acc, kInterleave.pair_mask[T][v][k],
+                               _mm512_permutex2var_ps(r[2 * k], idx, r[2 * k + 1]));
+    if (stream) _mm512_stream_ps(dst + 16 * v, acc);
+    else if (total - 16 * v >= 16) _mm512_storeu_ps(dst + 16 * v, acc);
+    else _mm512_mask_storeu_ps(dst + 16 * v, static_cast<__mmask16>((1u << (total - 16 * v)) - 1u), acc);
+  }
+}
+
+}  // namespace
+
 void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
                       float* dst, int64_t ld_n, bool stream) {
+  if (ld_n == nt && nt >= 2 && nt <= kMaxInterleave) {
+    switch (nt) {
+      case 2: return interleave_taps<2>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 3: return interleave_taps<3>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 4: return interleave_taps<4>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 5: return interleave_taps<5>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 6: return interleave_taps<6>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 7: return interleave_taps<7>(src, ld_t, ld_q, nq, nn, dst, stream);
+      case 8: return interleave_taps<8>(src, ld_t, ld_q, nq, nn, dst, stream);
+      default: return interleave_taps<9>(src, ld_t, ld_q, nq, nn, dst, stream);
+    }
+  }
   const __mmask16 nm = static_cast<__mmask16>((1u << nn) - 1u);
   const __mmask16 tm = static_cast<__mmask16>((1u << nt) - 1u);
   __m512 r[16], a[16], b[16];

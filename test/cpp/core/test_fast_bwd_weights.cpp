@@ -13,6 +13,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/x86/bwd_weights_f32.h"
 #include "kernels/x86/x86.h"
 #include "problem.h"
 
@@ -410,6 +411,43 @@ TEST(FastBackwardWeights, RandomGrouped) {
     check_case(random_case(rng, S, G, ICg, OCg, uni(1, 3), max_i), 2, rng);
     if (HasFatalFailure()) return;
   }
+}
+
+// The final transposes into taps-innermost layouts, alone: every tap count
+// (contiguous runs dst[n*nt + t] of 2-9 taps take the interleave path, the
+// rest the 16x16 transpose), channel tails, 1-3 summed copies, a run stride
+// larger than the taps, streaming stores; nothing past the run is written.
+TEST(FastBackwardWeights, TapTransposeMatchesNaive) {
+  using Fn = void (*)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool);
+  std::vector<std::pair<Isa, Fn>> fns;
+  if (isa_supported(Isa::Avx512)) fns.emplace_back(Isa::Avx512, x86::bww::transpose_avx512);
+  if (isa_supported(Isa::Avx2)) fns.emplace_back(Isa::Avx2, x86::bww::transpose_avx2);
+  const int64_t ld_t = 37, ld_q = 16 * 37 + 5;
+  std::vector<float> src(3 * ld_q);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 251) - 100.f;
+  for (auto [isa, fn] : fns)
+    for (int nq = 1; nq <= 3; ++nq)
+      for (int nt = 1; nt <= 16; ++nt)
+        for (int nn = 1; nn <= 16; ++nn)
+          for (int64_t ld_n : {int64_t{nt}, int64_t{nt} + 3, int64_t{16}})
+            for (bool stream : {false, true}) {
+              if (ld_n < nt) continue;
+              alignas(64) float dst[16 * 19 + 64];
+              std::fill(std::begin(dst), std::end(dst), -7.f);
+              fn(src.data(), ld_t, ld_q, nq, nt, nn, dst, ld_n, stream);
+              if (stream) (isa == Isa::Avx512 ? x86::bww::store_fence_avx512 : x86::bww::store_fence_avx2)();
+              for (int64_t i = 0; i < static_cast<int64_t>(std::size(dst)); ++i) {
+                const int64_t n = i / ld_n, t = i % ld_n;
+                float want = -7.f;
+                if (n < nn && t < nt) {
+                  want = 0.f;
+                  for (int q = 0; q < nq; ++q) want += src[q * ld_q + t * ld_t + n];
+                }
+                ASSERT_EQ(dst[i], want) << isa_name(isa) << " nq " << nq << " nt " << nt << " nn "
+                                        << nn << " ld_n " << ld_n << " stream " << stream
+                                        << " at " << i;
+              }
+            }
 }
 
 }  // namespace
