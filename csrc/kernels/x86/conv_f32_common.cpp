@@ -36,8 +36,9 @@
 //   backward-data with a short reduction per tap: the K2 taps of the
 //     innermost axis fused into one reduction run of K2 * OCg floats;
 //   forward phases with many padding taps: rows regrouped by valid taps.
-// Extra memory: one packed copy of the weights plus, per thread, the
-// indirection buffer of one row block.
+// Extra memory: one packed copy of the weights (by columns with lazy
+// packing: one column block per thread) plus, per thread, the indirection
+// buffer of one row block.
 #include <omp.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -1029,9 +1030,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // 2-4 % slower streamed.
   const bool stream_pack =
       NR % 16 == 0 && !whole_pixel && !dot && 4.0 * G * NB * block_floats >= 2.0 * (1 << 20);
-  const TransposeRows tr = transpose_rows(isa, stream_pack);
+  const TransposeRows tr_shared = transpose_rows(isa, stream_pack);
   auto pack_block = [&](int64_t g, int64_t nb, int64_t c_begin, int64_t c_end,
-                        float* dst_block) {
+                        float* dst_block, TransposeRows tr) {
     const int64_t c0 = c_begin / CB * CB;                  // its chunk
     const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
     const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
@@ -1096,7 +1097,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // Packs columns [j0, j0 + 16) (within NR) of column block nb of group g,
   // every channel and tap, into dst_block ([chunk][tap][c][NR]; zeros past
   // the block's columns).
-  auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block) {
+  auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block, TransposeRows tr) {
     const int64_t jw = std::min<int64_t>(16, NR - j0);                   // strip width
     const int64_t nj = std::clamp<int64_t>(ncol - nb * NR - j0, 0, jw);  // real columns
     const float* const src = W + g * p.ICg * wv.si + (nb * NR + j0) * col_stride;
@@ -1121,14 +1122,36 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   //    read once and stay in L2 while used. Not for a forward pass whose
   //    reduction is cut into chunks: it would sweep every row once per chunk
   //    (3D U-Net k3 512->256, 8 chunks: by rows 3-8 % faster on Zen 4).
-  //  Both pack the weights up front (W is read in order there; packing each
-  //  block when its item starts read rows 18 KiB apart, at half the speed).
+  //  By rows packs the weights up front (W read in order). By columns, each
+  //  item packs its own block into its thread's buffer right before using
+  //  it (lazy): the packed block is used from L2/L3 and never written to
+  //  memory and read back, and one thread packs while the other computes.
+  //  For the forward pass only when the weights are 8x the activations or
+  //  more: its blocks are read from W in runs of a few KiB (per channel),
+  //  which costs more than the up-front pass saves when the packing is a
+  //  small share of the time (U-Net 1024 -> 512 k2 s2 on 23x30, 2.9x:
+  //  3 % slower). Zen 5, rotated A/B against packing up front: 512 -> 512 k3
+  //  s2 on 4x4 forward 1.12-1.14x, backward-data 1.32-1.36x; DCGAN 512 ->
+  //  256 and HiFi-GAN / vocoder k16 s8 backward-data 1.05-1.15x, forward
+  //  1.04-1.05x; 3D U-Net k3 backward-data 1.04-1.07x; the rest even.
   const double w_bytes = 4.0 * G * NB * block_floats;
   const double in_bytes = 4.0 * N * in_pix * in_c;
   const int64_t ncolblocks = G * NB;
   const bool by_columns = !whole_pixel && !dot && w_bytes > (1 << 20) && w_bytes > 2 * in_bytes &&
                           (!fwd || nchunks == 1) && ncolblocks >= nthreads &&
                           (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
+  const bool lazy = by_columns && (!fwd || w_bytes >= 8 * in_bytes);
+  // Packs all of column block (g, nb) into dst (lazy: the item's own block).
+  auto pack_whole = [&](int64_t g, int64_t nb, float* dst, TransposeRows tr) {
+    if (red_stride == 1) {
+      for (int64_t c16 = 0; c16 < nc16; ++c16)
+        pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16), dst, tr);
+    } else if (columns_outer) {
+      for (int64_t j0 = 0; j0 < NR; j0 += 16) pack_columns(g, nb, j0, dst, tr);
+    } else {
+      for (int64_t c = 0; c < cred; ++c) pack_block(g, nb, c, c + 1, dst, tr);
+    }
+  };
 
   // Outputs beyond the caches: written with streaming stores (whole 64-byte
   // lines), saving the read for ownership of every output line. Depthwise
@@ -1156,11 +1179,12 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t prefetch = !whole_pixel && !dot && tap_run <= 64
                                ? 4 * MR * (fwd ? in_c : p.s[2] * in_c) : 0;
 
-  // Packed up front (every schedule), inside the parallel region below.
+  // Packed up front, inside the parallel region below (lazy: per item, one
+  // block per thread).
   AlignedBuf wp;
   if (dw) wp = aligned_floats(T * cols);
   else if (vg) wp = aligned_floats(T * cred * ncp);
-  else wp = aligned_floats(G * NB * block_floats);
+  else wp = aligned_floats((lazy ? nthreads : G * NB) * block_floats);
 
   // Bias padded to whole column blocks (zeros without bias / for backward).
   std::vector<float> biasp(static_cast<size_t>(G * NB * NR + 16), 0.f);
@@ -1273,7 +1297,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // of the packing loop) the tiles.
 #pragma omp parallel num_threads(nthreads)
   {
-    if (dw) {
+    if (lazy) {
+      // (each by-columns item packs its own block)
+    } else if (dw) {
 #pragma omp for schedule(static) nowait
       for (int64_t t = 0; t < T; ++t) {
         if (koff[t] < 0) continue;
@@ -1312,13 +1338,13 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t c16 = 0; c16 < nc16; ++c16)
             pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
-                       wp.get() + (g * NB + nb) * block_floats);
+                       wp.get() + (g * NB + nb) * block_floats, tr_shared);
     } else if (columns_outer) {
 #pragma omp for collapse(3) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t j0 = 0; j0 < NR; j0 += 16)
-            pack_columns(g, nb, j0, wp.get() + (g * NB + nb) * block_floats);
+            pack_columns(g, nb, j0, wp.get() + (g * NB + nb) * block_floats, tr_shared);
     } else {
       // A channel's columns (or columns x taps) are contiguous or regularly
       // spaced in W: channel by channel, every column block, so that each
@@ -1328,7 +1354,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < cred; ++c)
           for (int64_t nb = 0; nb < NB; ++nb)
-            pack_block(g, nb, c, c + 1, wp.get() + (g * NB + nb) * block_floats);
+            pack_block(g, nb, c, c + 1, wp.get() + (g * NB + nb) * block_floats, tr_shared);
     }
 #if defined(__SSE2__)
     if (stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
@@ -1561,7 +1587,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     } else if (by_columns) {
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t it = 0; it < ncolblocks; ++it) {
-        const float* const wblock = wp.get() + it * block_floats;
+        float* const wblock = wp.get() + (lazy ? omp_get_thread_num() : it) * block_floats;
+        if (lazy) pack_whole(it / NB, it % NB, wblock, transpose_rows(isa, false));
         // All chunks per row block (backward-data: the indirection of its
         // many taps is built once per row block; forward: one chunk).
         for (int64_t n = 0; n < NI; ++n)

@@ -446,6 +446,24 @@ TEST(FastConvF32, PackedWeightsStreamed) {
     check_case(make(1, 1, 1, 128, 260, {5}, {16}, {8}, {1}, {4}, {4}), 52, nt);
 }
 
+// Weights that dwarf the activations, by columns: each item packs its own
+// column block into its thread's buffer right before using it (no packed
+// copy of all the weights). Forward and backward-data, each packing path:
+// IOX (forward: [column][tap] transposes per channel; backward-data: columns
+// outermost, 9 taps, or per channel with 27 taps), XOI (channels
+// contiguous), OIX; 200 columns (an 8-column tail block), 1 to 4 threads.
+TEST(FastConvF32, ColumnBlocksPackedByTheirItems) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  using WF = WeightsFormat;
+  for (int nt : {1, 2, 4}) {
+    for (WF wf : {WF::IOX, WF::XOI, WF::OIX})
+      check_case(make(2, 1, 1, 256, 200, {3, 3}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {},
+                      true, wf), 60, nt);
+    check_case(make(3, 1, 1, 144, 96, {2, 2, 2}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                    {1, 1, 1}), 61, nt);
+  }
+}
+
 // Any thread count gives the same (exact) results.
 TEST(FastConvF32, ThreadCounts) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
