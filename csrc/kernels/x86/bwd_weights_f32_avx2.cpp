@@ -280,6 +280,13 @@ void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt
   }
 }
 
+void transpose_taps_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int64_t taps,
+                         int nn, float* dst, int64_t ld_n, bool stream) {
+  for (int64_t t0 = 0; t0 < taps; t0 += 16)
+    transpose_avx2(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
+                   nn, dst + t0, ld_n, stream);
+}
+
 void store_fence_avx2() { _mm_sfence(); }
 
 void grouped_tile_avx2(const TileArgs& t) {

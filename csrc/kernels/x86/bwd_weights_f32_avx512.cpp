@@ -3,6 +3,7 @@
 // flags, so it must not instantiate anything that other files also define.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "bwd_weights_f32.h"
@@ -393,6 +394,33 @@ void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int 
 #pragma GCC unroll 16
   for (int n = 0; n < 16; ++n)
     if (n < nn) _mm512_mask_storeu_ps(dst + n * ld_n, tm, r[n]);
+}
+
+void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int64_t taps,
+                           int nn, float* dst, int64_t ld_n, bool stream) {
+  if (ld_n == taps && taps > 16 && taps <= kMaxStagedTaps) {
+    // The chunks into a buffer in L1 (partial stores stay there), then the
+    // run out as whole vectors: aligned full lines, streamed when asked.
+    alignas(64) float buf[16 * kMaxStagedTaps];
+    for (int64_t t0 = 0; t0 < taps; t0 += 16)
+      transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(std::min<int64_t>(16, taps - t0)),
+                       nn, buf + t0, ld_n, false);
+    const int64_t total = nn * taps;
+    stream = stream && nn == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+    int64_t i = 0;
+    for (; i + 16 <= total; i += 16) {
+      const __m512 v = _mm512_load_ps(buf + i);
+      if (stream) _mm512_stream_ps(dst + i, v);
+      else _mm512_storeu_ps(dst + i, v);
+    }
+    if (i < total)
+      _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>((1u << (total - i)) - 1u),
+                            _mm512_load_ps(buf + i));
+    return;
+  }
+  for (int64_t t0 = 0; t0 < taps; t0 += 16)
+    transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(std::min<int64_t>(16, taps - t0)),
+                     nn, dst + t0, ld_n, stream);
 }
 
 void store_fence_avx512() { _mm_sfence(); }

@@ -766,17 +766,15 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           gemm_tile(ta);
         }
       }
-      // Out in the output's order: per row m, 16 channels x 16 taps at a time.
-      void (*transpose)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool) =
-          avx512 ? bww::transpose_avx512 : bww::transpose_avx2;
+      // Out in the output's order: per row m, 16 channels x all taps at a time.
+      void (*transpose)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool) =
+          avx512 ? bww::transpose_taps_avx512 : bww::transpose_taps_avx2;
       float* o = out + item.g * ICg * si;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t n = 0; n < item.cols; n += 16)
-          for (int64_t t0 = 0; t0 < taps; t0 += 16)
-            transpose(lb + t0 * ld_t + r * ldl + n, ld_t, 0, 1,
-                      static_cast<int>(std::min<int64_t>(16, taps - t0)),
-                      static_cast<int>(std::min<int64_t>(16, item.cols - n)),
-                      o + (m0 + r) * si + (item.n0 + n) * so + t0, so, local_stream);
+          transpose(lb + r * ldl + n, ld_t, 0, 1, taps,
+                    static_cast<int>(std::min<int64_t>(16, item.cols - n)),
+                    o + (m0 + r) * si + (item.n0 + n) * so, so, local_stream);
     };
     const int64_t f_begin = part_start(F, P, part);
     if (gemm && f_begin >= f_end)
@@ -943,8 +941,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         // (one line each) transposed in registers into 16 runs of taps.
         const int64_t ntl = (Ng + kTb - 1) / kTb;
         const int64_t on = vec_b ? so : si, om = vec_b ? si : so;
-        void (*transpose)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool) =
-            avx512 ? bww::transpose_avx512 : bww::transpose_avx2;
+        void (*transpose)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool) =
+            avx512 ? bww::transpose_taps_avx512 : bww::transpose_taps_avx2;
         const bool stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // output beyond 2 L2s and more
         // Walk the output in its order (the dim of larger stride outer):
         // across the far rows it would take a TLB miss per run of taps.
@@ -955,10 +953,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           const int64_t m = n_outer ? r % Mg : (r / ntl) % Mg;
           const int64_t n0 = (n_outer ? (r / Mg) % ntl : r % ntl) * kTb;
           const int nn = static_cast<int>(std::min<int64_t>(kTb, Ng - n0));
-          for (int64_t t0 = 0; t0 < taps; t0 += kTb)
-            transpose(scr + t0 * plane + (g * Mg + m) * Ng + n0, plane, wstride, nbuf,
-                      static_cast<int>(std::min<int64_t>(kTb, taps - t0)), nn,
-                      out + g * ICg * si + m * om + n0 * on + t0, on, stream);
+          transpose(scr + (g * Mg + m) * Ng + n0, plane, wstride, nbuf, taps, nn,
+                    out + g * ICg * si + m * om + n0 * on, on, stream);
         }
         (avx512 ? bww::store_fence_avx512 : bww::store_fence_avx2)();  // then the region's barrier
       } else {

@@ -450,5 +450,42 @@ TEST(FastBackwardWeights, TapTransposeMatchesNaive) {
             }
 }
 
+// All taps of a tile at once (the chunks of 16; AVX-512 stages contiguous
+// runs of 17-64 taps in L1): tap counts around the chunk and staging limits,
+// channel tails, summed copies, a run stride larger than the taps, streaming.
+TEST(FastBackwardWeights, AllTapsTransposeMatchesNaive) {
+  using Fn = void (*)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool);
+  std::vector<std::pair<Isa, Fn>> fns;
+  if (isa_supported(Isa::Avx512)) fns.emplace_back(Isa::Avx512, x86::bww::transpose_taps_avx512);
+  if (isa_supported(Isa::Avx2)) fns.emplace_back(Isa::Avx2, x86::bww::transpose_taps_avx2);
+  const int64_t ld_t = 19, ld_q = 70 * 19 + 3;
+  std::vector<float> src(2 * ld_q);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 241) - 120.f;
+  for (auto [isa, fn] : fns)
+    for (int nq = 1; nq <= 2; ++nq)
+      for (int64_t taps : {1, 9, 16, 17, 27, 32, 33, 64, 65, 70})
+        for (int nn : {1, 5, 15, 16})
+          for (int64_t extra : {0, 2})
+            for (bool stream : {false, true}) {
+              const int64_t ld_n = taps + extra;
+              std::vector<float> buf(16 * 72 + 32, -7.f);
+              float* dst = testing_views::aligned64(buf);
+              const int64_t span = static_cast<int64_t>(buf.size()) - (dst - buf.data());
+              fn(src.data(), ld_t, ld_q, nq, taps, nn, dst, ld_n, stream);
+              if (stream) (isa == Isa::Avx512 ? x86::bww::store_fence_avx512 : x86::bww::store_fence_avx2)();
+              for (int64_t i = 0; i < span; ++i) {
+                const int64_t n = i / ld_n, t = i % ld_n;
+                float want = -7.f;
+                if (n < nn && t < taps) {
+                  want = 0.f;
+                  for (int q = 0; q < nq; ++q) want += src[q * ld_q + t * ld_t + n];
+                }
+                ASSERT_EQ(dst[i], want) << isa_name(isa) << " nq " << nq << " taps " << taps
+                                        << " nn " << nn << " ld_n " << ld_n << " stream "
+                                        << stream << " at " << i;
+              }
+            }
+}
+
 }  // namespace
 }  // namespace tct
