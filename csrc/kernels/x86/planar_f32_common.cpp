@@ -1574,6 +1574,12 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
     if (isa == Isa::Avx512 && p.OCg <= 4 && p.ICg >= 16 && innermost_taps_fusable(p) &&
         (macs_per_element(p) >= 64 || 4 * activation_elements(p) <= 4.0 * (1 << 20)))
       return false;
+    // AVX-512, deep layers with 400+ multiply-adds per activation element
+    // (512 -> 256 k16 s8 on 1D lines: 819): the layout changes are a small
+    // share, and the channels-last tiles beat the im2col GEMMs (HiFi-GAN
+    // and the vocoder 1.04-1.14x on Zen 5, ncx_paths.py, three runs).
+    if (isa == Isa::Avx512 && p.ICg >= 64 && p.OCg >= 64 && macs_per_element(p) >= 400)
+      return false;
     if (gemm_preferred(isa, p)) return true;
     const int64_t line = geometry(p, false).src[2];
     // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last

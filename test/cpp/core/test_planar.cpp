@@ -276,6 +276,12 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
     // of activations at 18 multiply-adds per element stay planar.
     EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, alex, Pass::BackwardWeights, amd));
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, big_rgb, Pass::BackwardWeights, amd));
+    // Deep layers: the im2col GEMMs at 85 multiply-adds per element (2D k2
+    // s2 128 -> 64 on 64x64), channels-last at 819 (HiFi-GAN's 1D 512 -> 256
+    // k16 s8 on 256).
+    const ConvProblem hifi = make(1, 1, 1, 512, 256, {256}, {16}, {8}, {1}, {4}, {4});
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, up, Pass::BackwardWeights, amd));
+    EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, hifi, Pass::BackwardWeights, amd));
   }
   // AMD, one group of few channels with little work per element:
   // 16 channels under k3 on 32x32 planar both ways, 32 channels forward
