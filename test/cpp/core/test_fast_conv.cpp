@@ -262,6 +262,9 @@ TEST(FastConvF32, FewColumns) {
       make(3, 1, 1, 16, 20, {3, 4, 4}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {0, 0, 0}, {0, 0, 0}),
       make(2, 2, 1, 8, 40, {4, 5}, {3, 3}, {1, 1}, {3, 2}, {1, 0}, {0, 1}),
       make(2, 1, 2, 12, 9, {3, 3}, {4, 3}, {2, 1}, {2, 3}, {1, 1}, {2, 0}, {1, 0}),
+      // ... where only 9 % of the (pixel, tap) pairs are padding (GoogLeNet
+      // 4d-like k3 p1 on 14x14, images folded into the rows).
+      make(2, 2, 1, 24, 48, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
       // ... chained back to back, tiles spanning groups (3D U-Net-like k3 s1).
       make(3, 1, 1, 20, 40, {5, 6, 6}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}),
       make(2, 2, 1, 24, 16, {5, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, {}, false, WF::XOI),
