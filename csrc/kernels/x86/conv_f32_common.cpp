@@ -123,12 +123,12 @@ struct Phase {
 // many zeros. Rows are then regrouped by their set of valid taps (per axis):
 // each group padded to
 // whole tiles, or the groups chained back to back (below), whichever estimate
-// is lower, when it is below max_share of the natural one (AVX2 0.9: the 3D
-// U-Net k3 forward on 8x9x9, padded groups an 11 % saving, ran 7 % faster on
-// Zen 3; AVX-512 GEMM tiles 0.97: on Zen 5, rotated A/B against 0.85,
-// GoogLeNet 4d's k3 p1 on 14x14 1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8
-// 1.07x, AlexNet's k3 p1 layers 1.02-1.05x, the rest even; the dot tiles
-// 0.85: the 64 -> 3 k7 s2 d2 layer ran 4 % slower regrouped).
+// is lower, when it is below max_share of the natural one. GEMM tiles 0.97:
+// on Zen 5, rotated A/B against 0.85 (AVX-512) and 0.9 (AVX2, from the 3D
+// U-Net k3 forward on 8x9x9 on Zen 3: an 11 % saving, 7 % faster), GoogLeNet
+// 4d's k3 p1 on 14x14 1.06-1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8 1.07x,
+// AlexNet's k3 p1 layers 1.02-1.05x, the rest even, on both ISAs. Dot tiles
+// 0.85 (AVX-512; the 64 -> 3 k7 s2 d2 layer ran 4 % slower at 0.97) and 0.9.
 void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   // (Only small phases: in large images the borders are a small share.)
   if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2) return;
@@ -922,7 +922,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
 
   if (fwd && !whole_pixel)
     for (Phase& ph : phases)
-      group_rows_by_taps(ph, MR, isa == Isa::Avx512 ? (dot ? 0.85 : 0.97) : 0.9);
+      group_rows_by_taps(ph, MR, !dot ? 0.97 : isa == Isa::Avx512 ? 0.85 : 0.9);
   // Backward-data likewise (its one phase: src pixels whose taps read padding),
   // unless taps may be fused (build_rows fuses in the natural row order).
   // Zen 5, rotated A/B against none, AVX-512 and AVX2 alike: GoogLeNet 4d's
