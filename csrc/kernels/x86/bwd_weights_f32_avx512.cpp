@@ -3,7 +3,6 @@
 // flags, so it must not instantiate anything that other files also define.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "bwd_weights_f32.h"
@@ -403,7 +402,7 @@ void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq,
     // run out as whole vectors: aligned full lines, streamed when asked.
     alignas(64) float buf[16 * kMaxStagedTaps];
     for (int64_t t0 = 0; t0 < taps; t0 += 16)
-      transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(std::min<int64_t>(16, taps - t0)),
+      transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
                        nn, buf + t0, ld_n, false);
     const int64_t total = nn * taps;
     stream = stream && nn == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
@@ -419,7 +418,7 @@ void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq,
     return;
   }
   for (int64_t t0 = 0; t0 < taps; t0 += 16)
-    transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(std::min<int64_t>(16, taps - t0)),
+    transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
                      nn, dst + t0, ld_n, stream);
 }
 

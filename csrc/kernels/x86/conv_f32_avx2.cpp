@@ -207,8 +207,13 @@ void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<6, 2>(args); }
 void conv_f32_avx2_12x8(const ConvTileArgs* args) { gemm_tile<12, 1>(args); }
 void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<4, 3>(args); }
 
+namespace {
+
 // Depthwise: elementwise multiply-adds over the channels. The R rows share
-// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+// each weight load; R rows x 2 vectors = 2R independent FMA chains. (In the
+// unnamed namespace like every template here: an instance with external
+// linkage could be merged with the other ISA file's and run on a CPU that
+// lacks this file's instructions.)
 template <int R>
 void dw_tile(const ConvTileArgs* args) {
   const int64_t C = args->ncols, T = args->ntaps;
@@ -265,6 +270,8 @@ void dw_tile(const ConvTileArgs* args) {
     for (int m = 0; m < R; ++m) store_first_lanes(args->out[m] + c, acc[m], C - c);
   }
 }
+
+}  // namespace
 
 void conv_f32_avx2_dw(const ConvTileArgs* args) { dw_tile<kDwRowsAvx2>(args); }
 

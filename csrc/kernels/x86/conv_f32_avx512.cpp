@@ -275,8 +275,13 @@ void conv_f32_avx512_8x48(const ConvTileArgs* args) { gemm_tile<8, 3>(args); }
 void conv_f32_avx512_12x32(const ConvTileArgs* args) { gemm_tile<12, 2>(args); }
 void conv_f32_avx512_12x16(const ConvTileArgs* args) { gemm_tile<12, 1>(args); }
 
+namespace {
+
 // Depthwise: elementwise multiply-adds over the channels. The R rows share
-// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+// each weight load; R rows x 2 vectors = 2R independent FMA chains. (In the
+// unnamed namespace like every template here: an instance with external
+// linkage could be merged with the other ISA file's and run on a CPU that
+// lacks this file's instructions.)
 template <int R>
 void dw_tile(const ConvTileArgs* args) {
   const int64_t C = args->ncols, T = args->ntaps;
@@ -339,6 +344,8 @@ void dw_tile(const ConvTileArgs* args) {
     }
   }
 }
+
+}  // namespace
 
 void conv_f32_avx512_dw(const ConvTileArgs* args) { dw_tile<kDwRowsAvx512>(args); }
 
