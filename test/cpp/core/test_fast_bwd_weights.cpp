@@ -413,78 +413,78 @@ TEST(FastBackwardWeights, RandomGrouped) {
   }
 }
 
-// The final transposes into taps-innermost layouts, alone: every tap count
-// (contiguous runs dst[n*nt + t] of 2-9 taps take the interleave path, the
-// rest the 16x16 transpose), channel tails, 1-3 summed copies, a run stride
-// larger than the taps, streaming stores; nothing past the run is written.
+// The final transposes into taps-innermost layouts, alone. `run` writes a
+// tile of `taps` x `nn` channels summed over nq copies of src (rows ld_t,
+// copies ld_q apart) into dst as runs of ld_n floats; checks every float of
+// dst (64-byte aligned, `span` floats): the runs, and nothing written past.
+template <typename Run>
+void check_tap_runs(Isa isa, const std::vector<float>& src, int64_t ld_t, int64_t ld_q, int nq,
+                    int64_t taps, int nn, int64_t ld_n, bool stream, int64_t span, Run run) {
+  std::vector<float> buf(static_cast<size_t>(span + 16), -7.f);
+  float* dst = testing_views::aligned64(buf);
+  run(dst);
+  if (stream) (isa == Isa::Avx512 ? x86::bww::store_fence_avx512 : x86::bww::store_fence_avx2)();
+  for (int64_t i = 0; i < span; ++i) {
+    const int64_t n = i / ld_n, t = i % ld_n;
+    float want = -7.f;
+    if (n < nn && t < taps) {
+      want = 0.f;
+      for (int q = 0; q < nq; ++q) want += src[q * ld_q + t * ld_t + n];
+    }
+    ASSERT_EQ(dst[i], want) << isa_name(isa) << " nq " << nq << " taps " << taps << " nn " << nn
+                            << " ld_n " << ld_n << " stream " << stream << " at " << i;
+  }
+}
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::Avx512, Isa::Avx2})
+    if (isa_supported(isa)) v.push_back(isa);
+  return v;
+}
+
+// One chunk of up to 16 taps: every tap count (contiguous runs dst[n*nt + t]
+// of 2-9 taps take the interleave path, the rest the 16x16 transpose),
+// channel tails, 1-3 summed copies, a run stride larger than the taps,
+// streaming stores.
 TEST(FastBackwardWeights, TapTransposeMatchesNaive) {
-  using Fn = void (*)(const float*, int64_t, int64_t, int, int, int, float*, int64_t, bool);
-  std::vector<std::pair<Isa, Fn>> fns;
-  if (isa_supported(Isa::Avx512)) fns.emplace_back(Isa::Avx512, x86::bww::transpose_avx512);
-  if (isa_supported(Isa::Avx2)) fns.emplace_back(Isa::Avx2, x86::bww::transpose_avx2);
   const int64_t ld_t = 37, ld_q = 16 * 37 + 5;
   std::vector<float> src(3 * ld_q);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 251) - 100.f;
-  for (auto [isa, fn] : fns)
+  for (Isa isa : simd_isas()) {
+    auto fn = isa == Isa::Avx512 ? x86::bww::transpose_avx512 : x86::bww::transpose_avx2;
     for (int nq = 1; nq <= 3; ++nq)
       for (int nt = 1; nt <= 16; ++nt)
         for (int nn = 1; nn <= 16; ++nn)
           for (int64_t ld_n : {int64_t{nt}, int64_t{nt} + 3, int64_t{16}})
             for (bool stream : {false, true}) {
               if (ld_n < nt) continue;
-              alignas(64) float dst[16 * 19 + 64];
-              std::fill(std::begin(dst), std::end(dst), -7.f);
-              fn(src.data(), ld_t, ld_q, nq, nt, nn, dst, ld_n, stream);
-              if (stream) (isa == Isa::Avx512 ? x86::bww::store_fence_avx512 : x86::bww::store_fence_avx2)();
-              for (int64_t i = 0; i < static_cast<int64_t>(std::size(dst)); ++i) {
-                const int64_t n = i / ld_n, t = i % ld_n;
-                float want = -7.f;
-                if (n < nn && t < nt) {
-                  want = 0.f;
-                  for (int q = 0; q < nq; ++q) want += src[q * ld_q + t * ld_t + n];
-                }
-                ASSERT_EQ(dst[i], want) << isa_name(isa) << " nq " << nq << " nt " << nt << " nn "
-                                        << nn << " ld_n " << ld_n << " stream " << stream
-                                        << " at " << i;
-              }
+              check_tap_runs(isa, src, ld_t, ld_q, nq, nt, nn, ld_n, stream, 16 * 19 + 48,
+                             [&](float* dst) { fn(src.data(), ld_t, ld_q, nq, nt, nn, dst, ld_n, stream); });
+              if (HasFatalFailure()) return;
             }
+  }
 }
 
 // All taps of a tile at once (the chunks of 16; AVX-512 stages contiguous
-// runs of 17-64 taps in L1): tap counts around the chunk and staging limits,
-// channel tails, summed copies, a run stride larger than the taps, streaming.
+// runs of 17-64 taps in L1): tap counts around the chunk and staging limits.
 TEST(FastBackwardWeights, AllTapsTransposeMatchesNaive) {
-  using Fn = void (*)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool);
-  std::vector<std::pair<Isa, Fn>> fns;
-  if (isa_supported(Isa::Avx512)) fns.emplace_back(Isa::Avx512, x86::bww::transpose_taps_avx512);
-  if (isa_supported(Isa::Avx2)) fns.emplace_back(Isa::Avx2, x86::bww::transpose_taps_avx2);
   const int64_t ld_t = 19, ld_q = 70 * 19 + 3;
   std::vector<float> src(2 * ld_q);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 241) - 120.f;
-  for (auto [isa, fn] : fns)
+  for (Isa isa : simd_isas()) {
+    auto fn = isa == Isa::Avx512 ? x86::bww::transpose_taps_avx512 : x86::bww::transpose_taps_avx2;
     for (int nq = 1; nq <= 2; ++nq)
       for (int64_t taps : {1, 9, 16, 17, 27, 32, 33, 64, 65, 70})
         for (int nn : {1, 5, 15, 16})
           for (int64_t extra : {0, 2})
             for (bool stream : {false, true}) {
               const int64_t ld_n = taps + extra;
-              std::vector<float> buf(16 * 72 + 32, -7.f);
-              float* dst = testing_views::aligned64(buf);
-              const int64_t span = static_cast<int64_t>(buf.size()) - (dst - buf.data());
-              fn(src.data(), ld_t, ld_q, nq, taps, nn, dst, ld_n, stream);
-              if (stream) (isa == Isa::Avx512 ? x86::bww::store_fence_avx512 : x86::bww::store_fence_avx2)();
-              for (int64_t i = 0; i < span; ++i) {
-                const int64_t n = i / ld_n, t = i % ld_n;
-                float want = -7.f;
-                if (n < nn && t < taps) {
-                  want = 0.f;
-                  for (int q = 0; q < nq; ++q) want += src[q * ld_q + t * ld_t + n];
-                }
-                ASSERT_EQ(dst[i], want) << isa_name(isa) << " nq " << nq << " taps " << taps
-                                        << " nn " << nn << " ld_n " << ld_n << " stream "
-                                        << stream << " at " << i;
-              }
+              check_tap_runs(isa, src, ld_t, ld_q, nq, taps, nn, ld_n, stream, 16 * 72 + 16,
+                             [&](float* dst) { fn(src.data(), ld_t, ld_q, nq, taps, nn, dst, ld_n, stream); });
+              if (HasFatalFailure()) return;
             }
+  }
 }
 
 }  // namespace
