@@ -454,7 +454,8 @@ TEST(FastConvF32, PackedWeightsStreamed) {
 // copy of all the weights). Forward and backward-data, each packing path:
 // IOX (forward: [column][tap] transposes per channel; backward-data: columns
 // outermost, 9 taps, or per channel with 27 taps), XOI (channels
-// contiguous), OIX; 200 columns (an 8-column tail block), 1 to 4 threads.
+// contiguous), OIX; 200 columns (an 8-column tail block), 1 to 4 threads;
+// column blocks shared by the threads in row parts.
 TEST(FastConvF32, ColumnBlocksPackedByTheirItems) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
   using WF = WeightsFormat;
@@ -465,6 +466,11 @@ TEST(FastConvF32, ColumnBlocksPackedByTheirItems) {
     check_case(make(3, 1, 1, 144, 96, {2, 2, 2}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
                     {1, 1, 1}), 61, nt);
   }
+  // Backward-data with 5 column blocks (320 columns) on 2 threads: each
+  // block's rows in 2 parts, items of their own (3 threads: by rows).
+  for (int nt : {2, 3})
+    check_case(make(3, 1, 1, 320, 320, {3, 3, 2}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0},
+                    {0, 0, 0}), 62, nt);
 }
 
 // Any thread count gives the same (exact) results.
