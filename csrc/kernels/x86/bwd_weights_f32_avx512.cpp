@@ -397,29 +397,27 @@ void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int 
 
 void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int64_t taps,
                            int nn, float* dst, int64_t ld_n, bool stream) {
-  if (ld_n == taps && taps > 16 && taps <= kMaxStagedTaps) {
-    // The chunks into a buffer in L1 (partial stores stay there), then the
-    // run out as whole vectors: aligned full lines, streamed when asked.
-    alignas(64) float buf[16 * kMaxStagedTaps];
-    for (int64_t t0 = 0; t0 < taps; t0 += 16)
-      transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
-                       nn, buf + t0, ld_n, false);
-    const int64_t total = nn * taps;
-    stream = stream && nn == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
-    int64_t i = 0;
-    for (; i + 16 <= total; i += 16) {
-      const __m512 v = _mm512_load_ps(buf + i);
-      if (stream) _mm512_stream_ps(dst + i, v);
-      else _mm512_storeu_ps(dst + i, v);
-    }
-    if (i < total)
-      _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>((1u << (total - i)) - 1u),
-                            _mm512_load_ps(buf + i));
-    return;
-  }
+  // A contiguous run of 17-64 taps: the chunks into a buffer in L1 (partial
+  // stores stay there), then the run out as whole vectors: aligned full
+  // lines, streamed when asked. Otherwise each chunk straight to dst.
+  const bool staged = ld_n == taps && taps > 16 && taps <= kMaxStagedTaps;
+  alignas(64) float buf[16 * kMaxStagedTaps];
+  float* const to = staged ? buf : dst;
   for (int64_t t0 = 0; t0 < taps; t0 += 16)
     transpose_avx512(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
-                     nn, dst + t0, ld_n, stream);
+                     nn, to + t0, ld_n, stream && !staged);
+  if (!staged) return;
+  const int64_t total = nn * taps;
+  stream = stream && nn == 16 && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+  int64_t i = 0;
+  for (; i + 16 <= total; i += 16) {
+    const __m512 v = _mm512_load_ps(buf + i);
+    if (stream) _mm512_stream_ps(dst + i, v);
+    else _mm512_storeu_ps(dst + i, v);
+  }
+  if (i < total)
+    _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>((1u << (total - i)) - 1u),
+                          _mm512_load_ps(buf + i));
 }
 
 void store_fence_avx512() { _mm_sfence(); }

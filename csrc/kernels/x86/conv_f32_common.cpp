@@ -35,7 +35,8 @@
 //     one GEMM per input pixel over taps x OCg columns, scattered (run_patch);
 //   backward-data with a short reduction per tap: the K2 taps of the
 //     innermost axis fused into one reduction run of K2 * OCg floats;
-//   forward phases with many padding taps: rows regrouped by valid taps.
+//   phases with many padding taps (forward, and backward-data without fused
+//     taps): rows regrouped by valid taps.
 // Extra memory: one packed copy of the weights (by columns with lazy
 // packing: one column block per thread) plus, per thread, the indirection
 // buffer of one row block.
@@ -122,9 +123,9 @@ struct Phase {
 // input (small images, dilation): a tile keeps a tap when any of its rows
 // reads a real pixel, so consecutive rows with different valid taps multiply
 // many zeros. Rows are then regrouped by their set of valid taps (per axis):
-// each group padded to
-// whole tiles, or the groups chained back to back (below), whichever estimate
-// is lower, when it is below max_share of the natural one. GEMM tiles 0.97:
+// each group padded to whole tiles, or the groups chained back to back
+// (below), whichever estimate is lower, when it is below max_share of the
+// natural one. GEMM tiles 0.97:
 // on Zen 5, rotated A/B against 0.85 (AVX-512) and 0.9 (AVX2, from the 3D
 // U-Net k3 forward on 8x9x9 on Zen 3: an 11 % saving, 7 % faster), GoogLeNet
 // 4d's k3 p1 on 14x14 1.06-1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8 1.07x,
@@ -1153,8 +1154,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   const int64_t ncolblocks = G * NB;
   //  Backward-data goes by columns as soon as the weights outweigh the
   //  activations; when its column blocks do not split evenly over the
-  //  threads, each block's rows go in rsplit parts, one item each, which do
-  //  (each part packs its block again; at most 2 parts). Zen 5, against by
+  //  threads, each block's rows go in rsplit parts (at most 2), one item
+  //  each, so that the items split evenly (each part packs its block again). Zen 5, against by
   //  rows (rotated A/B, and alternating processes of the two builds):
   //  512 -> 256 k4 s2 on 32x32 (8 MB of weights, 4 MB of diff_dst)
   //  1.07-1.14x, the 3D U-Net k2 s2 320 -> 320 (5 column blocks, 2 parts)
