@@ -1,7 +1,16 @@
-// Autograd of the three ops. Each op is bilinear, and each of its
-// derivatives is again an op of the family, called through the dispatcher
-// with the resolved explicit pads, so double backward works.
+// Autograd of the three ops, reverse and forward mode. Each op is bilinear,
+// and each of its derivatives is again an op of the family, called through
+// the dispatcher with the resolved explicit pads, so double backward,
+// forward-over-reverse and reverse-over-forward all work.
+//
+// The backward graph is built from plain autograd Nodes, the way PyTorch's
+// generated VariableType kernels build theirs, rather than from a
+// torch::autograd::Function: functorch (torch.func.grad, vjp, jvp, vmap of
+// those) refuses C++ autograd Functions, but runs kernels like these as it
+// runs torch's own ops. Forward-mode tangents are set on the result at level
+// 0, as the generated kernels do (functorch maps its levels onto it).
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/utils.h>
 
 #include "common.h"
 #include "ops.h"
@@ -10,14 +19,16 @@ namespace tct {
 namespace ops {
 namespace {
 
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
 // The attributes every derivative call needs, with auto_pad already applied.
 struct Resolved {
   std::vector<int64_t> strides, pads_begin, pads_end, dilations, output_padding;
-  int64_t groups;
+  int64_t groups = 1;
   std::string data_format, weights_format;
+  int64_t channel_dim = 1;  // of the activations
 
   Resolved() = default;
   Resolved(const Plan& plan, IntArrayRef strides_, IntArrayRef dilations_, int64_t groups_,
@@ -30,31 +41,8 @@ struct Resolved {
         output_padding(plan.p.spatial(plan.p.op)),
         groups(groups_),
         data_format(data_format_),
-        weights_format(weights_format_) {}
-
-  void save(AutogradContext* ctx) const {
-    ctx->saved_data["strides"] = strides;
-    ctx->saved_data["pads_begin"] = pads_begin;
-    ctx->saved_data["pads_end"] = pads_end;
-    ctx->saved_data["dilations"] = dilations;
-    ctx->saved_data["output_padding"] = output_padding;
-    ctx->saved_data["groups"] = groups;
-    ctx->saved_data["data_format"] = data_format;
-    ctx->saved_data["weights_format"] = weights_format;
-  }
-
-  static Resolved load(AutogradContext* ctx) {
-    Resolved r;
-    r.strides = ctx->saved_data["strides"].toIntVector();
-    r.pads_begin = ctx->saved_data["pads_begin"].toIntVector();
-    r.pads_end = ctx->saved_data["pads_end"].toIntVector();
-    r.dilations = ctx->saved_data["dilations"].toIntVector();
-    r.output_padding = ctx->saved_data["output_padding"].toIntVector();
-    r.groups = ctx->saved_data["groups"].toInt();
-    r.data_format = ctx->saved_data["data_format"].toStringRef();
-    r.weights_format = ctx->saved_data["weights_format"].toStringRef();
-    return r;
-  }
+        weights_format(weights_format_),
+        channel_dim(plan.attrs.data_format == DataFormat::NCX ? 1 : plan.p.spatial_rank + 1) {}
 
   Tensor forward(const Tensor& src, const Tensor& w) const {
     return call_conv_transpose(src, w, std::nullopt, strides, pads_begin, pads_end, dilations,
@@ -72,153 +60,207 @@ struct Resolved {
   }
 };
 
-// Whether a call records a graph: grad mode on and some input requires grad.
-// Calls that do not go straight to the kernel below autograd (no context to
-// fill: tens of microseconds on small problems).
-bool records(std::initializer_list<const Tensor*> inputs) {
-  if (!at::GradMode::is_enabled()) return false;
-  for (const Tensor* t : inputs)
-    if (t && t->defined() && t->requires_grad()) return true;
-  return false;
+// Sum of the defined terms (undefined when none is).
+Tensor sum_defined(std::initializer_list<Tensor> terms) {
+  Tensor out;
+  for (const Tensor& t : terms)
+    if (t.defined()) out = out.defined() ? out + t : t;
+  return out;
 }
 
-struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFunction> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& src, const Tensor& weights,
-                        const std::optional<Tensor>& bias, IntArrayRef strides,
-                        IntArrayRef pads_begin, IntArrayRef pads_end, IntArrayRef dilations,
-                        string_view auto_pad, IntArrayRef output_padding, int64_t groups,
-                        string_view data_format, string_view weights_format) {
-    const Plan plan = plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations,
-                                   auto_pad, output_padding, groups, data_format, weights_format);
-    Resolved(plan, strides, dilations, groups, data_format, weights_format).save(ctx);
-    ctx->saved_data["has_bias"] = bias.has_value();
-    ctx->saved_data["channel_dim"] =
-        plan.attrs.data_format == DataFormat::NCX ? int64_t{1} : src.dim() - 1;
-    ctx->save_for_backward({src, weights});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_conv_transpose(src, weights, bias, strides, pads_begin, pads_end, dilations,
-                               auto_pad, output_padding, groups, data_format, weights_format);
-  }
+bool has_tangent(const std::optional<Tensor>& t) {
+  return torch::autograd::isFwGradDefined(t);
+}
+Tensor tangent(const Tensor& t) { return has_tangent(t) ? t._fw_grad(/*level=*/0) : Tensor(); }
+Tensor primal(const Tensor& t) { return has_tangent(t) ? t._fw_primal(/*level=*/0) : t; }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Resolved r = Resolved::load(ctx);
-    auto saved = ctx->get_saved_variables();
-    const Tensor &src = saved[0], &weights = saved[1];
+// A bilinear op's node: grads -> the op's input gradients, by `fn`.
+struct BilinearBackward : public Node {
+  explicit BilinearBackward(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  void release_variables() override {
+    a_.reset_data();
+    b_.reset_data();
+  }
+  Resolved r;
+  SavedVariable a_, b_;  // the op's two tensor inputs
+
+ protected:
+  std::string name_;
+};
+
+// dst = CT(src, W) + bias: d src = BD(g, W), d W = BW(src, g), d bias = sum(g).
+struct ConvTransposeBackward : public BilinearBackward {
+  ConvTransposeBackward() : BilinearBackward("ConvTransposeBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    const Tensor src = a_.unpack(), weights = b_.unpack();
     const Tensor& g = grads[0];
-    variable_list out(12);
+    variable_list out(num_outputs());  // 2, or 3 with a bias
     if (!g.defined()) return out;
-    if (ctx->needs_input_grad(0)) out[0] = r.backward_data(g, weights, src);
-    if (ctx->needs_input_grad(1)) out[1] = r.backward_weights(src, g, weights);
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      const int64_t c = ctx->saved_data["channel_dim"].toInt();
+    if (task_should_compute_output(0)) out[0] = r.backward_data(g, weights, src);
+    if (task_should_compute_output(1)) out[1] = r.backward_weights(src, g, weights);
+    if (out.size() > 2 && task_should_compute_output(2)) {
       std::vector<int64_t> dims;
       for (int64_t i = 0; i < g.dim(); ++i)
-        if (i != c) dims.push_back(i);
+        if (i != r.channel_dim) dims.push_back(i);
       out[2] = g.sum(dims);
     }
     return out;
   }
 };
 
-struct BackwardDataFunction : public torch::autograd::Function<BackwardDataFunction> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& diff_dst, const Tensor& weights,
-                        IntArrayRef strides, IntArrayRef pads_begin, IntArrayRef pads_end,
-                        IntArrayRef dilations, string_view auto_pad,
-                        IntArrayRef output_padding, int64_t groups, string_view data_format,
-                        string_view weights_format, at::OptionalSymIntArrayRef src_shape) {
-    const Plan plan = plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end,
-                                         dilations, auto_pad, output_padding, groups,
-                                         data_format, weights_format, src_shape);
-    Resolved(plan, strides, dilations, groups, data_format, weights_format).save(ctx);
-    ctx->save_for_backward({diff_dst, weights});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
-                              auto_pad, output_padding, groups, data_format, weights_format,
-                              src_shape);
-  }
-
-  // diff_src = BD(diff_dst, W): d/d diff_dst = forward(g, W); d/dW = BW(g, diff_dst).
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Resolved r = Resolved::load(ctx);
-    auto saved = ctx->get_saved_variables();
-    const Tensor &diff_dst = saved[0], &weights = saved[1];
+// diff_src = BD(diff_dst, W): d diff_dst = CT(g, W), d W = BW(g, diff_dst).
+struct BackwardDataBackward : public BilinearBackward {
+  BackwardDataBackward() : BilinearBackward("ConvTransposeBackwardDataBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    const Tensor diff_dst = a_.unpack(), weights = b_.unpack();
     const Tensor& g = grads[0];
-    variable_list out(12);
+    variable_list out(2);
     if (!g.defined()) return out;
-    if (ctx->needs_input_grad(0)) out[0] = r.forward(g, weights);
-    if (ctx->needs_input_grad(1)) out[1] = r.backward_weights(g, diff_dst, weights);
+    if (task_should_compute_output(0)) out[0] = r.forward(g, weights);
+    if (task_should_compute_output(1)) out[1] = r.backward_weights(g, diff_dst, weights);
     return out;
   }
 };
 
-struct BackwardWeightsFunction : public torch::autograd::Function<BackwardWeightsFunction> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& src, const Tensor& diff_dst,
-                        const std::optional<Tensor>& weights_shape_input, IntArrayRef strides,
-                        IntArrayRef pads_begin, IntArrayRef pads_end, IntArrayRef dilations,
-                        string_view auto_pad, IntArrayRef output_padding, int64_t groups,
-                        string_view data_format, string_view weights_format,
-                        c10::SymIntArrayRef weights_shape) {
-    const Plan plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides,
-                                            pads_begin, pads_end, dilations, auto_pad,
-                                            output_padding, groups, data_format, weights_format,
-                                            weights_shape);
-    Resolved(plan, strides, dilations, groups, data_format, weights_format).save(ctx);
-    ctx->save_for_backward({src, diff_dst});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
-                                 pads_end, dilations, auto_pad, output_padding, groups,
-                                 data_format, weights_format, weights_shape);
-  }
-
-  // diff_W = BW(src, diff_dst): d/dsrc = BD(diff_dst, g); d/d diff_dst = forward(src, g).
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Resolved r = Resolved::load(ctx);
-    auto saved = ctx->get_saved_variables();
-    const Tensor &src = saved[0], &diff_dst = saved[1];
+// diff_W = BW(src, diff_dst): d src = BD(diff_dst, g), d diff_dst = CT(src, g).
+struct BackwardWeightsBackward : public BilinearBackward {
+  BackwardWeightsBackward() : BilinearBackward("ConvTransposeBackwardWeightsBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    const Tensor src = a_.unpack(), diff_dst = b_.unpack();
     const Tensor& g = grads[0];
-    variable_list out(13);
+    variable_list out(2);
     if (!g.defined()) return out;
-    if (ctx->needs_input_grad(0)) out[0] = r.backward_data(diff_dst, g, src);
-    if (ctx->needs_input_grad(1)) out[1] = r.forward(src, g);
+    if (task_should_compute_output(0)) out[0] = r.backward_data(diff_dst, g, src);
+    if (task_should_compute_output(1)) out[1] = r.forward(src, g);
     return out;
   }
 };
+
+// Runs `call` below autograd; when some input requires grad, records `node`
+// (built by `make`) as the result's grad_fn. Returns the result.
+template <class NodeT, class Call, class Make>
+Tensor with_history(const std::vector<std::optional<Tensor>>& inputs, Call&& call, Make&& make) {
+  bool requires = false;
+  if (at::GradMode::is_enabled())
+    for (const auto& t : inputs)
+      requires = requires || (t && t->defined() && t->requires_grad());
+  c10::intrusive_ptr<NodeT> node;
+  if (requires) {
+    node = c10::make_intrusive<NodeT>();
+    torch::autograd::edge_list edges;
+    for (const auto& t : inputs) edges.push_back(torch::autograd::collect_next_edges(t)[0]);
+    node->set_next_edges(std::move(edges));
+    make(*node);
+  }
+  Tensor result;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    result = call();
+  }
+  if (node) torch::autograd::set_history(result, node);
+  return result;
+}
 
 }  // namespace
 
 Tensor conv_transpose_autograd(TCT_CONV_TRANSPOSE_ARGS) {
-  if (!records({&src, &weights, bias ? &*bias : nullptr})) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_conv_transpose(src, weights, bias, strides, pads_begin, pads_end, dilations,
-                               auto_pad, output_padding, groups, data_format, weights_format);
+  // Resolved lazily: calls that record nothing go straight to the kernel
+  // (resolving costs tens of microseconds on small problems).
+  auto resolved = [&] {
+    return Resolved(plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations,
+                                 auto_pad, output_padding, groups, data_format, weights_format),
+                    strides, dilations, groups, data_format, weights_format);
+  };
+  std::vector<std::optional<Tensor>> inputs{src, weights};
+  if (bias) inputs.push_back(*bias);
+  Tensor result = with_history<ConvTransposeBackward>(
+      inputs,
+      [&] {
+        return call_conv_transpose(src, weights, bias, strides, pads_begin, pads_end, dilations,
+                                   auto_pad, output_padding, groups, data_format, weights_format);
+      },
+      [&](ConvTransposeBackward& n) {
+        n.r = resolved();
+        n.a_ = SavedVariable(src, false);
+        n.b_ = SavedVariable(weights, false);
+      });
+  if (has_tangent(src) || has_tangent(weights) || has_tangent(bias)) {
+    const Resolved r = resolved();
+    const Tensor sp = primal(src), wp = primal(weights), st = tangent(src), wt = tangent(weights);
+    Tensor t = sum_defined({st.defined() ? r.forward(st, wp) : Tensor(),
+                            wt.defined() ? r.forward(sp, wt) : Tensor()});
+    if (bias && has_tangent(bias)) {
+      std::vector<int64_t> shape(result.dim(), 1);
+      shape[r.channel_dim] = -1;
+      const Tensor bt = tangent(*bias).reshape(shape);
+      t = t.defined() ? t + bt : bt.expand(result.sizes()).contiguous();
+    }
+    result._set_fw_grad(t, /*level=*/0, /*is_inplace_op=*/false);
   }
-  return ConvTransposeFunction::apply(src, weights, bias, strides, pads_begin, pads_end,
-                                      dilations, auto_pad, output_padding, groups, data_format,
-                                      weights_format);
+  return result;
 }
 
 Tensor backward_data_autograd(TCT_BACKWARD_DATA_ARGS) {
-  if (!records({&diff_dst, &weights})) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
-                              auto_pad, output_padding, groups, data_format, weights_format,
-                              src_shape);
+  auto resolved = [&] {
+    return Resolved(plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end,
+                                       dilations, auto_pad, output_padding, groups, data_format,
+                                       weights_format, src_shape),
+                    strides, dilations, groups, data_format, weights_format);
+  };
+  Tensor result = with_history<BackwardDataBackward>(
+      {diff_dst, weights},
+      [&] {
+        return call_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
+                                  auto_pad, output_padding, groups, data_format, weights_format,
+                                  src_shape);
+      },
+      [&](BackwardDataBackward& n) {
+        n.r = resolved();
+        n.a_ = SavedVariable(diff_dst, false);
+        n.b_ = SavedVariable(weights, false);
+      });
+  if (has_tangent(diff_dst) || has_tangent(weights)) {
+    const Resolved r = resolved();
+    const Tensor dp = primal(diff_dst), wp = primal(weights);
+    const Tensor dt = tangent(diff_dst), wt = tangent(weights);
+    result._set_fw_grad(sum_defined({dt.defined() ? r.backward_data(dt, wp, result) : Tensor(),
+                                     wt.defined() ? r.backward_data(dp, wt, result) : Tensor()}),
+                        /*level=*/0, /*is_inplace_op=*/false);
   }
-  return BackwardDataFunction::apply(diff_dst, weights, strides, pads_begin, pads_end, dilations,
-                                     auto_pad, output_padding, groups, data_format,
-                                     weights_format, src_shape);
+  return result;
 }
 
 Tensor backward_weights_autograd(TCT_BACKWARD_WEIGHTS_ARGS) {
-  if (!records({&src, &diff_dst})) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return call_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
-                                 pads_end, dilations, auto_pad, output_padding, groups,
-                                 data_format, weights_format, weights_shape);
+  auto resolved = [&] {
+    return Resolved(plan_backward_weights(src, diff_dst, weights_shape_input, strides,
+                                          pads_begin, pads_end, dilations, auto_pad,
+                                          output_padding, groups, data_format, weights_format,
+                                          weights_shape),
+                    strides, dilations, groups, data_format, weights_format);
+  };
+  Tensor result = with_history<BackwardWeightsBackward>(
+      {src, diff_dst},
+      [&] {
+        return call_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
+                                     pads_end, dilations, auto_pad, output_padding, groups,
+                                     data_format, weights_format, weights_shape);
+      },
+      [&](BackwardWeightsBackward& n) {
+        n.r = resolved();
+        n.a_ = SavedVariable(src, false);
+        n.b_ = SavedVariable(diff_dst, false);
+      });
+  if (has_tangent(src) || has_tangent(diff_dst)) {
+    const Resolved r = resolved();
+    const Tensor sp = primal(src), dp = primal(diff_dst);
+    const Tensor st = tangent(src), dt = tangent(diff_dst);
+    result._set_fw_grad(
+        sum_defined({st.defined() ? r.backward_weights(st, dp, result) : Tensor(),
+                     dt.defined() ? r.backward_weights(sp, dt, result) : Tensor()}),
+        /*level=*/0, /*is_inplace_op=*/false);
   }
-  return BackwardWeightsFunction::apply(src, diff_dst, weights_shape_input, strides, pads_begin,
-                                        pads_end, dilations, auto_pad, output_padding, groups,
-                                        data_format, weights_format, weights_shape);
+  return result;
 }
 
 }  // namespace ops
