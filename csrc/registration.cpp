@@ -115,6 +115,12 @@ TORCH_LIBRARY_IMPL(graph, Autograd, m) {
   m.impl("conv_transpose_backward_weights", &tct::ops::backward_weights_autograd);
 }
 
+TORCH_LIBRARY_IMPL(graph, AutocastCPU, m) {
+  m.impl("conv_transpose", &tct::ops::conv_transpose_autocast);
+  m.impl("conv_transpose_backward_data", &tct::ops::backward_data_autocast);
+  m.impl("conv_transpose_backward_weights", &tct::ops::backward_weights_autocast);
+}
+
 // The older name is a thin alias: autograd, meta and CPU come from the op it calls.
 TORCH_LIBRARY_IMPL(graph, CompositeImplicitAutograd, m) {
   m.impl("conv_transpose_backprop_data", &tct::ops::backprop_data);

@@ -45,14 +45,17 @@ Plan plan_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS);
 Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS);
 Tensor conv_transpose_meta(TCT_CONV_TRANSPOSE_ARGS);
 Tensor conv_transpose_autograd(TCT_CONV_TRANSPOSE_ARGS);
+Tensor conv_transpose_autocast(TCT_CONV_TRANSPOSE_ARGS);
 
 Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS);
 Tensor backward_data_meta(TCT_BACKWARD_DATA_ARGS);
 Tensor backward_data_autograd(TCT_BACKWARD_DATA_ARGS);
+Tensor backward_data_autocast(TCT_BACKWARD_DATA_ARGS);
 
 Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS);
 Tensor backward_weights_meta(TCT_BACKWARD_WEIGHTS_ARGS);
 Tensor backward_weights_autograd(TCT_BACKWARD_WEIGHTS_ARGS);
+Tensor backward_weights_autocast(TCT_BACKWARD_WEIGHTS_ARGS);
 
 // The older name: the same computation with filter_format (default XIO).
 Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayRef strides,
