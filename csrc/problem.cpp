@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <sstream>
+#include <tuple>
 
 namespace tct {
 namespace {
@@ -87,25 +88,13 @@ void load_attributes(const Attributes& a, int S, ConvProblem& p) {
   }
 }
 
-int64_t eff_k(const ConvProblem& p, int ax) { return p.d[ax] * (p.K[ax] - 1) + 1; }
+int64_t eff_k(const ConvProblem& p, int ax) { return effective_kernel(p.K[ax], p.d[ax]); }
 
-// auto_pad: total pad T per axis, split as the spec says.
 void apply_auto_pad(AutoPad mode, ConvProblem& p, const std::array<int64_t, kAxes>* diff_dst) {
-  if (mode == AutoPad::None) return;
-  for (int ax = kAxes - p.spatial_rank; ax < kAxes; ++ax) {
-    int64_t total = 0;
-    if (mode != AutoPad::Valid) {
-      int64_t sub = p.s[ax];
-      if (diff_dst) {
-        const int64_t rem = (*diff_dst)[ax] % p.s[ax];
-        if (rem != 0) sub = rem;
-      }
-      total = std::max<int64_t>(eff_k(p, ax) - sub, 0);
-    }
-    const int64_t begin = mode == AutoPad::SameLower ? (total + 1) / 2 : total / 2;
-    p.pb[ax] = begin;
-    p.pe[ax] = total - begin;
-  }
+  for (int ax = kAxes - p.spatial_rank; ax < kAxes; ++ax)
+    std::tie(p.pb[ax], p.pe[ax]) = auto_pads(mode, eff_k(p, ax), p.s[ax],
+                                             diff_dst ? (*diff_dst)[ax] % p.s[ax] : -1,
+                                             p.pb[ax], p.pe[ax]);
 }
 
 // Kernel extents and the sizes they imply must stay below kMaxExtent.
@@ -121,7 +110,7 @@ void check_extent(const ConvProblem& p, int ax, const Attributes& a) {
 }
 
 int64_t forward_size(const ConvProblem& p, int ax, int64_t op) {
-  return p.s[ax] * (p.I[ax] - 1) + eff_k(p, ax) + op - p.pb[ax] - p.pe[ax];
+  return forward_output_size(p.I[ax], p.s[ax], eff_k(p, ax), p.pb[ax], p.pe[ax], op);
 }
 
 // Splits an activation shape (data layout) into N, C and canonical spatial.
@@ -199,6 +188,15 @@ void check_consistent(ConvProblem& p, const char* what, const char* src_name) {
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> auto_pads(AutoPad mode, int64_t eff_k, int64_t s, int64_t dst_rem,
+                                      int64_t pb, int64_t pe) {
+  if (mode == AutoPad::None) return {pb, pe};
+  if (mode == AutoPad::Valid) return {0, 0};
+  const int64_t total = std::max<int64_t>(eff_k - (dst_rem > 0 ? dst_rem : s), 0);
+  const int64_t begin = mode == AutoPad::SameLower ? (total + 1) / 2 : total / 2;
+  return {begin, total - begin};
+}
 
 double ConvProblem::macs() const {
   return static_cast<double>(N) * IC() * OCg * taps() * src_spatial();
@@ -398,7 +396,7 @@ ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
              join(p.spatial(p.O)) + ", kernel " + join(p.spatial(p.K)) + ", dilations " +
              join(a.dilations) + ", pads_begin=" + join(p.spatial(p.pb)) + ", pads_end=" +
              join(p.spatial(p.pe)) + ")");
-      p.I[ax] = num / p.s[ax] + 1;
+      p.I[ax] = backward_data_input_size(p.O[ax], p.s[ax], eff_k(p, ax), p.pb[ax], p.pe[ax]);
       check_extent(p, ax, a);
       p.op[ax] = p.O[ax] - forward_size(p, ax, 0);
     }

@@ -81,6 +81,26 @@ struct ConvProblem {
   std::vector<int64_t> spatial(const std::array<int64_t, kAxes>& a) const;
 };
 
+// The size formulas of SPEC section 3, one axis at a time, for int64_t sizes
+// and for symbolic ones (c10::SymInt, in the meta kernels) alike.
+// Forward: O = s*(I-1) + eff_k + op - pb - pe.
+template <class Int>
+Int forward_output_size(const Int& i, int64_t s, int64_t eff_k, int64_t pb, int64_t pe,
+                        int64_t op) {
+  return (i - 1) * s + (eff_k + op - pb - pe);
+}
+// Backward data without src_shape: I = floor((D + pb + pe - eff_k) / s) + 1,
+// for D + pb + pe >= eff_k.
+template <class Int>
+Int backward_data_input_size(const Int& d, int64_t s, int64_t eff_k, int64_t pb, int64_t pe) {
+  return (d + (pb + pe - eff_k)) / s + 1;
+}
+inline int64_t effective_kernel(int64_t k, int64_t d) { return d * (k - 1) + 1; }
+// auto_pad's (pads_begin, pads_end) on one axis. dst_rem: D % s for the
+// backward ops (their total pad depends on it), -1 for the forward.
+std::pair<int64_t, int64_t> auto_pads(AutoPad mode, int64_t eff_k, int64_t s, int64_t dst_rem,
+                                      int64_t pb, int64_t pe);
+
 // Resolution. Shapes are the tensors' own shapes, in the layouts named by
 // attrs.data_format / attrs.weights_format. Throws ProblemError.
 ConvProblem resolve_forward(const Shape& src, const Shape& weights,

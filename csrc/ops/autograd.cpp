@@ -23,6 +23,15 @@ using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
+// The output_padding that relates src and dst sizes of a call (a guard on it
+// where sizes are symbolic: a derivative's shape depends on it).
+std::vector<int64_t> plan_op(const Plan& plan) {
+  std::vector<int64_t> op;
+  for (int ax = kAxes - plan.p.spatial_rank; ax < kAxes; ++ax)
+    op.push_back(plan.op[ax].guard_int(__FILE__, __LINE__));
+  return op;
+}
+
 // The attributes every derivative call needs, with auto_pad already applied.
 struct Resolved {
   std::vector<int64_t> strides, pads_begin, pads_end, dilations, output_padding;
@@ -37,8 +46,7 @@ struct Resolved {
         pads_begin(plan.p.spatial(plan.p.pb)),
         pads_end(plan.p.spatial(plan.p.pe)),
         dilations(dilations_.vec()),
-        // The output_padding that relates src and dst sizes of this call.
-        output_padding(plan.p.spatial(plan.p.op)),
+        output_padding(plan_op(plan)),
         groups(groups_),
         data_format(data_format_),
         weights_format(weights_format_),

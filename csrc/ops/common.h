@@ -35,37 +35,11 @@ inline Attributes attributes(at::IntArrayRef strides, at::IntArrayRef pads_begin
   });
 }
 
-// Concrete sizes for validation: symbolic sizes are specialized (guarded).
+// Concrete sizes: symbolic ones are specialized (guarded).
 inline Shape concrete(c10::SymIntArrayRef sizes) {
   Shape shape;
   for (const auto& v : sizes) shape.push_back(v.guard_int(__FILE__, __LINE__));
   return shape;
-}
-
-// The same for an activation (or src_shape), whose batch (dim 0) stays
-// symbolic in result shapes: a symbolic batch only needs a stand-in here, and
-// *symbolic_batch tells that one was used.
-constexpr int64_t kBatchStandIn = 1;
-inline Shape concrete_activation(c10::SymIntArrayRef sizes, bool* symbolic_batch) {
-  Shape shape;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    auto v = sizes[i].maybe_as_int();
-    if (i == 0 && !v) {
-      shape.push_back(kBatchStandIn);
-      if (symbolic_batch) *symbolic_batch = true;
-    } else {
-      shape.push_back(v ? *v : sizes[i].guard_int(__FILE__, __LINE__));
-    }
-  }
-  return shape;
-}
-
-// When a batch stand-in was used: checks symbolically that two activations'
-// batches are equal, and makes b's stand-in agree with a's.
-inline void same_batch(const c10::SymInt& a, const c10::SymInt& b, const Shape& a_shape,
-                       Shape& b_shape, const char* what) {
-  TORCH_SYM_CHECK(a.sym_eq(b), what);
-  b_shape[0] = a_shape[0];
 }
 
 }  // namespace ops

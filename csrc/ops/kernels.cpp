@@ -18,13 +18,6 @@ namespace tct {
 namespace ops {
 namespace {
 
-// Result shape with the caller's (possibly symbolic) batch size.
-std::vector<c10::SymInt> with_batch(const Shape& shape, const c10::SymInt& batch) {
-  std::vector<c10::SymInt> out(shape.begin(), shape.end());
-  out[0] = batch;
-  return out;
-}
-
 DType dtype_of(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return DType::F32;
@@ -34,18 +27,6 @@ DType dtype_of(at::ScalarType t) {
     default: break;
   }
   TORCH_CHECK(false, "unreachable dtype");
-}
-
-void check_tensor(const char* name, const Tensor& t, const Tensor& ref, const char* ref_name) {
-  const auto st = t.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kBFloat16 || st == at::kHalf,
-              "conv_transpose: ", name, " must be float32, bfloat16, float16 or float64, got ",
-              st);
-  TORCH_CHECK(&t == &ref || st == ref.scalar_type(), "conv_transpose: ", name, " has dtype ", st,
-              " but ", ref_name, " has dtype ", ref.scalar_type(),
-              "; all floating tensors must share one dtype");
-  TORCH_CHECK(t.device() == ref.device(), "conv_transpose: ", name, " is on ", t.device(),
-              " but ", ref_name, " is on ", ref.device());
 }
 
 ActView act_view(const Tensor& t, DataFormat f, int S) {
@@ -285,38 +266,9 @@ bool use_fast_f32(const Tensor& t) {
   return t.scalar_type() == at::kFloat && active_isa() != Isa::Reference;
 }
 
-Shape shape_from_input(const Tensor& t) {
-  TORCH_CHECK(t.dim() == 1 && !at::isFloatingType(t.scalar_type()) &&
-                  !at::isComplexType(t.scalar_type()) && t.scalar_type() != at::kBool,
-              "conv_transpose_backward_weights: weights_shape_input must be a 1-D integer "
-              "tensor, got dtype ",
-              t.scalar_type(), " and shape ", t.sizes());
-  TORCH_CHECK(t.device().is_cpu(),
-              "conv_transpose_backward_weights: weights_shape_input must be a CPU tensor to be "
-              "read; on meta/fake tensors pass the weights_shape attribute");
-  Tensor c = t.to(at::kLong).contiguous();
-  return Shape(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- forward
-
-Plan plan_forward(TCT_CONV_TRANSPOSE_ARGS) {
-  check_tensor("src", src, src, "src");
-  check_tensor("weights", weights, src, "src");
-  if (bias) check_tensor("bias", *bias, src, "src");
-  return checked([&] {
-    Plan plan;
-    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-                            groups, data_format, weights_format);
-    std::optional<Shape> bias_shape;
-    if (bias) bias_shape = concrete(bias->sym_sizes());
-    plan.p = resolve_forward(concrete_activation(src.sym_sizes(), nullptr), concrete(weights.sym_sizes()),
-                             bias_shape, plan.attrs);
-    return plan;
-  });
-}
 
 Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   auto plan = plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations, auto_pad,
@@ -382,34 +334,10 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
 Tensor conv_transpose_meta(TCT_CONV_TRANSPOSE_ARGS) {
   auto plan = plan_forward(src, weights, bias, strides, pads_begin, pads_end, dilations, auto_pad,
                            output_padding, groups, data_format, weights_format);
-  return at::empty_symint(with_batch(dst_shape(plan.p, plan.attrs.data_format), src.sym_size(0)),
-                          src.options());
+  return at::empty_symint(plan.result_shape, src.options());
 }
 
 // ---------------------------------------------------------- backward data
-
-Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS) {
-  check_tensor("diff_dst", diff_dst, diff_dst, "diff_dst");
-  check_tensor("weights", weights, diff_dst, "diff_dst");
-  return checked([&] {
-    Plan plan;
-    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-                            groups, data_format, weights_format);
-    bool dd_symbolic = false, ss_symbolic = false;
-    const Shape dd = concrete_activation(diff_dst.sym_sizes(), &dd_symbolic);
-    std::optional<Shape> ss;
-    if (src_shape && diff_dst.dim() > 0 && src_shape->size() == static_cast<size_t>(diff_dst.dim())) {
-      ss = concrete_activation(*src_shape, &ss_symbolic);
-      if (dd_symbolic || ss_symbolic)
-        same_batch(diff_dst.sym_size(0), (*src_shape)[0], dd, *ss,
-                   "conv_transpose_backward_data: the batch of src_shape differs from diff_dst's");
-    } else if (src_shape) {
-      ss = concrete(*src_shape);
-    }
-    plan.p = resolve_backward_data(dd, concrete(weights.sym_sizes()), ss, plan.attrs);
-    return plan;
-  });
-}
 
 Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
   auto plan = plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
@@ -450,10 +378,7 @@ Tensor backward_data_meta(TCT_BACKWARD_DATA_ARGS) {
   auto plan = plan_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
                                  auto_pad, output_padding, groups, data_format, weights_format,
                                  src_shape);
-  const Shape shape = tct::src_shape(plan.p, plan.attrs.data_format);
-  if (src_shape && src_shape->size() == shape.size())
-    return at::empty_symint(*src_shape, diff_dst.options());
-  return at::empty_symint(with_batch(shape, diff_dst.sym_size(0)), diff_dst.options());
+  return at::empty_symint(plan.result_shape, diff_dst.options());
 }
 
 Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayRef strides,
@@ -475,31 +400,6 @@ Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayR
 }
 
 // ------------------------------------------------------- backward weights
-
-Plan plan_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS) {
-  check_tensor("src", src, src, "src");
-  check_tensor("diff_dst", diff_dst, src, "src");
-  // The input wins over the attribute; a meta/fake input cannot be read, and
-  // then the attribute (if given) stands in for it.
-  Shape wshape;
-  if (weights_shape_input && (weights_shape_input->device().is_cpu() || weights_shape.empty()))
-    wshape = shape_from_input(*weights_shape_input);
-  else
-    wshape = concrete(weights_shape);
-  return checked([&] {
-    Plan plan;
-    plan.attrs = attributes(strides, pads_begin, pads_end, dilations, auto_pad, output_padding,
-                            groups, data_format, weights_format);
-    bool x_symbolic = false, dd_symbolic = false;
-    const Shape x = concrete_activation(src.sym_sizes(), &x_symbolic);
-    Shape dd = concrete_activation(diff_dst.sym_sizes(), &dd_symbolic);
-    if ((x_symbolic || dd_symbolic) && src.dim() > 0 && diff_dst.dim() > 0)
-      same_batch(src.sym_size(0), diff_dst.sym_size(0), x, dd,
-                 "conv_transpose_backward_weights: src and diff_dst batch sizes differ");
-    plan.p = resolve_backward_weights(x, dd, wshape, plan.attrs);
-    return plan;
-  });
-}
 
 Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   auto plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
@@ -533,7 +433,7 @@ Tensor backward_weights_meta(TCT_BACKWARD_WEIGHTS_ARGS) {
   auto plan = plan_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
                                     pads_end, dilations, auto_pad, output_padding, groups,
                                     data_format, weights_format, weights_shape);
-  return at::empty(tct::weights_shape(plan.p, plan.attrs.weights_format), src.options());
+  return at::empty_symint(plan.result_shape, src.options());
 }
 
 }  // namespace ops

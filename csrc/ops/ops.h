@@ -34,9 +34,14 @@ using c10::string_view;
       c10::SymIntArrayRef weights_shape
 
 // Validated attributes and resolved problem of a call (throws c10::Error).
+// With symbolic sizes (meta/fake tensors), p holds guard-free stand-ins for
+// them; result_shape and op are the real, symbolic values.
 struct Plan {
   Attributes attrs;
   ConvProblem p;
+  std::vector<c10::SymInt> result_shape;
+  // output_padding relating src and dst sizes, per canonical axis
+  std::array<c10::SymInt, kAxes> op;
 };
 Plan plan_forward(TCT_CONV_TRANSPOSE_ARGS);
 Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS);
