@@ -1,7 +1,8 @@
-"""The torch-style layer: memory format (channels_last kept, no layout copy),
-TorchScript and torch.fx, and the errors for common mistakes. References are torch's
-own modules and functional ops."""
+"""The torch-style layer: memory format (channels_last kept, no layout copy), convert /
+revert of torch's ConvTranspose layers, TorchScript and torch.fx, and the errors for
+common mistakes. References are torch's own modules and functional ops."""
 
+import copy
 from typing import Tuple
 
 import problems as P
@@ -178,6 +179,138 @@ def test_channels_last_detection_matches_torch():
     for t in cases:
         want = suggest_memory_format(t) in (torch.channels_last, torch.channels_last_3d)
         assert _strides_like_channels_last(t) == want, (t.shape, t.stride())
+
+
+# --------------------------------------------------------------------------
+# convert / revert
+# --------------------------------------------------------------------------
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 6, 3, stride=2),
+                                       torch.nn.ReLU(), torch.nn.ConvTranspose2d(6, 4, 2))
+        self.blocks = torch.nn.ModuleList([torch.nn.ConvTranspose1d(4, 4, 3),
+                                           torch.nn.Linear(3, 3)])
+        self.heads = torch.nn.ModuleDict({"vol": torch.nn.ConvTranspose3d(2, 3, 2, bias=False)})
+        self.plain = torch.nn.ConvTranspose2d(4, 4, 1, groups=2)
+
+    def forward(self, x2, x1, x3):
+        return (self.plain(self.seq(x2)), self.blocks[0](x1), self.heads["vol"](x3))
+
+
+def _net_inputs():
+    return _randn(2, 4, 5, 5, seed=20), _randn(2, 4, 7, seed=21), _randn(1, 2, 3, 3, 3, seed=22)
+
+
+def _conv_layers(model):
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.conv
+                                                                    ._ConvTransposeNd)]
+
+
+def test_convert_keeps_parameters_and_matches_torch():
+    tct = P.tct()
+    torch.manual_seed(0)
+    net = Net()
+    ref = copy.deepcopy(net)
+    params = {n: p for n, p in net.named_parameters()}
+    keys = list(net.state_dict())
+    hook_calls = []
+    net.seq[0].register_forward_hook(lambda m, i, o: hook_calls.append(type(m)))
+    net.heads["vol"].eval()
+    net.plain.extra_flag = "kept"
+    layers = dict(_conv_layers(net))
+    out = tct.convert(net)
+    assert out is net
+    for name, m in _conv_layers(net):
+        assert m is layers[name]  # same objects, now running this library
+        assert type(m).__module__ == "torch_convtranspose.modules"
+        assert "impl=torch_convtranspose" in repr(m)
+    assert "impl=torch_convtranspose" in repr(net) and "impl=" not in repr(ref)
+    assert type(net.blocks[1]) is torch.nn.Linear
+    for n, p in net.named_parameters():
+        assert p is params[n], n
+    assert list(net.state_dict()) == keys
+    assert not net.heads["vol"].training and net.seq[0].training
+    assert net.plain.extra_flag == "kept" and net.seq[0].padding_mode == "zeros"
+    xs = _net_inputs()
+    for a, b in zip(net(*xs), ref(*xs)):
+        torch.testing.assert_close(a, b, **TOL)
+    assert hook_calls and hook_calls[-1] is tct.ConvTranspose2d
+
+
+def test_optimizer_built_before_convert_updates_converted_layers():
+    tct = P.tct()
+    torch.manual_seed(1)
+    net = Net()
+    ref = copy.deepcopy(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    tct.convert(net)
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    for model, o in ((net, opt), (ref, opt_ref)):
+        o.zero_grad()
+        sum(t.square().sum() for t in model(*_net_inputs())).backward()
+        o.step()
+    conv_params = {id(p) for _, m in _conv_layers(net) for p in m.parameters()}
+    assert len(conv_params) == 9
+    for (n, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
+        if id(p) not in conv_params:
+            continue
+        assert not torch.equal(p, before[n]), n
+        torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-4)
+
+
+def test_convert_top_level_copy_and_skips():
+    tct = P.tct()
+    layer = torch.nn.ConvTranspose2d(2, 3, 3)
+    copied = tct.convert(layer, inplace=False)
+    assert type(copied) is tct.ConvTranspose2d and type(layer) is torch.nn.ConvTranspose2d
+    assert copied.weight is not layer.weight and torch.equal(copied.weight, layer.weight)
+    assert tct.convert(layer) is layer and type(layer) is tct.ConvTranspose2d
+
+    class Custom(torch.nn.ConvTranspose2d):  # a subclass has its own semantics: kept
+        pass
+
+    custom = Custom(2, 2, 1)
+    assert type(tct.convert(custom)) is Custom
+    shared = torch.nn.ConvTranspose1d(2, 2, 1)
+    seq = tct.convert(torch.nn.Sequential(shared, shared))
+    assert seq[0] is seq[1] is shared and type(shared) is tct.ConvTranspose1d
+
+
+def test_convert_rejects_other_padding_modes_before_changing_anything():
+    tct = P.tct()
+    seq = torch.nn.Sequential(torch.nn.ConvTranspose2d(2, 2, 3), torch.nn.ConvTranspose2d(2, 2, 3))
+    seq[1].padding_mode = "reflect"  # torch's constructor refuses it; set afterwards
+    with pytest.raises(ValueError, match=r"'1'.*padding_mode='reflect'|1 .*padding_mode"):
+        tct.convert(seq)
+    assert type(seq[0]) is torch.nn.ConvTranspose2d
+    with pytest.raises(TypeError, match="ScriptModule"):
+        tct.convert(torch.jit.script(torch.nn.Sequential(torch.nn.ConvTranspose2d(2, 2, 3))))
+
+
+def test_revert_restores_torch_layers(tmp_path):
+    tct = P.tct()
+    torch.manual_seed(2)
+    net = Net()
+    params = list(net.parameters())
+    xs = _net_inputs()
+    want = net(*xs)
+    tct.convert(net)
+    reverted = tct.revert(net, inplace=False)
+    assert all(type(m).__module__ == "torch_convtranspose.modules" for _, m in _conv_layers(net))
+    assert tct.revert(net) is net
+    for model in (net, reverted):
+        assert all(type(m).__module__.startswith("torch.nn") for _, m in _conv_layers(model))
+        assert "impl=" not in repr(model)
+        for a, b in zip(model(*xs), want):
+            torch.testing.assert_close(a, b)
+    assert all(p is q for p, q in zip(net.parameters(), params))
+    # a reverted model pickles without any reference to this library
+    path = tmp_path / "net.pt"
+    torch.save(reverted, path)
+    assert b"torch_convtranspose" not in path.read_bytes()
 
 
 # --------------------------------------------------------------------------
