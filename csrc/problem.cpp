@@ -328,7 +328,19 @@ ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::o
   int64_t ic, wi, wo;
   ConvProblem p = start_problem("src", src, &ConvProblem::I, weights, a, ic, wi, wo);
   const int S = p.spatial_rank;
-  check_groups_channels(p, ic, wi, "src", src, weights, "weights");
+  try {
+    check_groups_channels(p, ic, wi, "src", src, weights, "weights");
+  } catch (const ProblemError& e) {
+    // torch's layout (NCX data, IOX weights) passed with other formats (the defaults are
+    // NXC/XOI): say so when the channels would have been consistent in that layout.
+    const bool other_formats =
+        a.data_format != DataFormat::NCX || a.weights_format != WeightsFormat::IOX;
+    if (other_formats && src[1] == weights[0] && src[1] % p.G == 0)
+      throw ProblemError(std::string(e.what()) +
+                         " (the tensors look like NCX data with IOX weights, torch's layout: "
+                         "pass data_format='NCX', weights_format='IOX')");
+    throw;
+  }
   p.ICg = ic / p.G;
   p.OCg = wo;
   if (bias) {

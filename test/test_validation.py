@@ -303,6 +303,41 @@ def test_wrapper_rules(call, pattern):
         call(m)
 
 
+TORCH_LAYOUT_HINT = ("(the tensors look like NCX data with IOX weights, torch's layout: "
+                     "pass data_format='NCX', weights_format='IOX')")
+
+
+def test_torch_layout_with_default_formats_hints():
+    """torch's NCX/IOX tensors given to the raw op with its NXC/XOI defaults: the channel
+    error names the arguments and values and says which formats to pass."""
+    m = P.tct()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 5, 6, generator=gen)   # NCX
+    w = torch.randn(4, 3, 3, 3, generator=gen)   # IOX
+    attrs = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], dilations=[1, 1])
+    for call in (lambda: torch.ops.graph.conv_transpose(x, w, **attrs),
+                 lambda: m.conv_transpose(x, w, **attrs),
+                 lambda: m.conv_transpose(x, w, **attrs, data_format="NCX"),
+                 lambda: m.conv_transpose(x, w[:, :1], **attrs, groups=2)):
+        with pytest.raises(RuntimeError) as err:
+            call()
+        msg = str(err.value)
+        assert re.search(r"src has \d+ channels but weights has I=\d+", msg), msg
+        assert "[4, 3, 3, 3]" in msg or "[4, 1, 3, 3]" in msg
+        assert TORCH_LAYOUT_HINT in msg
+    # with the hinted formats the same call is right (torch's own op as the reference)
+    got = torch.ops.graph.conv_transpose(x, w, **attrs, data_format="NCX", weights_format="IOX")
+    torch.testing.assert_close(got, torch.nn.functional.conv_transpose2d(x, w, stride=2,
+                                                                         padding=1))
+    # a real channel mismatch in NCX/IOX, or NXC/XOI tensors that are no torch layout: no hint
+    for src, wt, over in (((2, 3, 5, 6), (4, 3, 3, 3), dict(data_format="NCX",
+                                                            weights_format="IOX")),
+                          ((2, 5, 6, 3), (3, 3, 2, 4), {})):
+        with pytest.raises(RuntimeError, match="channels") as err:
+            torch.ops.graph.conv_transpose(_t(src), _t(wt), **attrs, **over)
+        assert "look like NCX" not in str(err.value)
+
+
 # --------------------------------------------------------------------------
 # huge values: a clean RuntimeError, not a crash (run in a subprocess)
 # --------------------------------------------------------------------------

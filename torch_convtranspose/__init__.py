@@ -16,6 +16,7 @@ from ._library import (
     use_isa,
     use_ncx_path,
 )
+from .convert import convert, revert
 from .functional import (
     conv_transpose,
     conv_transpose1d,
@@ -38,6 +39,8 @@ __all__ = [
     "ConvTranspose1d",
     "ConvTranspose2d",
     "ConvTranspose3d",
+    "convert",
+    "revert",
     "available_isas",
     "get_isa",
     "set_isa",

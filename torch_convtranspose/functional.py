@@ -1,13 +1,20 @@
 """Functional API: thin wrappers over the dispatcher ops (SPEC §1), and
 torch-style ``conv_transpose{1,2,3}d`` with the signature of
-``torch.nn.functional.conv_transpose{1,2,3}d``."""
+``torch.nn.functional.conv_transpose{1,2,3}d``.
 
-from typing import List, Optional, Sequence, Union
+TorchScript: the four raw wrappers compile to their dispatcher ops (registered as
+TorchScript builtins below, so their keyword-only attributes keep working); the torch-style
+wrappers compile as they are (``BroadcastingList`` arguments, as in torch.nn.functional).
+torch.fx: the torch-style wrappers and the modules reach the op through one leaf function
+(``torch.fx.wrap``), so unbatched inputs, channels_last and the rank check happen at run
+time, not at trace time."""
+
+from typing import List, Optional, Sequence
 
 import torch
+import torch.fx
 from torch import Tensor
-
-_IntOrSeq = Union[int, Sequence[int]]
+from torch._jit_internal import BroadcastingList1, BroadcastingList2, BroadcastingList3
 
 
 def conv_transpose(
@@ -133,13 +140,58 @@ def conv_transpose_backward_weights(
     )
 
 
-def _tuple(value: _IntOrSeq, n: int, name: str) -> List[int]:
-    if isinstance(value, int):
-        return [value] * n
-    out = [int(v) for v in value]
-    if len(out) != n:
-        raise ValueError(f"{name} must be an int or {n} ints, got {value!r}")
-    return out
+def _int_list(value: Optional[List[int]], n: int, name: str, default: int) -> List[int]:
+    """An argument of a torch-style wrapper as n ints. Eager: None (the default), an int or
+    a sequence of n ints. TorchScript: BroadcastingList has already made it a list."""
+    if value is None:
+        return [default] * n
+    if not torch.jit.is_scripting():
+        if isinstance(value, str):
+            raise ValueError("{} must be an int or {} ints for transposed convolution, got "
+                             "{!r}".format(name, n, value))
+        if isinstance(value, int):
+            return [value] * n
+        out = [int(v) for v in value]
+        if len(out) != n:
+            raise ValueError("{} must be an int or {} ints, got {!r}".format(name, n, value))
+        return out
+    if len(value) != n:
+        raise ValueError("{} must be an int or {} ints, got {}".format(name, n, value))
+    return value
+
+
+def _strides_like_channels_last(t: Tensor) -> bool:
+    """Whether ``t.suggest_memory_format()`` is channels_last (4-D) / channels_last_3d (5-D):
+    c10's is_channels_last_strides_{2d_s4,3d_s5}, which torch's own convolutions use to pick
+    the output layout (ambiguous strides, e.g. N111 or C=1 views, count as contiguous)."""
+    rank = t.dim()
+    if rank == 4:
+        order = [1, 3, 2, 0]
+    elif rank == 5:
+        order = [1, 4, 3, 2, 0]
+    else:
+        return False
+    sizes = t.shape
+    strides = t.stride()
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if sizes[d] == 0 or strides[d] < low:
+            return False
+        if d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * sizes[d] if sizes[d] > 1 else strides[d]
+    return True
+
+
+def _check_input_rank(input: Tensor, spatial_dims: int) -> None:
+    dim = input.dim()
+    if dim != spatial_dims + 1 and dim != spatial_dims + 2:
+        raise RuntimeError(
+            "Expected {}D (unbatched) or {}D (batched) input to conv_transpose{}d, but got "
+            "input of size: {}".format(spatial_dims + 1, spatial_dims + 2, spatial_dims,
+                                       list(input.shape)))
 
 
 def _conv_transpose_ncx(
@@ -154,48 +206,116 @@ def _conv_transpose_ncx(
     spatial_dims: int,
 ) -> Tensor:
     """torch.nn.functional.conv_transpose{1,2,3}d semantics on the graph op (NCX data,
-    IOX weights, symmetric padding, unbatched input allowed). Scriptable."""
+    IOX weights, symmetric padding, unbatched input allowed). Scriptable; an FX leaf.
+
+    Memory format as torch's: when the (batched) input or the weights have channels_last
+    strides (2D/3D), the result is channels_last. The op then runs as NXC on the permuted
+    view (for a channels_last input, a dense NXC tensor: no copy), and its NXC result,
+    permuted back, is the channels_last result; the input gradient comes back
+    channels_last the same way. The weights stay IOX as they are."""
+    _check_input_rank(input, spatial_dims)
     unbatched = input.dim() == spatial_dims + 1
     if unbatched:
         input = input.unsqueeze(0)
-    out = torch.ops.graph.conv_transpose(
-        input, weight, bias, strides=stride, pads_begin=padding, pads_end=padding,
-        dilations=dilation, output_padding=output_padding, groups=groups,
-        data_format="NCX", weights_format="IOX",
-    )
+    if spatial_dims > 1 and (_strides_like_channels_last(input)
+                             or _strides_like_channels_last(weight)):
+        if spatial_dims == 2:
+            to_nxc, to_ncx = [0, 2, 3, 1], [0, 3, 1, 2]
+        else:
+            to_nxc, to_ncx = [0, 2, 3, 4, 1], [0, 4, 1, 2, 3]
+        out = torch.ops.graph.conv_transpose(
+            input.permute(to_nxc), weight, bias, strides=stride, pads_begin=padding,
+            pads_end=padding, dilations=dilation, output_padding=output_padding, groups=groups,
+            data_format="NXC", weights_format="IOX",
+        ).permute(to_ncx)
+    else:
+        out = torch.ops.graph.conv_transpose(
+            input, weight, bias, strides=stride, pads_begin=padding, pads_end=padding,
+            dilations=dilation, output_padding=output_padding, groups=groups,
+            data_format="NCX", weights_format="IOX",
+        )
     if unbatched:
         out = out.squeeze(0)
     return out
 
 
-def _conv_transpose_nd(n, input, weight, bias, stride, padding, output_padding, groups,
-                       dilation):
-    if isinstance(padding, str):
-        raise ValueError(f"padding must be an int or {n} ints for transposed convolution, "
-                         f"got {padding!r}")
+torch.fx.wrap("_conv_transpose_ncx")
+
+
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: Optional[BroadcastingList1[int]] = None,
+    padding: Optional[BroadcastingList1[int]] = None,
+    output_padding: Optional[BroadcastingList1[int]] = None,
+    groups: int = 1,
+    dilation: Optional[BroadcastingList1[int]] = None,
+) -> Tensor:
+    """Drop-in for ``torch.nn.functional.conv_transpose1d`` (NCL data, (IC, OC/g, K)
+    weights) running this library's kernels. stride, padding, output_padding, dilation:
+    an int or 1 int; None means torch's default (1, 0, 0, 1). Scriptable."""
     return _conv_transpose_ncx(
-        input, weight, bias, _tuple(stride, n, "stride"), _tuple(padding, n, "padding"),
-        _tuple(output_padding, n, "output_padding"), groups, _tuple(dilation, n, "dilation"), n,
+        input, weight, bias, _int_list(stride, 1, "stride", 1),
+        _int_list(padding, 1, "padding", 0), _int_list(output_padding, 1, "output_padding", 0),
+        groups, _int_list(dilation, 1, "dilation", 1), 1,
     )
 
 
-def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-    """Drop-in for ``torch.nn.functional.conv_transpose1d`` (NCL data, (IC, OC/g, K)
-    weights) running this library's kernels."""
-    return _conv_transpose_nd(1, input, weight, bias, stride, padding, output_padding, groups,
-                              dilation)
+def conv_transpose2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: Optional[BroadcastingList2[int]] = None,
+    padding: Optional[BroadcastingList2[int]] = None,
+    output_padding: Optional[BroadcastingList2[int]] = None,
+    groups: int = 1,
+    dilation: Optional[BroadcastingList2[int]] = None,
+) -> Tensor:
+    """Drop-in for ``torch.nn.functional.conv_transpose2d``: an int or 2 ints each (None:
+    torch's default); a channels_last input or weight gives a channels_last result.
+    Scriptable."""
+    return _conv_transpose_ncx(
+        input, weight, bias, _int_list(stride, 2, "stride", 1),
+        _int_list(padding, 2, "padding", 0), _int_list(output_padding, 2, "output_padding", 0),
+        groups, _int_list(dilation, 2, "dilation", 1), 2,
+    )
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-    """Drop-in for ``torch.nn.functional.conv_transpose2d``."""
-    return _conv_transpose_nd(2, input, weight, bias, stride, padding, output_padding, groups,
-                              dilation)
+def conv_transpose3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: Optional[BroadcastingList3[int]] = None,
+    padding: Optional[BroadcastingList3[int]] = None,
+    output_padding: Optional[BroadcastingList3[int]] = None,
+    groups: int = 1,
+    dilation: Optional[BroadcastingList3[int]] = None,
+) -> Tensor:
+    """Drop-in for ``torch.nn.functional.conv_transpose3d``: an int or 3 ints each (None:
+    torch's default); a channels_last_3d input or weight gives a channels_last_3d result.
+    Scriptable."""
+    return _conv_transpose_ncx(
+        input, weight, bias, _int_list(stride, 3, "stride", 1),
+        _int_list(padding, 3, "padding", 0), _int_list(output_padding, 3, "output_padding", 0),
+        groups, _int_list(dilation, 3, "dilation", 1), 3,
+    )
 
 
-def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-    """Drop-in for ``torch.nn.functional.conv_transpose3d``."""
-    return _conv_transpose_nd(3, input, weight, bias, stride, padding, output_padding, groups,
-                              dilation)
+def _register_script_builtins() -> None:
+    """In TorchScript, a call of a raw wrapper compiles to its dispatcher op (same schema:
+    keyword-only attributes with defaults, which TorchScript cannot compile in a Python
+    function). Uses torch's private builtin table; without it, call torch.ops.graph.* in
+    scripted code."""
+    try:
+        from torch.jit._builtins import _register_builtin
+    except ImportError:  # pragma: no cover - a torch without the private table
+        return
+    for fn, op in ((conv_transpose, "graph::conv_transpose"),
+                   (conv_transpose_backward_data, "graph::conv_transpose_backward_data"),
+                   (conv_transpose_backprop_data, "graph::conv_transpose_backprop_data"),
+                   (conv_transpose_backward_weights, "graph::conv_transpose_backward_weights")):
+        _register_builtin(fn, op)
+
+
+_register_script_builtins()

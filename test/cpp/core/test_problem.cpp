@@ -167,6 +167,41 @@ TEST(Validation, EveryRuleNamesItsArgument) {
                {"output spatial size", ">= 1"});
 }
 
+// Torch's layout (NCX data, IOX weights) with the NXC/XOI defaults: the channel error
+// keeps naming its arguments and values and hints at the formats; a genuine mismatch or
+// tensors already in NCX/IOX get no hint.
+TEST(Validation, TorchLayoutWithDefaultFormatsHints) {
+  const char* hint = "look like NCX data with IOX weights";
+  Attributes a = attrs(2);
+  a.data_format = DataFormat::NXC;
+  a.weights_format = WeightsFormat::XOI;
+  // src (1, 4, 5, 6), weights (4, 2, 3, 3): NXC reads 6 channels, XOI reads I=3.
+  expect_error([&] { resolve_forward({1, 4, 5, 6}, {4, 2, 3, 3}, std::nullopt, a); },
+               {"src has 6 channels", "weights has I=3", "[4, 2, 3, 3]", "[1, 4, 5, 6]", hint,
+                "data_format='NCX', weights_format='IOX'"});
+  a.groups = 2;  // divisible in the torch layout too
+  expect_error([&] { resolve_forward({1, 4, 5, 6}, {4, 1, 3, 3}, std::nullopt, a); }, {hint});
+  a.data_format = DataFormat::NCX;  // only the weights format is off
+  a.groups = 1;
+  expect_error([&] { resolve_forward({1, 4, 5, 6}, {4, 2, 3, 3}, std::nullopt, a); }, {hint});
+  Attributes ncx = attrs(2);  // already NCX/IOX: a real mismatch, no hint
+  try {
+    resolve_forward({1, 3, 5, 5}, {4, 2, 3, 3}, std::nullopt, ncx);
+    ADD_FAILURE() << "expected a ProblemError";
+  } catch (const ProblemError& e) {
+    EXPECT_EQ(std::string(e.what()).find(hint), std::string::npos) << e.what();
+  }
+  a = attrs(2);
+  a.data_format = DataFormat::NXC;
+  a.weights_format = WeightsFormat::XOI;
+  try {  // NXC/XOI tensors with a real mismatch that is no torch layout either
+    resolve_forward({1, 5, 5, 3}, {3, 3, 2, 4}, std::nullopt, a);
+    ADD_FAILURE() << "expected a ProblemError";
+  } catch (const ProblemError& e) {
+    EXPECT_EQ(std::string(e.what()).find(hint), std::string::npos) << e.what();
+  }
+}
+
 TEST(Validation, UnknownStringsListAcceptedValues) {
   expect_error([] { parse_data_format("NHWC"); }, {"data_format", "NXC, NCX", "'NHWC'"});
   expect_error([] { parse_weights_format("OI", "filter_format"); },
