@@ -192,11 +192,35 @@ def conv_transpose(src, weights, bias=None, strides=None, pads_begin=None, pads_
             b, e = _split_same(max(d[a] * (K[a] - 1) + 1 - s[a], 0), mode)
             pb.append(b)
             pe.append(e)
+    # output_padding and pads_end both move the end of the output window; only their
+    # difference matters. onnxruntime rejects output_padding >= stride (allowed here up to
+    # max(stride, dilation) - 1), so fold output_padding into pads_end first.
+    for a in range(S):
+        cut = min(opad[a], pe[a])
+        opad[a] -= cut
+        pe[a] -= cut
+    # What is left past the full result is zeros (plus bias). On axes where it is still
+    # >= stride (dilation > stride only): the full result (pads_begin 0), then a Pad at the
+    # end and a Slice of pads_begin at the start.
+    tail = [opad[a] if opad[a] >= s[a] else 0 for a in range(S)]
+    cut_begin = [pb[a] if tail[a] else 0 for a in range(S)]
+    opad = [opad[a] - tail[a] for a in range(S)]
+    pb = [pb[a] - cut_begin[a] for a in range(S)]
     x = _transpose(src, _data_to_ncx_perm(fmt_d, S))
     w = _weights_to_iox(weights, fmt_w, S)
-    inputs = [x, w] if bias is None else [x, w, bias]
+    fused_bias = bias is not None and not any(tail)
+    inputs = [x, w, bias] if fused_bias else [x, w]
     y = op.ConvTranspose(*inputs, strides=s, dilations=d, group=g, pads=pb + pe,
                          output_padding=opad)
+    if any(tail):
+        y = op.Pad(y, op.Constant(value_ints=[0] * (S + 2) + [0, 0] + tail))
+        if any(cut_begin):
+            axes = [2 + a for a in range(S) if cut_begin[a]]
+            y = op.Slice(y, op.Constant(value_ints=[cut_begin[a - 2] for a in axes]),
+                         op.Constant(value_ints=[2**62] * len(axes)),
+                         op.Constant(value_ints=axes))
+        if bias is not None:
+            y = op.Add(y, op.Reshape(bias, op.Constant(value_ints=[-1] + [1] * S)))
     return _transpose(y, _ncx_to_data_perm(fmt_d, S))
 
 
