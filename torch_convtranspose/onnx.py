@@ -29,11 +29,15 @@ auto_pad is always resolved to explicit pads at export time (SPEC section 3). ON
 ConvTranspose's own SAME_UPPER/SAME_LOWER is *not* used: it targets ``in*s`` (ignoring
 output_padding) and so differs from this library's rule whenever output_padding > 0 or
 the dilated kernel is shorter than the stride, and onnxruntime swapped UPPER/LOWER before
-1.13. The forward pads depend only on kernel, stride and dilation, so they are always
-static (the weights' kernel sizes must be static). The backward ops' SAME pads depend on
-the diff_dst size: static sizes are resolved; a dynamic size falls back to ONNX Conv's
-``auto_pad`` for backward-data where its rule is identical (dilated kernel >= stride),
-and is an error otherwise.
+1.13. The forward pads depend only on kernel, stride and dilation; the backward ops' SAME
+pads also on the diff_dst size, which must then be static (it is: the ops' shape
+functions specialize spatial sizes under ``torch.export``, only the batch can be
+dynamic). ``output_padding`` >= stride (allowed here while < dilation) is folded into the
+end pads, or done with a Pad + Slice, since onnxruntime rejects it.
+
+Limits: ``conv_transpose_backward_weights`` needs its kernel sizes at export time: the
+``weights_shape`` attribute (a ``weights_shape_input`` tensor cannot be traced by
+``torch.export`` at all, the op's shape function needs its values).
 
 Registration: importing this module adds the translations to onnxscript's torch-lib
 registry, which ``torch.onnx.export(..., dynamo=True)`` reads on every call, so the plain
@@ -235,30 +239,22 @@ def _backward_data(name, diff_dst, weights, strides, pads_begin, pads_end, dilat
                            f"expected {S + 2}")
     D = [dd_dims[i] for i in (range(1, S + 1) if fmt_d == "NXC" else range(2, S + 2))]
     K = _kernel_from_shape(_static_dims(weights, "weights", name), fmt_w, S)
-    conv_auto_pad = None
     if mode == "VALID":
         pb, pe = [0] * S, [0] * S
     elif mode != "NONE":
         Ks = _need_static(K, "the kernel sizes (weights' spatial dims)", name)
-        eff = [d[a] * (Ks[a] - 1) + 1 for a in range(S)]
-        if all(v is not None for v in D):
-            pb, pe = [], []
-            for a in range(S):
-                r = s[a] if D[a] % s[a] == 0 else D[a] % s[a]
-                b, e = _split_same(max(eff[a] - r, 0), mode)
-                pb.append(b)
-                pe.append(e)
-        elif all(eff[a] >= s[a] for a in range(S)):
-            # ONNX Conv's SAME pads to ceil(D/s) outputs: total eff_k - r, the odd one at
-            # the end for SAME_UPPER, at the start for SAME_LOWER -- SPEC section 3 exactly.
-            conv_auto_pad = mode
-        else:
-            raise RuntimeError(
-                f"ONNX export of graph::{name}: auto_pad={auto_pad!r} with a dynamic "
-                f"diff_dst size needs dilation*(kernel-1)+1 >= stride on every axis")
+        Ds = _need_static(D, "the diff_dst spatial sizes (auto_pad SAME_*)", name)
+        pb, pe = [], []
+        for a in range(S):
+            r = s[a] if Ds[a] % s[a] == 0 else Ds[a] % s[a]
+            b, e = _split_same(max(d[a] * (Ks[a] - 1) + 1 - r, 0), mode)
+            pb.append(b)
+            pe.append(e)
 
     # The size asked for by src_shape (full shape in data_format layout, or spatial only).
-    target: Optional[List[Any]] = None
+    # It is never more than the convolution gives (the op validates that diff_dst is a
+    # forward result of that size), so a Slice at the end, or trimming pads_end, fits it.
+    target: Optional[List[int]] = None
     if src_shape is not None:
         shp = list(src_shape)
         if len(shp) == S + 2:
@@ -266,52 +262,30 @@ def _backward_data(name, diff_dst, weights, strides, pads_begin, pads_end, dilat
         elif len(shp) != S:
             raise RuntimeError(f"graph::{name}: src_shape must have {S} or {S + 2} entries, "
                                f"got {len(shp)}")
-        target = [int(v) if isinstance(v, int) else v for v in shp]
-
+        target = _need_static([v if isinstance(v, int) else None for v in shp],
+                              "the spatial sizes in src_shape", name)
     slice_needed = False
-    if target is not None and conv_auto_pad is None:
-        static = (all(isinstance(v, int) for v in target) and all(v is not None for v in D)
-                  and all(v is not None for v in K))
-        if static:
-            # Trim pads_end so that the convolution gives exactly the target size.
+    if target is not None:
+        if all(v is not None for v in D) and all(v is not None for v in K):
             for a in range(S):
                 eff = d[a] * (K[a] - 1) + 1
-                natural = (D[a] + pb[a] + pe[a] - eff) // s[a] + 1
-                if natural == target[a]:
+                if (D[a] + pb[a] + pe[a] - eff) // s[a] + 1 == target[a]:
                     continue
-                fit = s[a] * (target[a] - 1) + eff - D[a] - pb[a]
+                fit = s[a] * (target[a] - 1) + eff - D[a] - pb[a]  # pads_end giving target
                 if 0 <= fit <= pe[a]:
                     pe[a] = fit
                 else:
                     slice_needed = True
         else:
             slice_needed = True
-    elif target is not None:
-        slice_needed = True
 
     x = _transpose(diff_dst, _data_to_ncx_perm(fmt_d, S))
     w = _weights_to_iox(weights, fmt_w, S)  # IOX == ONNX Conv's (M, C/group, k...)
-    if conv_auto_pad is not None:
-        y = op.Conv(x, w, strides=s, dilations=d, group=g, auto_pad=conv_auto_pad)
-    else:
-        y = op.Conv(x, w, strides=s, dilations=d, group=g, pads=pb + pe)
+    y = op.Conv(x, w, strides=s, dilations=d, group=g, pads=pb + pe)
     if slice_needed:
-        y = op.Slice(y, op.Constant(value_ints=[0] * S), _ints_tensor(target),
+        y = op.Slice(y, op.Constant(value_ints=[0] * S), op.Constant(value_ints=target),
                      op.Constant(value_ints=list(range(2, S + 2))))
     return _transpose(y, _ncx_to_data_perm(fmt_d, S))
-
-
-def _ints_tensor(values: Sequence[Any]):
-    """A 1-D INT64 tensor from ints and/or symbolic (0-D or 1-D) int values."""
-    if all(isinstance(v, int) for v in values):
-        return op.Constant(value_ints=[int(v) for v in values])
-    parts = []
-    for v in values:
-        if isinstance(v, int):
-            parts.append(op.Constant(value_ints=[int(v)]))
-        else:
-            parts.append(op.Reshape(op.Cast(v, to=7), op.Constant(value_ints=[1])))
-    return op.Concat(*parts, axis=0)
 
 
 def conv_transpose_backward_data(diff_dst, weights, strides=None, pads_begin=None,
