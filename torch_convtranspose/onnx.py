@@ -359,20 +359,22 @@ def conv_transpose_backward_weights(src, diff_dst, weights_shape_input=None, str
             else:
                 slice_needed = True
 
-    x = _transpose(src, _data_to_ncx_perm(fmt_d, S))      # (N, IC, I...)
-    dy = _transpose(diff_dst, _data_to_ncx_perm(fmt_d, S))  # (N, OC, D...)
-    # Conv input: (OC/g, g*N, D...), channel gi*N + n; Conv weights: (IC, N, I...).
+    # Conv input: (OC/g, g*N, D...) with channel gi*N + n; Conv weights: (IC, N, I...);
+    # Conv output: (OC/g, IC, K...). Each Transpose composes the layout change with the
+    # swap of the first two axes.
+    swap = [1, 0] + list(range(2, S + 2))
+    to_ncx = _data_to_ncx_perm(fmt_d, S) or list(range(S + 2))
+    to_cnx = [to_ncx[i] for i in swap]
     if g > 1:
-        parts = op.Split(dy, axis=1, num_outputs=g)
-        dy = op.Concat(*parts, axis=0)
-    xin = op.Transpose(dy, perm=[1, 0] + list(range(2, S + 2)))
-    wt = op.Transpose(x, perm=[1, 0] + list(range(2, S + 2)))
-    y = op.Conv(xin, wt, strides=d, dilations=s, group=g, pads=pb + pe)  # (OC/g, IC, K'...)
+        parts = op.Split(diff_dst, axis=to_ncx[1], num_outputs=g)
+        diff_dst = op.Concat(*parts, axis=0)
+    xin = _transpose(diff_dst, to_cnx)
+    wt = _transpose(src, to_cnx)
+    y = op.Conv(xin, wt, strides=d, dilations=s, group=g, pads=pb + pe)
     if slice_needed:
         y = op.Slice(y, op.Constant(value_ints=[0] * S), op.Constant(value_ints=K),
                      op.Constant(value_ints=list(range(2, S + 2))))
-    y = op.Transpose(y, perm=[1, 0] + list(range(2, S + 2)))  # IOX
-    return _weights_from_iox(y, fmt_w, S)
+    return _transpose(y, [swap[i] for i in _iox_to_fmt_perm(fmt_w, S)])
 
 
 # --------------------------------------------------------------------------
