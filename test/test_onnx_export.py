@@ -291,6 +291,10 @@ def test_entry_points(tco, tmp_path):
                               custom_translation_table=tco.translation_table())
     assert _ops(prog2) == _ops(prog)
     _close(_run(prog2, x), want)
+    # torch.onnx.export with no extra argument at all (dynamo=True is torch's default)
+    assert tco.register() is True
+    prog3 = torch.onnx.export(m, (x,), verbose=False)
+    assert _ops(prog3) == _ops(prog)
     assert set(tco.translation_table()) == {
         torch.ops.graph.conv_transpose.default,
         torch.ops.graph.conv_transpose_backward_data.default,

@@ -3,7 +3,8 @@
 Usage (torch's dynamo exporter, ``torch.onnx.export(..., dynamo=True)``)::
 
     import torch_convtranspose.onnx                  # registers the translations (see below)
-    onnx_program = torch.onnx.export(model, (x,), dynamo=True)   # plain torch call
+    onnx_program = torch.onnx.export(model, (x,), dynamo=True)   # the plain torch call
+    onnx_program.save("model.onnx")
 
     # or, without relying on the global registration:
     onnx_program = torch_convtranspose.onnx.export(model, (x,), "model.onnx")
@@ -411,19 +412,29 @@ _REGISTERED = False
 
 def register() -> bool:
     """Adds the translations to onnxscript's torch-lib registry so that a plain
-    ``torch.onnx.export(..., dynamo=True)`` finds them (done on import of this module).
-    Returns False (with a warning) where this onnxscript has no such registry."""
+    ``torch.onnx.export(...)`` (dynamo=True, the default since torch 2.9) finds them;
+    done on import of this module. Returns False (with a warning, and registering
+    nothing) where that does not work with this onnxscript."""
     global _REGISTERED
     if _REGISTERED:
         return True
     try:
         from onnxscript.function_libs.torch_lib import ops as _ops  # noqa: F401  (fills it first)
         from onnxscript.function_libs.torch_lib import registration
+
+        # Wrap into a scratch registry and parse each signature once here: the exporter
+        # parses every registered function on every export, outside any try, so one that
+        # fails (e.g. no source file) must never reach the shared registry.
+        scratch = registration.Registry()
+        wrapped = []
         for target, fn in translation_table().items():
             qualified = target.name()  # "graph::conv_transpose"
-            if qualified in registration.default_registry:
-                continue
-            registration.torch_op(qualified, trace_only=True)(fn)
+            traced = registration.torch_op(qualified, trace_only=True, registry=scratch)(fn)
+            traced.function_ir  # noqa: B018  (parses the signature; raises if it cannot)
+            wrapped.append((qualified, traced))
+        for qualified, traced in wrapped:
+            if qualified not in registration.default_registry:
+                registration.default_registry.register(traced, qualified)
     except Exception as e:  # pragma: no cover - depends on the onnxscript version
         warnings.warn(
             f"torch_convtranspose.onnx: could not register with onnxscript's torch-lib "
