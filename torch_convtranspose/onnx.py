@@ -118,10 +118,6 @@ def _weights_to_iox(w, fmt: str, S: int):
     return _transpose(w, _inverse(_iox_to_fmt_perm(fmt, S)))
 
 
-def _weights_from_iox(w, fmt: str, S: int):
-    return _transpose(w, _iox_to_fmt_perm(fmt, S))
-
-
 def _kernel_from_shape(shape: Sequence[Optional[int]], fmt: str, S: int) -> List[Optional[int]]:
     """Kernel sizes from a weights shape given in the layout fmt."""
     p = _iox_to_fmt_perm(fmt, S)
