@@ -150,3 +150,20 @@ def test_inconsistent_symbolic_sizes_still_fail():
                                        dy, w, src_shape=[2, 2, L], **a))
     with pytest.raises(Exception, match="conv_transpose_backward_data"):
         g(torch.randn(2, 3, 10), torch.randn(2, 2, 9))
+
+
+def test_aot_inductor_package_dynamic(tmp_path):
+    """An AOTInductor package with dynamic batch and spatial sizes runs on new sizes."""
+    tct = P.tct()
+    torch.manual_seed(4)
+    ref = torch.nn.ConvTranspose2d(4, 3, 4, stride=2, padding=1)
+    layer = tct.ConvTranspose2d(4, 3, 4, stride=2, padding=1)
+    layer.load_state_dict(ref.state_dict())
+    model = torch.nn.Sequential(layer, torch.nn.ReLU())
+    dims = {0: Dim("N", min=1, max=16), 2: Dim("H", min=2, max=64), 3: Dim("W", min=2, max=64)}
+    ep = export(model, (torch.randn(2, 4, 8, 9),), dynamic_shapes=(dims,))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "m.pt2"))
+    runner = torch._inductor.aoti_load_package(path)
+    for shape in [(3, 4, 5, 7), (1, 4, 16, 2)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(runner(x), torch.relu(ref(x)))
