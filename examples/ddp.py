@@ -17,7 +17,9 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
-from train_digits import Autoencoder, digits_dataset, use_torch_convtranspose
+from train_digits import Autoencoder, digits_dataset
+
+import torch_convtranspose
 
 WORLD_SIZE = 2
 
@@ -35,7 +37,7 @@ def worker(rank, port, args, result_path):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE,
                             timeout=datetime.timedelta(seconds=60))  # fail, don't hang
     torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's weights at the start
-    model = DistributedDataParallel(use_torch_convtranspose(Autoencoder()))
+    model = DistributedDataParallel(torch_convtranspose.convert(Autoencoder()))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader, sampler = make_loader(digits_dataset(), rank, args.batch_size, args.seed)
 

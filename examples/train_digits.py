@@ -38,22 +38,6 @@ class Autoencoder(nn.Module):
         return self.decoder(self.encoder(x))
 
 
-def use_torch_convtranspose(model: nn.Module) -> nn.Module:
-    """Replace each nn.ConvTranspose2d in ``model`` by torch_convtranspose.ConvTranspose2d,
-    in place, keeping the same Parameter objects (so the weights carry over)."""
-    for name, child in model.named_children():
-        if type(child) is nn.ConvTranspose2d:
-            ours = torch_convtranspose.ConvTranspose2d(
-                child.in_channels, child.out_channels, child.kernel_size, child.stride,
-                child.padding, child.output_padding, child.groups, child.bias is not None,
-                child.dilation, child.padding_mode, device="meta")  # no init: replaced below
-            ours.weight, ours.bias = child.weight, child.bias
-            setattr(model, name, ours)
-        else:
-            use_torch_convtranspose(child)
-    return model
-
-
 def train(model, data, epochs, batch_size, lr, seed):
     """Adam on the reconstruction MSE; returns the mean training loss of each epoch."""
     shuffle = torch.Generator().manual_seed(seed)  # the same batches for every model
@@ -85,7 +69,8 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     data = digits_dataset()
     reference = Autoencoder()
-    ours = use_torch_convtranspose(copy.deepcopy(reference))
+    ours = torch_convtranspose.convert(copy.deepcopy(reference))  # same weights, our kernels
+    print(ours)
     hyper = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     losses = {
         "torch": train(reference, data, **hyper),
