@@ -22,6 +22,10 @@ def _load() -> str:
 
 LIBRARY_PATH = _load()
 
+from . import _vmap  # noqa: E402  (batching rules need the ops registered)
+
+_vmap.register()
+
 
 def available_isas() -> List[str]:
     """Kernel implementations this CPU can run, e.g. ['reference', 'avx2', 'avx512']."""
