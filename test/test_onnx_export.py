@@ -277,6 +277,23 @@ def test_dynamic_batch(tco):
         _close(_run(prog, xn), want)
 
 
+def test_dynamic_spatial(tco):
+    """Batch, H and W dynamic: one graph runs on new sizes (odd sizes too)."""
+    m = Net().eval()
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 3, 5, 4, generator=gen)
+    dims = {0: torch.export.Dim("N"), 2: torch.export.Dim("H"), 3: torch.export.Dim("W")}
+    prog = _export(m, (x,), dynamic_shapes={"x": dims})
+    shape = prog.model_proto.graph.input[0].type.tensor_type.shape.dim
+    assert all(d.dim_param and not d.HasField("dim_value") for i, d in enumerate(shape) if i != 1)
+    _ops(prog)
+    for size in [(3, 3, 7, 6), (1, 3, 4, 9)]:
+        xn = torch.randn(*size, generator=gen)
+        with torch.no_grad():
+            want = m(xn)
+        _close(_run(prog, xn), want)
+
+
 def test_entry_points(tco, tmp_path):
     """tco.export (file written) and custom_translation_table give the same graph."""
     m = Net().eval()

@@ -31,10 +31,10 @@ ConvTranspose's own SAME_UPPER/SAME_LOWER is *not* used: it targets ``in*s`` (ig
 output_padding) and so differs from this library's rule whenever output_padding > 0 or
 the dilated kernel is shorter than the stride, and onnxruntime swapped UPPER/LOWER before
 1.13. The forward pads depend only on kernel, stride and dilation; the backward ops' SAME
-pads also on the diff_dst size, which must then be static (it is: the ops' shape
-functions specialize spatial sizes under ``torch.export``, only the batch can be
-dynamic). ``output_padding`` >= stride (allowed here while < dilation) is folded into the
-end pads, or done with a Pad + Slice, since onnxruntime rejects it.
+pads also on the diff_dst size, which must then be static (export says so otherwise).
+Batch and spatial sizes may be dynamic elsewhere. ``output_padding`` >= stride (allowed
+here while < dilation) is folded into the end pads, or done with a Pad + Slice, since
+onnxruntime rejects it.
 
 Limits: ``conv_transpose_backward_weights`` needs its kernel sizes at export time: the
 ``weights_shape`` attribute (a ``weights_shape_input`` tensor cannot be traced by
@@ -252,6 +252,7 @@ def _backward_data(name, diff_dst, weights, strides, pads_begin, pads_end, dilat
     # It is never more than the convolution gives (the op validates that diff_dst is a
     # forward result of that size), so a Slice at the end, or trimming pads_end, fits it.
     target: Optional[List[int]] = None
+    dynamic_target = None  # src_shape's spatial sizes when some are symbolic
     if src_shape is not None:
         shp = list(src_shape)
         if len(shp) == S + 2:
@@ -259,9 +260,11 @@ def _backward_data(name, diff_dst, weights, strides, pads_begin, pads_end, dilat
         elif len(shp) != S:
             raise RuntimeError(f"graph::{name}: src_shape must have {S} or {S + 2} entries, "
                                f"got {len(shp)}")
-        target = _need_static([v if isinstance(v, int) else None for v in shp],
-                              "the spatial sizes in src_shape", name)
-    slice_needed = False
+        if all(isinstance(v, int) for v in shp):
+            target = shp
+        else:
+            dynamic_target = shp
+    slice_needed = dynamic_target is not None
     if target is not None:
         if all(v is not None for v in D) and all(v is not None for v in K):
             for a in range(S):
@@ -280,7 +283,13 @@ def _backward_data(name, diff_dst, weights, strides, pads_begin, pads_end, dilat
     w = _weights_to_iox(weights, fmt_w, S)  # IOX == ONNX Conv's (M, C/group, k...)
     y = op.Conv(x, w, strides=s, dilations=d, group=g, pads=pb + pe)
     if slice_needed:
-        y = op.Slice(y, op.Constant(value_ints=[0] * S), op.Constant(value_ints=target),
+        if dynamic_target is None:
+            ends = op.Constant(value_ints=target)
+        else:  # symbolic sizes are INT64 scalars in the graph
+            one = op.Constant(value_ints=[1])
+            ends = op.Concat(*[op.Constant(value_ints=[v]) if isinstance(v, int)
+                               else op.Reshape(v, one) for v in dynamic_target], axis=0)
+        y = op.Slice(y, op.Constant(value_ints=[0] * S), ends,
                      op.Constant(value_ints=list(range(2, S + 2))))
     return _transpose(y, _ncx_to_data_perm(fmt_d, S))
 
