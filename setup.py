@@ -9,10 +9,12 @@ The wheel requires exactly the torch it was built against (torch==X.Y.Z).
 Environment: TCT_BUILD_TESTS=ON builds the GoogleTest suites too (needs
 GoogleTest; default OFF), TCT_BUILD_TYPE (default Release), MAX_JOBS (parallel
 compile jobs, default all cores), TCT_BUILD_DIR (the CMake build folder of
-in-place/editable builds, default build/main).
+in-place/editable builds, default build/main), TCT_CMAKE_ARGS (more arguments
+for the CMake configure step, shell-quoted).
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,6 +89,7 @@ class CMakeBuild(build_ext):
         if not develop:
             # The packaged library must not point into this build's environment.
             configure.append("-DCMAKE_SKIP_BUILD_RPATH=ON")
+        configure += shlex.split(os.environ.get("TCT_CMAKE_ARGS", ""))
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             ninja = self._find_ninja()
             if ninja:
