@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -151,3 +152,25 @@ def test_app_error_is_clear(apps, tmp_path):
                            str(tmp_path / "missing.pt")], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "run_torchscript:" in proc.stderr and "missing.ts" in proc.stderr, proc.stderr
+
+
+def test_config_refuses_another_torch(prefix, tmp_path):
+    # An install whose library was built against another torch (simulated by editing
+    # the version its config records) must stop CMake with a clear message.
+    other = tmp_path / "prefix"
+    shutil.copytree(prefix, other, symlinks=True)
+    config = other / "lib" / "cmake" / "TorchConvTranspose" / "TorchConvTransposeConfig.cmake"
+    text = config.read_text()
+    recorded = re.search(r'set\(TorchConvTranspose_TORCH_VERSION "([^"]+)"\)', text)
+    assert recorded, text
+    built = recorded.group(1)  # CMake's Torch_VERSION of the torch in use
+    assert torch.__version__.startswith(built), (built, torch.__version__)
+    config.write_text(text.replace(recorded.group(0),
+                                   'set(TorchConvTranspose_TORCH_VERSION "1.0.0")'))
+    proc = subprocess.run(
+        ["cmake", "-S", str(EXAMPLES), "-B", str(tmp_path / "build"), *generator_args(),
+         f"-DCMAKE_PREFIX_PATH={other};{torch.utils.cmake_prefix_path}"],
+        capture_output=True, text=True)
+    assert proc.returncode != 0
+    message = " ".join(proc.stderr.split())
+    assert f"was built against Torch 1.0.0, but CMake found Torch {built}" in message, message
