@@ -16,6 +16,7 @@ from ._library import (
     use_isa,
     use_ncx_path,
 )
+from ._version import __version__  # noqa: F401
 from .convert import convert, revert
 from .functional import (
     conv_transpose,
