@@ -1151,7 +1151,9 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
   const int64_t result = IC * J;
   const int64_t parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
                                          static_cast<double>(result), chunks / 2);
-  int64_t npanels = parts > 1 ? 1 : std::max<int64_t>(1, (nthreads + G - 1) / G);
+  // Panels split only the columns (the same bits for any split): enough for
+  // the threads when the parts and groups are fewer.
+  int64_t npanels = std::max<int64_t>(1, (nthreads + parts * G - 1) / (parts * G));
   npanels = std::max(npanels, (J + 255) / 256);
   const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
   npanels = (J + NC - 1) / NC;
