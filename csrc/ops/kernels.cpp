@@ -210,15 +210,19 @@ std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
 // chunks, or, where the kernel tiles diff_dst along the outermost spatial axis
 // (K = s, no dilation or padding there), slabs of that axis per image. The
 // first piece's gradient goes to diff_w, each later one to a second copy that
-// is added in (at most one extra copy of the gradient, 2+ threads). Only for
-// activations of 4 MiB and more whose pieces' gradient sums stay small next to
-// them. False (diff_w not complete) where it does not apply.
+// is added in, in piece order (at most one extra copy of the gradient). Only
+// for activations of 4 MiB and more whose pieces' gradient sums stay small
+// next to them. The pieces, and whether this path runs at all, depend on the
+// problem alone, not on the thread count: the bits are the same for any
+// thread count (SPEC 5; it ran from 2 threads only, so 1 thread took the
+// whole-tensor path and other bits). False (diff_w not complete) where it
+// does not apply.
 bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, const Tensor& dd,
                                     const Tensor& diff_w, WeightsFormat wf, int nt) {
   constexpr double kPiece = 2.0 * (1 << 20);  // bytes of activations per piece
   const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
   const double image = 4.0 * static_cast<double>(IC * P + OC * Q);
-  if (nt < 2 || q.N * image < 2 * kPiece) return false;
+  if (q.N * image < 2 * kPiece) return false;
   int a = 0;  // outermost spatial axis with more than one src position
   while (a < kAxes - 1 && q.I[a] == 1) ++a;
   const bool slabs = image > kPiece && q.K[a] == q.s[a] && q.d[a] == 1 && q.pb[a] == 0 &&

@@ -19,16 +19,19 @@
 //
 // Work items are the tiles (tap, group, n-block, m-block; packed layers: runs
 // of m-blocks). Threads split the items (no extra memory; every thread reads
-// all pixels), or, when that is unbalanced, low in arithmetic intensity, or
-// the weight gradient is small, split the pixels into P = nthreads partitions
-// with a copy of the gradient each, summed at the end. Partition 0
+// all pixels) and the pixels are split into P = reduction_pieces()
+// partitions with a copy of the gradient each, summed at the end in
+// partition order. P and the pixel blocks are functions of the problem, never
+// of the thread count, and each tile sums its partition's blocks in order, so
+// the bits are the same for any thread count (SPEC 5). Partition 0
 // accumulates straight into the output when its layout has the vector side
 // contiguous (XOI, XIO), else into a scratch copy that is written out in the
 // output's strides (layouts with the taps innermost, IOX/OIX: 16x16 register
 // transposes); with one pixel block for all pixels, each item instead runs
 // all taps of its tiles into a per-thread buffer and writes them out itself
 // (local n-blocks, no scratch copy). Extra memory: at most P copies of the
-// weight gradient, plus per-thread pixel lists and packed panels (at most
+// weight gradient (P <= 8, their size within a quarter of the activations or
+// 512 KiB unless P = 1), plus per-thread pixel lists and packed panels (at most
 // ~1.3 MiB per thread) and the local n-block buffer (at most 512 KiB per
 // thread; with one group the A panels of all pixels, at most 4 MiB, shared).
 #include <omp.h>
@@ -123,6 +126,14 @@ double split_items(const std::vector<Item>& items, int parts, std::vector<int64_
 int64_t part_start(int64_t n, int64_t k, int64_t j) { return n / k * j + std::min(j, n % k); }
 
 }  // namespace
+
+int reduction_pieces(double act_floats, double grad_floats, int64_t units) {
+  const double budget = std::max(0.25 * act_floats, 131072.0);  // floats of the extra copies
+  const double by_memory = budget / std::max(1.0, grad_floats);
+  const double n = std::min({static_cast<double>(kMaxReductionPieces),
+                             static_cast<double>(units), 1.0 + by_memory});
+  return std::max(1, static_cast<int>(n));
+}
 
 bool innermost_taps_fusable(const ConvProblem& p) {
   return p.G == 1 && p.d[2] == 1 && p.K[2] > 1 && p.ICg * p.OCg < 128 * 128;
@@ -343,31 +354,21 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 
   // Pixel partitions. Splitting the items over threads (P = 1) needs no
   // extra memory, but every thread then reads all pixels once per chunk of
-  // items. Split the pixels too (P = nthreads, each partition with its own
-  // copy of the weight gradient, summed at the end) when
-  //  - the items alone cannot be balanced over the threads, or
-  //  - the layer does few multiply-adds per byte of activations, so the
-  //    repeated reads would dominate, unless one copy outweighs half the
-  //    activations (summing the copies then costs more than the re-reads; Zen 4:
-  //    3D U-Net 320->320 k2 s2 on 7x7x5, copies 1.1x the activations, 1.2x
-  //    faster with P = 1, the z -> 4x4 generator layer 1.5x), or
-  //  - the copies are small (they stay in L2).
-  // Measured on 2-core Sapphire Rapids; the thresholds are rough.
+  // items. Splitting the pixels too (each partition with its own copy of the
+  // weight gradient, summed at the end) balances few items and saves the
+  // re-reads, while the copies stay small next to the activations (summing
+  // them otherwise costs more than the re-reads; Zen 4: 3D U-Net 320->320
+  // k2 s2 on 7x7x5, copies 1.1x the activations, 1.2x faster with P = 1,
+  // the z -> 4x4 generator layer 1.5x). The count is reduction_pieces(): a
+  // function of the problem (up to 8 partitions of at least 64 pixels, the
+  // copies within a quarter of the activations or 512 KiB), not of the
+  // threads, which run the partitions as tasks, several each when there are
+  // more partitions than threads.
   const int64_t wsize = taps * G * Mg * Ng;
-  int P = 1;
-  if (nt > 1 && F >= nt) {
-    std::vector<int64_t> b;
-    const double total = split_items(items, 1, b);
-    const double worst = split_items(items, nt, b);
-    const double act_bytes = 4.0 * (static_cast<double>(F) * IC +
-                                    static_cast<double>(p.N) * p.dst_spatial() * OC);
-    const bool unbalanced = worst > 1.15 * total / nt;
-    const bool low_intensity =
-        p.macs() < 100.0 * act_bytes && 4.0 * wsize < 0.5 * act_bytes;
-    const bool small_copies = 4.0 * wsize * nt <= 512.0 * 1024;
-    if (unbalanced || low_intensity || small_copies) P = nt;
-  }
-  const int per_part = nt / P;
+  const double act_floats =
+      static_cast<double>(F) * IC + static_cast<double>(p.N) * p.dst_spatial() * OC;
+  const int P = reduction_pieces(act_floats, static_cast<double>(wsize), F / 64);
+  const int per_part = std::max(1, nt / P);
 
   // Pixel block size. GEMM: one tile call reads a line of A and max_cols
   // floats of B per pixel; keep those of a block within ~24 KiB of L1.
@@ -507,8 +508,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     max_span = std::max(max_span, hi_t - lo_t + 1);
   }
   if (local) max_span = taps;  // an item runs every tap
-  // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts).
-  block = std::min(block, std::max<int64_t>(16, 65536 / max_span));
+  // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts);
+  // capped by the taps, not by the chunk's span (the chunks follow the
+  // threads, the blocks must not: they set the order of the sums).
+  block = std::min(block, std::max<int64_t>(16, 65536 / taps));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
   std::vector<Pix> fpix_all(kf > 1 ? static_cast<size_t>(nt) * (kf + 1) * block : 0);
   // A panels: one per m-block (bww::pack_panels_avx2's layout; AVX-512 packs

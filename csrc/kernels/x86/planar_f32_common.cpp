@@ -1142,14 +1142,18 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
     return true;
   }
   const int64_t per_image = (P + kKc - 1) / kKc, chunks = p.N * per_image;
-  // Reduction parts while the result is small next to the activations and
-  // there are chunks for them; else panels of columns for the threads.
+  // Reduction parts (reduction_pieces: a function of the problem, not of the
+  // threads, so that the bits are the same for any thread count; a part sums
+  // its chunks in order, the parts are added in order) while the result is
+  // small next to the activations and there are chunks for them (2 per
+  // part); else panels of columns for the threads (they split the columns,
+  // not the sums).
   const int64_t result = IC * J;
-  int64_t parts = 1;
-  if (nthreads > 1 && chunks >= 2 * nthreads &&
-      (nthreads - 1) * result * 8 <= p.N * (IC * P + OC * Q))
-    parts = nthreads;
-  int64_t npanels = parts > 1 ? 1 : std::max<int64_t>(1, (nthreads + G - 1) / G);
+  const int64_t parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
+                                         static_cast<double>(result), chunks / 2);
+  // Panels split only the columns (the same bits for any split): enough for
+  // the threads when the parts and groups are fewer.
+  int64_t npanels = std::max<int64_t>(1, (nthreads + parts * G - 1) / (parts * G));
   npanels = std::max(npanels, (J + 255) / 256);
   const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
   npanels = (J + NC - 1) / NC;
@@ -1341,10 +1345,16 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
 // Dot-product tiles (planar_f32.h) reduce along the innermost axis: per block
 // of src rows (and chunk of the line), the src rows are copied zero-padded and
 // the diff_dst rows each tap reads are split into phases as in the forward
-// passes, so that every tap is one contiguous run per row. Each thread sums
-// its row blocks into its own copy of the gradient (thread 0: the result
-// itself, the others: scratch), added up at the end: extra memory is
-// threads-1 copies of the weight gradient plus one row block per thread.
+// passes, so that every tap is one contiguous run per row. The items (row
+// block, line chunk) are cut into reduction_pieces() contiguous runs, a
+// function of the problem alone: a piece sums its items in order into its own
+// copy of the gradient (piece 0: the result itself, the others: scratch),
+// whichever thread runs it, and the copies are added in piece order at the
+// end, so the bits depend on neither the threads' timing nor their count
+// (SPEC 5). The line chunks and row blocks are sized for a fixed number of
+// items, not for the thread count. Extra memory: pieces-1 copies of the
+// weight gradient (at most 7, within a quarter of the activations or 512 KiB)
+// plus one row block per thread.
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
                             WeightsView dw, int nthreads) {
   if (gemm_preferred(isa, p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
@@ -1374,8 +1384,10 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   const int64_t ext = L.max_off - L.min_off;
   // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
   // one block's buffers within ~1 MiB, enough blocks for the threads.
+  // Items for the pieces: up to 2 per piece, whatever the threads.
+  constexpr int64_t kItems = 2 * kMaxReductionPieces;
   int64_t cw = round_up(W, 16);
-  while (cw > 64 && rows * ((W + cw - 1) / cw) < 2 * nthreads) cw = round_up(cw / 2, 16);
+  while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
   const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
   const int64_t span = round_up(cw + ext, 16);
   const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
@@ -1383,16 +1395,16 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
   R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
   R = std::min(R, rows);
-  while (R > 1 && ((rows + R - 1) / R) * nchunks < 2 * nthreads) R = (R + 1) / 2;
+  while (R > 1 && ((rows + R - 1) / R) * nchunks < kItems) R = (R + 1) / 2;
   const int64_t nblocks = (rows + R - 1) / R, items = nblocks * nchunks;
-  const int P = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nthreads, items)));
   const int64_t grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
+  const double act_floats = static_cast<double>(p.N) * (IC * src_plane + OC * dst_plane);
+  const int P = reduction_pieces(act_floats, static_cast<double>(grad_floats), items);
   Buf scratch = aligned(std::max<int64_t>(1, (P - 1) * grad_floats));
   std::memset(scratch.get(), 0, sizeof(float) * std::max<int64_t>(1, (P - 1) * grad_floats));
 
-#pragma omp parallel num_threads(P)
+#pragma omp parallel num_threads(std::max(1, std::min(nthreads, P)))
   {
-    const int t = omp_get_thread_num();
     float* buf = thread_buffer(1, R * row_floats);
     float* abuf = buf;                 // [r][ic][cw]
     float* bbuf = buf + R * IC * cw;   // [r][seg][oc][slot][span]
@@ -1401,7 +1413,8 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
     std::vector<int64_t> seg_of(R * K0 * K1);
     std::vector<const float*> pa(R), pb(R);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int t = 0; t < P; ++t)  // piece t: items [t*items/P, (t+1)*items/P), in order
+    for (int64_t item = t * items / P; item < (t + 1) * items / P; ++item) {
       const int64_t blk = item / nchunks, ch = item % nchunks;
       const int64_t r0 = blk * R, nr = std::min(R, rows - r0);
       const int64_t x0 = ch * cw, xn = std::min(cw, W - x0);
@@ -1475,7 +1488,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
           }
     }
   }
-  // Add the other threads' sums into the result.
+  // Add the other pieces' sums into the result, in piece order.
   if (P > 1) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t ic = 0; ic < IC; ++ic)

@@ -31,6 +31,18 @@ double valid_tap_share(const ConvProblem& p);
 bool innermost_taps_fusable(const ConvProblem& p);
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
+// Reproducible reductions (SPEC 5: the same bits on every call and for any
+// thread count). The backward-weights kernels cut their reduction (over
+// pixels / rows / chunks) into this many pieces, a function of the problem
+// alone, never of the thread count: each piece is summed in a fixed order
+// into its own copy of the gradient (the first piece: the result, or one
+// copy), whichever thread runs it, and the copies are added in piece order.
+// At most kMaxReductionPieces, at most `units` (pieces of the reduction that
+// are worth one each), and the extra copies within a quarter of the
+// activations (or 512 KiB), so that summing them stays cheap; at least 1.
+// act_floats: src + diff_dst elements; grad_floats: one gradient copy.
+constexpr int kMaxReductionPieces = 8;
+int reduction_pieces(double act_floats, double grad_floats, int64_t units);
 
 // Backward-data of a one-pixel src whose kernel covers diff_dst exactly, as
 // dot products (planar_f32_common.cpp); dense NCX or (one group) NXC
