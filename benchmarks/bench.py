@@ -827,6 +827,13 @@ def parse_args(argv=None):
         "(default benchmarks/results/latest)",
     )
     ap.add_argument("--no-memory", action="store_true", help="skip the extra-memory measurement")
+    ap.add_argument(
+        "--memory",
+        action="store_true",
+        help="instead of timing: extra memory of long 1D signals (memory.py's cases, tag mem; "
+        "each call in a fresh process), ours vs torch, for --passes fwd/bwd_d, --layouts, "
+        "--filter, --isa, --threads",
+    )
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument(
@@ -873,6 +880,12 @@ def select_cases(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.memory:
+        import memory as memory_mod
+
+        passes = [p for p in args.passes if p in ("fwd", "bwd_d")] or ["bwd_d", "fwd"]
+        memory_mod.run_table(passes, args.layouts, args.filter, args.isa, args.threads)
+        return 0
     cs = select_cases(args)
     if args.list:
         for c in cs:

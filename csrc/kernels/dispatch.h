@@ -65,9 +65,11 @@ bool use_planar(const ConvProblem& p, Pass pass);
 // Batched transpose: dst[b][j][i] = src[b][i][j] for i < rows, j < cols
 // (both dense). Turns NCX (rows = C) into channels-last and back (rows = pixels).
 // src_ld / src_batch: the source's row and batch strides, when not dense
-// (default cols and rows * src_ld): e.g. a slab of each channel plane.
+// (default cols and rows * src_ld): e.g. a slab of each channel plane;
+// dst_ld / dst_batch the same for the destination (default rows, cols * dst_ld).
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, int64_t src_ld = -1, int64_t src_batch = -1);
+                   int nthreads, int64_t src_ld = -1, int64_t src_batch = -1,
+                   int64_t dst_ld = -1, int64_t dst_batch = -1);
 
 // Forward of a 1x1 kernel with strides (K = 1 on every axis), dense NCX, from
 // its values at src's resolution: y (N, OC, I...) holds, per src position i,

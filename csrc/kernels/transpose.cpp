@@ -56,10 +56,13 @@ void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int6
 }  // namespace
 
 void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, int64_t src_ld, int64_t src_batch) {
+                   int nthreads, int64_t src_ld, int64_t src_batch, int64_t dst_ld,
+                   int64_t dst_batch) {
   const Isa isa = active_isa();
   const int64_t lds = src_ld < 0 ? cols : src_ld;  // source row stride
   const int64_t sb = src_batch < 0 ? rows * lds : src_batch;
+  const int64_t ldd = dst_ld < 0 ? rows : dst_ld;  // destination row stride
+  const int64_t db = dst_batch < 0 ? cols * ldd : dst_batch;
   void (*const block)(const float*, int64_t, float*, int64_t) =
       isa == Isa::Avx512 ? x86::transpose_block16_avx512
       : isa == Isa::Avx2 ? x86::transpose_block16_avx2
@@ -72,22 +75,22 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
       isa == Isa::Avx512 ? x86::transpose_rows_avx512
       : isa == Isa::Avx2 ? x86::transpose_rows_avx2
                          : nullptr;
-  // dst[(j0 + j) * rows + i0 + i] = src[(i0 + i) * lds + j0 + j], i < ni, j < nj.
+  // dst[(j0 + j) * ldd + i0 + i] = src[(i0 + i) * lds + j0 + j], i < ni, j < nj.
   auto edges = [&](const float* s, float* d, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (!edge || std::min(i1 - i0, j1 - j0) < 8) {
-      transpose_scalar(s + i0 * lds + j0, lds, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
+      transpose_scalar(s + i0 * lds + j0, lds, d + j0 * ldd + i0, ldd, i1 - i0, j1 - j0);
       return;
     }
     float* dst_rows[16];
     for (int64_t j = j0; j < j1; j += 16) {
       const int nj = static_cast<int>(std::min<int64_t>(16, j1 - j));
       for (int64_t i = i0; i < i1; i += 16) {
-        for (int jj = 0; jj < nj; ++jj) dst_rows[jj] = d + (j + jj) * rows + i;
+        for (int jj = 0; jj < nj; ++jj) dst_rows[jj] = d + (j + jj) * ldd + i;
         edge(s + i * lds + j, lds, static_cast<int>(std::min<int64_t>(16, i1 - i)), nj, dst_rows);
       }
     }
   };
-  const TileOrder order = tile_order(rows, cols);
+  const TileOrder order = tile_order(ldd, cols);  // (by the destination's row stride)
   const int64_t tr = (rows + order.rows - 1) / order.rows,
                 tc = (cols + order.cols - 1) / order.cols;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
@@ -95,7 +98,7 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
     for (int64_t bi = 0; bi < tr; ++bi)
       for (int64_t bj = 0; bj < tc; ++bj) {
         const float* s = src + b * sb;
-        float* d = dst + b * rows * cols;
+        float* d = dst + b * db;
         const int64_t i0 = bi * order.rows, i1 = std::min(rows, i0 + order.rows);
         const int64_t j0 = bj * order.cols, j1 = std::min(cols, j0 + order.cols);
         int64_t i_full = i0, j_full = j0;
@@ -105,17 +108,17 @@ void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, in
           if (order.by_columns) {
             for (int64_t j = j0; j < j_full; j += 16)
               for (int64_t i = i0; i < i_full; i += 16)
-                block(s + i * lds + j, lds, d + j * rows + i, rows);
+                block(s + i * lds + j, lds, d + j * ldd + i, ldd);
           } else {
             for (int64_t i = i0; i < i_full; i += 16)
               for (int64_t j = j0; j < j_full; j += 16)
-                block(s + i * lds + j, lds, d + j * rows + i, rows);
+                block(s + i * lds + j, lds, d + j * ldd + i, ldd);
           }
         } else {
           i_full = j_full = -1;  // everything below
         }
         if (i_full < 0) {
-          transpose_scalar(s + i0 * lds + j0, lds, d + j0 * rows + i0, rows, i1 - i0, j1 - j0);
+          transpose_scalar(s + i0 * lds + j0, lds, d + j0 * ldd + i0, ldd, i1 - i0, j1 - j0);
           continue;
         }
         // Edges the 16x16 blocks left: columns j_full.. of all rows, rows i_full.. of the rest.

@@ -127,10 +127,42 @@ using ChannelsLastKernel = std::function<bool(const ConvProblem&, const float*, 
 // memory stays near 10 % of the tensors (or 2 MiB) and each chunk is still in
 // cache when it is used. Anything else is copied
 // through whole channels-last buffers.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The part of problem p (pass: forward or backward-data) that computes the
+// kernel's outputs [o0, o1) along axis a: outputs and inputs narrowed on that
+// axis (inputs [*lo, *lo + q.in[a]), every one the slab reads), the pads
+// shifted so that local coordinates keep the global arithmetic (and the
+// forward's stride phases). pe/op are left alone: the kernels read I, O, pb.
+ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
+                         int64_t* lo_out) {
+  ConvProblem q = p;
+  const int64_t s = p.s[a], d = p.d[a], pb = p.pb[a], reach = (p.K[a] - 1) * d;
+  int64_t lo, hi;
+  if (forward) {  // src i feeds o = i*s - pb + k*d
+    const int64_t ei = p.I[a];
+    lo = std::max<int64_t>(0, std::min(floor_div(o0 + pb - reach + s - 1, s), floor_div(o0 + pb, s)));
+    lo = std::min(lo, ei - 1);
+    hi = std::clamp<int64_t>(floor_div(o1 - 1 + pb, s) + 1, lo + 1, ei);
+    q.I[a] = hi - lo;
+    q.O[a] = o1 - o0;
+    q.pb[a] = pb + o0 - lo * s;
+  } else {  // src i reads o = i*s - pb + k*d
+    const int64_t ei = p.O[a];
+    lo = std::clamp<int64_t>(o0 * s - pb, 0, ei - 1);
+    hi = std::clamp<int64_t>((o1 - 1) * s - pb + reach + 1, lo + 1, ei);
+    q.I[a] = o1 - o0;
+    q.O[a] = hi - lo;
+    q.pb[a] = pb - o0 * s + lo;
+  }
+  *lo_out = lo;
+  return q;
+}
+
 void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int64_t in_c,
                        int64_t in_pixels, const Tensor& out, int64_t out_c, int64_t out_pixels,
                        int64_t weights_numel, const ChannelsLastKernel& kernel,
-                       const std::function<void()>& reference) {
+                       const std::function<void()>& reference, bool forward) {
   if (!dense_ncx_pair(in, out, f)) {
     Tensor x = dense_nxc(in, f, kInput);
     through_nxc(out, f, [&](float* y) { return kernel(p, x.data_ptr<float>(), y); }, reference);
@@ -145,6 +177,53 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
   const int64_t amortized = (8 * weights_numel) / image + 1;
   const int64_t in_l2 = std::max<int64_t>(1, (int64_t{512} * 1024) / image);
   const int64_t chunk = std::min(p.N, std::max({(p.N + 9) / 10, amortized, in_l2}));
+  // Few large images (one long 1D signal): a chunk of whole images would be
+  // most of the tensors. Then each image goes in slabs of the outermost
+  // axis with more than one output position, each slab's inputs (with the
+  // rows its taps reach) and outputs transposed through buffers of about a
+  // tenth of the tensors (at least 2 MiB, and 8x the weights, which every
+  // call packs again).
+  const int64_t total = p.N * image;
+  const int64_t want = std::max({total / 10, 8 * weights_numel, int64_t{1} << 19});
+  int sa = 0;  // slab axis
+  {
+    const auto& od = forward ? p.O : p.I;
+    while (sa < kAxes - 1 && od[sa] == 1) ++sa;
+  }
+  const int64_t eo = forward ? p.O[sa] : p.I[sa];
+  if (chunk * image > 2 * want && eo >= 2) {
+    int64_t in_inner = 1, out_inner = 1;  // positions per step along the slab axis
+    for (int b = sa + 1; b < kAxes; ++b) {
+      in_inner *= forward ? p.I[b] : p.O[b];
+      out_inner *= forward ? p.O[b] : p.I[b];
+    }
+    const int64_t rows = std::clamp<int64_t>(eo * want / image, 1, eo);
+    const int64_t in_rows_max = forward ? (rows + 2 * p.K[sa] * p.d[sa]) / p.s[sa] + 2
+                                        : rows * p.s[sa] + (p.K[sa] - 1) * p.d[sa] + 1;
+    const int64_t in_e = forward ? p.I[sa] : p.O[sa];
+    Tensor in_buf = workspace(kInput, {std::min(in_rows_max, in_e) * in_inner * in_c});
+    Tensor out_buf = workspace(kOutput, {rows * out_inner * out_c});
+    const float* x = in.data_ptr<float>();
+    float* y = out.data_ptr<float>();
+    for (int64_t n = 0; n < p.N; ++n)
+      for (int64_t o0 = 0; o0 < eo; o0 += rows) {
+        int64_t lo = 0;
+        ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + rows), &lo);
+        q.N = 1;
+        const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
+        const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+        TORCH_INTERNAL_ASSERT(qin * in_c <= in_buf.numel() && qout * out_c <= out_buf.numel());
+        transpose_f32(x + n * in_image + lo * in_inner, in_buf.data_ptr<float>(), 1, in_c, qin,
+                      nt, in_pixels, in_image);
+        if (!kernel(q, in_buf.data_ptr<float>(), out_buf.data_ptr<float>())) {
+          reference();
+          return;
+        }
+        transpose_f32(out_buf.data_ptr<float>(), y + n * out_image + o0 * out_inner, 1, qout,
+                      out_c, nt, -1, -1, out_pixels, out_image);
+      }
+    return;
+  }
   Tensor in_buf = workspace(kInput, {chunk * in_image});
   Tensor out_buf = workspace(kOutput, {chunk * out_image});
   const float* x = in.data_ptr<float>();
@@ -322,7 +401,7 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
         ok = fast_forward_ncx_f32(qc, x.data_ptr<float>(), wv, bias_ptr, y.data_ptr<float>(), nt);
       else
         run_channels_last(qc, df, x, p.IC(), p.src_spatial(), y, p.OC(), p.src_spatial(),
-                          weights.numel(), channels_last_kernel, [&] { ok = false; });
+                          weights.numel(), channels_last_kernel, [&] { ok = false; }, true);
       if (ok)
         expand_strided_1x1_f32(pc, y.data_ptr<float>(), bias_ptr,
                                dst.data_ptr<float>() + n0 * p.OC() * p.dst_spatial(), nt);
@@ -331,7 +410,7 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     return dst;
   }
   run_channels_last(p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(),
-                    weights.numel(), channels_last_kernel, reference);
+                    weights.numel(), channels_last_kernel, reference, true);
   return dst;
 }
 
@@ -374,7 +453,7 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
       [&](const ConvProblem& q, const float* dy, float* dx) {
         return fast_backward_data_f32(q, dy, wv, dx, nt);
       },
-      reference);
+      reference, false);
   return diff_src;
 }
 

@@ -78,12 +78,61 @@ struct AxisMap {
   // offset of tap t relative to tap 0 (the same for every interior row).
   std::vector<char> interior;
   std::vector<int64_t> delta;
+  // The map is affine: row j's output coordinate out0 + j * ostep, tap t's
+  // input coordinate j * istep + c[t], padding outside [0, extent). Long
+  // axes (lazy, axis 2 only: rows x taps beyond kLazyEntries) keep no
+  // tables (out, in, out_off, in_off, interior stay empty): the tiles build
+  // the rows of a block into per-thread windows (fill_window), so the extra
+  // memory does not grow with the signal (a 2**23-position 1D backward-data
+  // had kept 1.3 GB of tables for a 32 MB diff_dst).
+  int64_t out0 = 0, ostep = 1, istep = 1, extent = 0;
+  std::vector<int64_t> c;
+  int64_t in_stride = 0, out_stride = 0;
+  bool lazy = false;
 };
+
+// Table entries (rows x taps) of an axis beyond which it goes lazy: 512 KiB
+// of int64 per table at most; the benchmark layers stay below (16384).
+constexpr int64_t kLazyEntries = int64_t{1} << 16;
 
 // Offset of a padding tap: the sum with two valid offsets stays negative.
 constexpr int64_t kPad = INT64_MIN / 4;
 
+// Rows [j0, j0 + n) of a lazy (or any) map into windows: in_off [n][taps],
+// out_off [n], interior [n], as set_offsets computes them.
+void fill_window(const AxisMap& m, int64_t j0, int64_t n, int64_t* in_off, int64_t* out_off,
+                 char* interior) {
+  const int64_t T = m.taps;
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const int64_t j = j0 + jj;
+    out_off[jj] = (m.out0 + j * m.ostep) * m.out_stride;
+    bool all = T > 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = j * m.istep + m.c[t];
+      const bool ok = i >= 0 && i < m.extent;
+      in_off[jj * T + t] = ok ? i * m.in_stride : kPad;
+      all = all && ok;
+    }
+    interior[jj] = all;
+  }
+}
+
 void set_offsets(AxisMap& m, int64_t in_stride, int64_t out_stride) {
+  m.in_stride = in_stride;
+  m.out_stride = out_stride;
+  if (m.lazy) {
+    // Interior rows: j * istep + min(c) >= 0 and j * istep + max(c) < extent.
+    m.delta.clear();
+    if (m.taps == 0) return;
+    const int64_t cmin = *std::min_element(m.c.begin(), m.c.end());
+    const int64_t cmax = *std::max_element(m.c.begin(), m.c.end());
+    const int64_t lo = cmin >= 0 ? 0 : (-cmin + m.istep - 1) / m.istep;
+    const int64_t top = m.extent - 1 - cmax;  // j * istep <= top
+    const int64_t hi = top < 0 ? -1 : top / m.istep;
+    if (lo <= std::min(hi, m.rows - 1))
+      for (int64_t t = 0; t < m.taps; ++t) m.delta.push_back((m.c[t] - m.c[0]) * in_stride);
+    return;
+  }
   m.out_off.resize(m.rows);
   m.in_off.resize(m.in.size());
   for (int64_t j = 0; j < m.rows; ++j) m.out_off[j] = m.out[j] * out_stride;
@@ -133,7 +182,7 @@ struct Phase {
 // 0.85 (AVX-512; the 64 -> 3 k7 s2 d2 layer ran 4 % slower at 0.97) and 0.9.
 void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   // (Only small phases: in large images the borders are a small share.)
-  if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2) return;
+  if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2 || ph.ax[kAxes - 1].lazy) return;
   // Per axis: each coordinate's class (its set of valid taps) and the
   // classes' tap counts.
   std::vector<int32_t> cls[kAxes];
@@ -282,6 +331,13 @@ AxisMap forward_axis(const ConvProblem& p, int ax, int64_t q) {
   for (int64_t k = 0; k < p.K[ax]; ++k)
     if ((k * d) % s == q) m.tap.push_back(k);
   m.taps = static_cast<int64_t>(m.tap.size());
+  m.out0 = first;
+  m.ostep = s;
+  m.istep = 1;
+  m.extent = p.I[ax];
+  for (int64_t t = 0; t < m.taps; ++t) m.c.push_back((first + pb - m.tap[t] * d) / s);  // exact
+  m.lazy = ax == kAxes - 1 && m.rows * m.taps > kLazyEntries;
+  if (m.lazy) return m;
   m.out.resize(m.rows);
   m.in.resize(m.rows * m.taps);
   for (int64_t j = 0; j < m.rows; ++j) {
@@ -301,10 +357,17 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
   AxisMap m;
   m.rows = p.I[ax];
   m.taps = p.K[ax];
-  m.out.resize(m.rows);
   m.tap.resize(m.taps);
-  m.in.resize(m.rows * m.taps);
   for (int64_t k = 0; k < m.taps; ++k) m.tap[k] = k;
+  m.out0 = 0;
+  m.ostep = 1;
+  m.istep = p.s[ax];
+  m.extent = p.O[ax];
+  for (int64_t k = 0; k < m.taps; ++k) m.c.push_back(k * p.d[ax] - p.pb[ax]);
+  m.lazy = ax == kAxes - 1 && m.rows * m.taps > kLazyEntries;
+  if (m.lazy) return m;
+  m.out.resize(m.rows);
+  m.in.resize(m.rows * m.taps);
   for (int64_t i = 0; i < m.rows; ++i) {
     m.out[i] = i;
     for (int64_t k = 0; k < m.taps; ++k) {
@@ -902,6 +965,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         m.out.resize(N);
         m.in.resize(N);
         for (int64_t n = 0; n < N; ++n) m.out[n] = m.in[n] = n;
+        m.out0 = 0;
+        m.ostep = m.istep = 1;
+        m.extent = N;
+        m.c.assign(1, 0);
       }
       for (AxisMap& m : axes[ax]) set_offsets(m, in_stride, out_stride);
     }
@@ -1244,7 +1311,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     int64_t blocks = 0;
     double wt = 0;
     for (Phase& ph : phases) {
-      ph.blocks = (ph.rows + tb * MR - 1) / (tb * MR);
+      // Lazy axis 2: blocks do not cross a line (their rows are one window).
+      ph.blocks = ph.ax[2].lazy ? ph.ax[0].rows * ph.ax[1].rows *
+                                      ((ph.ax[2].rows + tb * MR - 1) / (tb * MR))
+                                : (ph.rows + tb * MR - 1) / (tb * MR);
       blocks += ph.blocks;
       wt += 4.0 * ph.blocks * ph.taps * cred * ncolblocks * NR;
     }
@@ -1313,6 +1383,9 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // depthwise layers ran 10-15 % slower line by line).
   bool by_lines = dw || (fuse && !by_columns && w_bytes <= (64 << 10));
   for (const Phase& ph : phases) {
+    // Long lines without tables: row blocks (run_lines needs the tables, and
+    // gives one item per line: one thread for a 1D signal).
+    if (ph.ax[2].lazy) by_lines = false;
     const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
     if (8 * (padded - ph.ax[2].rows) <= padded) continue;
     // Short lines: GEMM tiles (fused backward-data, one phase) still go line
@@ -1406,6 +1479,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     // Row mode tiles: their rows' base pointers (tap 0's input).
     std::vector<char> tile_rowmode(static_cast<size_t>(TB));
     std::vector<const float*> row_base(static_cast<size_t>(TB * MR));
+    // Windows of a lazy axis 2 (one row block's rows).
+    const bool any_lazy = std::any_of(phases.begin(), phases.end(),
+                                      [](const Phase& ph) { return ph.ax[2].lazy; });
+    int64_t T2max = 0;
+    for (const Phase& ph : phases) T2max = std::max(T2max, ph.ax[2].taps);
+    std::vector<int64_t> win_in(any_lazy ? static_cast<size_t>(TB * MR * std::max<int64_t>(T2max, 1)) : 0);
+    std::vector<int64_t> win_out(any_lazy ? static_cast<size_t>(TB * MR) : 0);
+    std::vector<char> win_int(any_lazy ? static_cast<size_t>(TB * MR) : 0);
 
     // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
     // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
@@ -1413,8 +1494,19 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     auto build_rows = [&](int64_t n, const Phase& ph, int64_t blk) {
       const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
       const int64_t Tp = ph.taps;
-      const int64_t r0 = blk * TB * MR;
-      const int64_t prows = ph.rows;
+      int64_t r0 = blk * TB * MR;
+      int64_t prows = ph.rows;
+      // Lazy axis 2: the block is rows [first, first + len) of one line,
+      // built into this thread's windows and walked as a phase of len rows.
+      int64_t line = -1, first = 0;
+      if (a2.lazy) {
+        const int64_t per_line = (a2.rows + TB * MR - 1) / (TB * MR);
+        line = blk / per_line;
+        first = blk % per_line * TB * MR;
+        prows = std::min(TB * MR, a2.rows - first);
+        r0 = 0;
+        fill_window(a2, first, prows, win_in.data(), win_out.data(), win_int.data());
+      }
       const int64_t ntiles = (std::min(prows - r0, TB * MR) + MR - 1) / MR;
       const float* const in_base = in + n * in_pix * in_c;
       float* const out_base = out + n * out_pix * out_c;
@@ -1425,13 +1517,17 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       float** const outpp = outp.data();
       float* const scr = scratch.data();
       const int64_t mr = MR, T0 = a0.taps, T1 = a1.taps, T2 = a2.taps;
-      const int64_t R1 = a1.rows, R2 = a2.rows;
-      const int64_t *in0 = a0.in_off.data(), *in1 = a1.in_off.data(), *in2 = a2.in_off.data();
-      const int64_t *oo0 = a0.out_off.data(), *oo1 = a1.out_off.data(), *oo2 = a2.out_off.data();
+      const bool lz = line >= 0;
+      const int64_t R1 = a1.rows, R2 = lz ? prows : a2.rows;
+      const int64_t *in0 = a0.in_off.data(), *in1 = a1.in_off.data();
+      const int64_t* in2 = lz ? win_in.data() : a2.in_off.data();
+      const int64_t *oo0 = a0.out_off.data(), *oo1 = a1.out_off.data();
+      const int64_t* oo2 = lz ? win_out.data() : a2.out_off.data();
       // Row r0's coordinates in the phase, then stepped with carries (or
       // looked up in the phase's row order).
       const int64_t* const perm = ph.perm.empty() ? nullptr : ph.perm.data();
       int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
+      if (lz) j2 = 0, j1 = line % R1, j0 = line / R1;
       auto next = [R1, R2](int64_t& c0, int64_t& c1, int64_t& c2) {  // the next row
         if (++c2 == R2) {
           c2 = 0;
@@ -1442,7 +1538,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
       };
       const bool rows_ok = !ph.tapoff.empty();
-      const char *int0 = a0.interior.data(), *int1 = a1.interior.data(), *int2 = a2.interior.data();
+      const char *int0 = a0.interior.data(), *int1 = a1.interior.data();
+      const char* int2 = lz ? win_int.data() : a2.interior.data();
       for (int64_t tile = 0; tile < ntiles; ++tile) {
         // Row mode when every real row of the tile is interior on every
         // axis: one base pointer per row, no indirection to build.

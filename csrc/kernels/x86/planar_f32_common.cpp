@@ -557,13 +557,22 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
   const Line L = make_line(g);
   const int64_t VL = k.avx512 ? 16 : 8;
   const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
-  const int64_t jn = round_up(L.max_len, VL) + (L.max_off - L.min_off);  // floats per phase row
+  // Long lines (1D signals): each item takes a chunk of xc outputs of its
+  // rows and copies only the inputs the chunk reads, so the buffers stay
+  // small (the whole line per thread was a copy of a 1D diff_dst) and a
+  // single plane still splits over the threads.
+  const int64_t spread = L.max_off - L.min_off;
+  int64_t xc = g.out[2];
+  if (nslots * round_up(round_up(L.max_len, VL) + spread, 16) > 16 * 1024)
+    xc = std::min(g.out[2], std::max<int64_t>(64, (4096 / nslots - spread) / 64 * 64));
+  const int64_t nx = (g.out[2] + xc - 1) / xc;  // chunks per row
+  const int64_t jn = round_up(std::min(L.max_len, xc), VL) + spread;  // floats per phase row
   const int64_t span = round_up(jn, 16), row_floats = nslots * span;
   const int64_t in_rows = g.in[0] * g.in[1], out_rows = g.out[0] * g.out[1];
   const int64_t max_seg = max_segments(g);
   const bool whole = in_rows * row_floats <= 16 * 1024;
   const int64_t splits =
-      std::min(out_rows, std::max<int64_t>(1, (4 * nthreads + planes - 1) / planes));
+      std::min(out_rows, std::max<int64_t>(1, (4 * nthreads + planes * nx - 1) / (planes * nx)));
   const int64_t rows_per = (out_rows + splits - 1) / splits;
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
   const int64_t K0 = g.K[0], K1 = g.K[1], T2 = static_cast<int64_t>(L.k[0].size());
@@ -592,8 +601,10 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
     std::vector<int64_t> off(ntaps);
     std::vector<float> wt(ntaps), wrun(ntaps);
 #pragma omp for schedule(static)
-    for (int64_t item = 0; item < planes * splits; ++item) {
-      const int64_t plane = item / splits, part = item % splits;  // plane = n * G + group
+    for (int64_t item = 0; item < planes * splits * nx; ++item) {
+      const int64_t xi = item % nx, pp = item / nx;
+      const int64_t plane = pp / splits, part = pp % splits;  // plane = n * G + group
+      const int64_t x0 = xi * xc, xn = std::min(xc, g.out[2] - x0);  // outputs of the chunk
       const float* const in_img = dy + plane * in_plane;
       float* const out_img = dx + plane * out_plane;
       const float* const wc = wsrc + (plane % g.G) * w.si;  // W(ic = group, oc = 0, k)
@@ -605,7 +616,7 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
           for (int64_t t = 0; t < T2; ++t, ++i) wrun[i] = weight(k0, k1, t);
       auto copy = [&](int64_t row, float* rb) {
         copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), nslots,
-                        L.min_off, jn, rb, span, k.copy, k.split2, k.split3);
+                        L.min_off + x0, jn, rb, span, k.copy, k.split2, k.split3);
       };
       const int64_t r0 = part * rows_per, r1 = std::min(out_rows, r0 + rows_per);
       if (whole) {  // every input row the item's outputs can read: a box of axes 0 and 1
@@ -634,11 +645,11 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
       PlanarDwArgs args;
       args.in = buf;
       args.out_step = g.out[2];
-      args.n = g.out[2];
+      args.n = xn;
       for (int64_t r = r0; r < r1;) {
         const int64_t o0 = r / g.out[1], o1 = r % g.out[1];
         const OuterTaps &a = taps0[o0], &b = taps1[o1];
-        args.out = out_img + r * g.out[2];
+        args.out = out_img + r * g.out[2] + x0;
         if (whole && a.n == K0 && o1 >= lo1 && o1 < hi1) {  // a run of interior rows
           const int64_t nrows = std::min(hi1, o1 + (r1 - r)) - o1;
           args.in = buf + (a.i[0] * g.in[1] + b.i[0]) * row_floats;
