@@ -283,58 +283,117 @@ std::pair<ConvProblem, Tensor> as_stride_1(const ConvProblem& p, DataFormat f,
   return {*q, g};
 }
 
+// Whether as_stride_1 gathers diff_dst for problem p (its conditions).
+bool gathers_1x1(const ConvProblem& p, DataFormat f, const Tensor& diff_dst, const Tensor& other) {
+  if (!strided_1x1_at_src(p) || !dense_ncx_pair(diff_dst, other, f) ||
+      diff_dst.numel() < (int64_t{1} << 19))
+    return false;
+  for (int a = 0; a < kAxes; ++a) {
+    const auto [lo, hi] = p.tap_src_range(a, 0);
+    if (lo != 0 || hi != p.I[a]) return false;
+  }
+  return true;
+}
+
 // Backward-weights of dense NCX activations through channels-last buffers in
 // pieces whose buffers stay in the caches while the kernels read them (the
 // whole-tensor transposes wrote them to memory and read them back): batch
-// chunks, or, where the kernel tiles diff_dst along the outermost spatial axis
-// (K = s, no dilation or padding there), slabs of that axis per image. The
-// first piece's gradient goes to diff_w, each later one to a second copy that
-// is added in, in piece order (at most one extra copy of the gradient). Only
-// for activations of 4 MiB and more whose pieces' gradient sums stay small
-// next to them. The pieces, and whether this path runs at all, depend on the
-// problem alone, not on the thread count: the bits are the same for any
-// thread count (SPEC 5; it ran from 2 threads only, so 1 thread took the
-// whole-tensor path and other bits). False (diff_w not complete) where it
-// does not apply.
+// chunks, or, for images of more than a piece, slabs of src rows along the
+// outermost spatial axis of more than one position, each with the window of
+// diff_dst its taps reach (a halo of (K-1)*d - s + 1 rows shared with the
+// next slab; none where the kernel tiles diff_dst, K = s). The first piece's
+// gradient goes to diff_w, each later one to a second copy that is added in,
+// in piece order (at most one extra copy of the gradient). Pieces of 2 MiB of
+// activations (4 MiB and more in all) while the pieces' gradient sums stay
+// small next to them; else, when the whole-tensor transposes would exceed
+// bwd_w_allowance() (issue #24: a 2 x 2**30 line transposed whole), larger
+// pieces within half of it. The pieces, and whether this path runs at all,
+// depend on the problem alone, not on the thread count: the bits are the same
+// for any thread count (SPEC 5). False (diff_w not complete) where it does
+// not apply.
+//
+// Extra memory a backward-weights call may spend on copies of the
+// activations (their layout changes, the gathered diff_dst of a strided 1x1
+// kernel): 10 % of the largest tensor, or two gradients' worth (gradient
+// copies are allowed per thread; a constant, not the thread count, so that
+// the route does not depend on it), at least 4 MiB. `whole`: the allowance
+// for whole-tensor layout changes, eight gradients' worth instead of two,
+// which stays bounded by the gradient, not by the batch or the line: cutting
+// layers whose activations are a few gradients into pieces costs more than it
+// saves, as each piece writes the whole gradient and adds it (the 3D U-Net
+// 256 -> 128 k2 s2 on 8^3, 5 gradients of activations, ran 1.09x slower in
+// four pieces, 1 thread, Xeon Sapphire Rapids).
+double bwd_w_allowance(const ConvProblem& q, int64_t grad_numel, bool whole) {
+  const double largest = 4.0 * std::max({static_cast<double>(q.N) * q.IC() * q.src_spatial(),
+                                         static_cast<double>(q.N) * q.OC() * q.dst_spatial(),
+                                         static_cast<double>(grad_numel)});
+  return std::max({0.1 * largest, (whole ? 8.0 : 2.0) * 4.0 * grad_numel, 4.0 * (1 << 20)});
+}
+
 bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, const Tensor& dd,
                                     const Tensor& diff_w, WeightsFormat wf, int nt) {
   constexpr double kPiece = 2.0 * (1 << 20);  // bytes of activations per piece
   const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
   const double image = 4.0 * static_cast<double>(IC * P + OC * Q);
-  if (q.N * image < 2 * kPiece) return false;
+  const double total = q.N * image, grad = 4.0 * diff_w.numel();
   int a = 0;  // outermost spatial axis with more than one src position
   while (a < kAxes - 1 && q.I[a] == 1) ++a;
-  const bool slabs = image > kPiece && q.K[a] == q.s[a] && q.d[a] == 1 && q.pb[a] == 0 &&
-                     q.pe[a] == 0 && q.op[a] == 0;
-  if (image > kPiece && !slabs) return false;
-  const int64_t imgs = slabs ? 1 : std::max<int64_t>(1, static_cast<int64_t>(kPiece / image));
-  const int64_t rows =
-      slabs ? std::clamp<int64_t>(static_cast<int64_t>(q.I[a] * kPiece / image), 1, q.I[a])
-            : q.I[a];
-  const int64_t pieces = (q.N + imgs - 1) / imgs * ((q.I[a] + rows - 1) / rows);
-  if (pieces < 2 || 4.0 * diff_w.numel() * pieces > 0.25 * q.N * image) return false;
+  const bool can_slab = q.I[a] > 1;
+  // How many pieces of `piece` bytes (batch chunks of imgs images, or slabs
+  // of `rows` src rows along axis a).
+  int64_t imgs = 1, rows = q.I[a], pieces = 0;
+  auto cut = [&](double piece) {
+    const bool slabs = image > piece;
+    if (slabs && !can_slab) return false;
+    imgs = slabs ? 1 : std::max<int64_t>(1, static_cast<int64_t>(piece / image));
+    rows = slabs ? std::clamp<int64_t>(static_cast<int64_t>(q.I[a] * piece / image), 1, q.I[a])
+                 : q.I[a];
+    pieces = (q.N + imgs - 1) / imgs * ((q.I[a] + rows - 1) / rows);
+    return pieces >= 2;
+  };
+  // Pieces of kPiece, their gradient sums within a quarter of the activations.
+  bool ok = total >= 2 * kPiece && cut(kPiece) && grad * pieces <= 0.25 * total;
+  if (!ok) {
+    if (total <= bwd_w_allowance(q, diff_w.numel(), true)) return false;  // whole: within it
+    // Larger pieces: as few gradient sums as fit in half the allowance.
+    const double allowance = bwd_w_allowance(q, diff_w.numel(), false);
+    ok = cut(std::clamp(16.0 * grad, kPiece, std::max(kPiece, 0.5 * allowance)));
+  }
+  if (!ok) return false;
   int64_t in_inner = 1, out_inner = 1;  // positions per step along axis a
   for (int b = a + 1; b < kAxes; ++b) in_inner *= q.I[b], out_inner *= q.O[b];
   Tensor extra = at::empty_like(diff_w);
   const int S = q.spatial_rank;
   const float* x = src.data_ptr<float>();
   const float* y = dd.data_ptr<float>();
+  const int64_t reach = (q.K[a] - 1) * q.d[a];  // diff_dst rows a src row's taps span, - 1
   bool first = true;
   for (int64_t n0 = 0; n0 < q.N; n0 += imgs)
     for (int64_t i0 = 0; i0 < q.I[a]; i0 += rows) {
       ConvProblem qp = q;
       qp.N = std::min(imgs, q.N - n0);
-      if (slabs) {
-        qp.I[a] = std::min(rows, q.I[a] - i0);
-        qp.O[a] = qp.I[a] * q.s[a];
+      int64_t o_lo = 0;
+      if (rows < q.I[a]) {  // a slab and its diff_dst window [o_lo, o_hi) along axis a
+        const int64_t nr = std::min(rows, q.I[a] - i0);
+        o_lo = std::clamp<int64_t>(i0 * q.s[a] - q.pb[a], 0, q.O[a]);
+        const int64_t o_hi =
+            std::clamp<int64_t>((i0 + nr - 1) * q.s[a] - q.pb[a] + reach + 1, o_lo, q.O[a]);
+        qp.I[a] = nr;
+        qp.O[a] = o_hi - o_lo;
+        qp.pb[a] = q.pb[a] + o_lo - i0 * q.s[a];  // >= 0: o_lo >= i0*s - pb
+        // pe - op from O = (I-1)*s - pb - pe + reach + 1 + op
+        const int64_t rest = (nr - 1) * q.s[a] - qp.pb[a] + reach + 1 - qp.O[a];
+        qp.pe[a] = std::max<int64_t>(rest, 0);
+        qp.op[a] = std::max<int64_t>(-rest, 0);
       }
       const int64_t pp = qp.src_spatial(), qq = qp.dst_spatial();
-      Tensor xb = workspace(kInput, {qp.N * pp * IC});
-      Tensor yb = workspace(kInput2, {qp.N * qq * OC});
+      Tensor xb = workspace(kInput, {std::max<int64_t>(1, qp.N * pp * IC)});
+      Tensor yb = workspace(kInput2, {std::max<int64_t>(1, qp.N * qq * OC)});
       transpose_f32(x + n0 * IC * P + i0 * in_inner, xb.data_ptr<float>(), qp.N, IC, pp, nt, P,
                     IC * P);
-      transpose_f32(y + n0 * OC * Q + i0 * q.s[a] * out_inner, yb.data_ptr<float>(), qp.N, OC, qq,
-                    nt, Q, OC * Q);
+      if (qq > 0)
+        transpose_f32(y + n0 * OC * Q + o_lo * out_inner, yb.data_ptr<float>(), qp.N, OC, qq, nt,
+                      Q, OC * Q);
       const Tensor& target = first ? diff_w : extra;
       if (!fast_backward_weights_f32(qp, xb.data_ptr<float>(), yb.data_ptr<float>(),
                                      weights_view(target, wf, S), nt))
@@ -496,16 +555,49 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
   if (use_fast_f32(src)) {
-    const auto [q, dd] = as_stride_1(p, df, diff_dst, src);
-    if (dense_ncx_pair(src, dd, df) && use_planar(q, Pass::BackwardWeights) &&
-        fast_backward_weights_ncx_f32(q, src.data_ptr<float>(), dd.data_ptr<float>(), wv, nt))
-      return diff_w;
-    if (dense_ncx_pair(src, dd, df) &&
-        backward_weights_ncx_in_pieces(q, src, dd, diff_w, plan.attrs.weights_format, nt))
-      return diff_w;
-    Tensor x = dense_nxc(src, df, kInput), dy = dense_nxc(dd, df, kInput2);
-    if (fast_backward_weights_f32(q, x.data_ptr<float>(), dy.data_ptr<float>(), wv, nt))
-      return diff_w;
+    const WeightsFormat wf = plan.attrs.weights_format;
+    // The fast routes for problem q on (x, dy), the gradient into target.
+    auto run = [&](const ConvProblem& q, const Tensor& x, const Tensor& dy, const Tensor& target) {
+      const WeightsView tv = weights_view(target, wf, S);
+      if (dense_ncx_pair(x, dy, df) && use_planar(q, Pass::BackwardWeights) &&
+          fast_backward_weights_ncx_f32(q, x.data_ptr<float>(), dy.data_ptr<float>(), tv, nt))
+        return true;
+      if (dense_ncx_pair(x, dy, df) && backward_weights_ncx_in_pieces(q, x, dy, target, wf, nt))
+        return true;
+      Tensor xc = dense_nxc(x, df, kInput), dyc = dense_nxc(dy, df, kInput2);
+      return fast_backward_weights_f32(q, xc.data_ptr<float>(), dyc.data_ptr<float>(), tv, nt);
+    };
+    // A strided 1x1 kernel (as_stride_1) whose gathered diff_dst would
+    // exceed bwd_w_allowance(): gathered in batch chunks within half of it,
+    // each chunk's gradient added in chunk order (ResNet's 1x1 s2 keeps its
+    // gather); where one image's gather is too large (long lines), not
+    // gathered: the strided problem runs as it is (its pieces bound it).
+    const double per_image = 4.0 * static_cast<double>(p.OC()) * p.src_spatial();
+    const double allowance = bwd_w_allowance(p, diff_w.numel(), false);
+    if (p.N * per_image > allowance && gathers_1x1(p, df, diff_dst, src)) {
+      const ConvProblem q = *strided_1x1_at_src(p);
+      const int64_t imgs = static_cast<int64_t>(0.5 * allowance / per_image);
+      bool ok = true;
+      if (imgs >= 1) {
+        Tensor extra = at::empty_like(diff_w);
+        Tensor gbuf = at::empty({std::min(imgs, p.N) * q.OC() * q.dst_spatial()}, src.options());
+        for (int64_t n0 = 0; n0 < p.N && ok; n0 += imgs) {
+          ConvProblem pc = p, qc = q;
+          pc.N = qc.N = std::min(imgs, p.N - n0);
+          Tensor g = gbuf.narrow(0, 0, qc.N * q.OC() * q.dst_spatial()).view(dst_shape(qc, df));
+          gather_strided_1x1_f32(pc, diff_dst.data_ptr<float>() + n0 * p.OC() * p.dst_spatial(),
+                                 g.data_ptr<float>(), nt);
+          ok = run(qc, src.narrow(0, n0, qc.N), g, n0 == 0 ? diff_w : extra);
+          if (ok && n0 > 0) diff_w.add_(extra);
+        }
+      } else {
+        ok = run(p, src, diff_dst, diff_w);
+      }
+      if (ok) return diff_w;
+    } else {
+      const auto [q, dd] = as_stride_1(p, df, diff_dst, src);
+      if (run(q, src, dd, diff_w)) return diff_w;
+    }
   }
   reference_backward_weights(p, dtype_of(src.scalar_type()), act_view(src, df, S),
                              act_view(diff_dst, df, S), wv, nt);

@@ -1396,12 +1396,20 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
   // one block's buffers within ~1 MiB, enough blocks for the threads.
   // Items for the pieces: up to 2 per piece, whatever the threads.
+  // A chunk's row (src channels + phase-split diff_dst rows of its segments)
+  // stays within 1 MiB too: on long lines the chunks were W/8 (a 2 x 2**30
+  // line: 4.3 GiB of per-thread buffers, issue #24); no benchmark layer
+  // reaches the cap.
   constexpr int64_t kItems = 2 * kMaxReductionPieces;
-  int64_t cw = round_up(W, 16);
+  constexpr int64_t kRowFloats = 256 * 1024;
+  const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
+  const int64_t per_pos = IC + max_seg * OC * nslots;  // buffer floats per chunk position
+  const int64_t cw_cap =
+      std::max<int64_t>(64, (kRowFloats / per_pos - ext - 15) / 16 * 16);
+  int64_t cw = std::min(round_up(W, 16), cw_cap);
   while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
   const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
   const int64_t span = round_up(cw + ext, 16);
-  const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
   const int64_t row_floats = IC * cw + max_seg * OC * nslots * span;
   int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
   R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
