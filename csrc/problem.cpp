@@ -2,15 +2,16 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <sstream>
 #include <tuple>
 
 namespace tct {
 namespace {
 
-// Attribute values and intermediate index sums stay below this bound, so no
-// index computation in any kernel (i*s - pb + k*d) can overflow int64.
-constexpr int64_t kMaxExtent = int64_t{1} << 62;
+static_assert(kMaxElements <= (std::numeric_limits<int64_t>::max() / 8) >> 16,
+              "byte sizes at 8 bytes per element, and products with a few more small "
+              "factors, fit in int64");
 
 std::string join(const std::vector<int64_t>& v) {
   std::ostringstream os;
@@ -43,6 +44,62 @@ void check_same_rank(const char* name, const Shape& shape, const char* ref_name,
 void check_sizes_nonnegative(const char* name, const Shape& shape) {
   for (int64_t v : shape)
     if (v < 0) fail(std::string(name) + " has a negative size: " + join(shape));
+}
+
+// Checked arithmetic: every product of sizes in the resolution goes through these.
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+// The product of the non-zero sizes of a shape (sizes >= 0), which bounds every product
+// of its sizes; saturated at kMaxElements + 1.
+int64_t nonzero_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t v : shape) {
+    if (v == 0) continue;
+    const auto r = checked_mul(n, v);
+    if (!r || *r > kMaxElements) return kMaxElements + 1;
+    n = *r;
+  }
+  return n;
+}
+
+constexpr const char* kLimitText =
+    "the product of its non-zero sizes must be at most 2**40 elements (8 TiB at 8 bytes per "
+    "element)";
+
+// A tensor (or a shape argument) within the size limit; `origin` says where it comes from.
+void check_elements(const std::string& name, const Shape& shape, const std::string& origin = "") {
+  if (nonzero_elements(shape) > kMaxElements)
+    fail(name + " " + join(shape) + " is too large: " + kLimitText + origin);
+}
+
+std::string attribute_values(const Attributes& a) {
+  return "strides=" + join(a.strides) + ", dilations=" + join(a.dilations) +
+         ", pads_begin=" + join(a.pads_begin) + ", pads_end=" + join(a.pads_end) +
+         ", output_padding=" + join(a.output_padding) + ", groups=" + std::to_string(a.groups);
+}
+
+// Zero batch or channels are fine (an empty result); a zero spatial size is an error in
+// every pass, as in torch ("Only zero batch or zero channel inputs are supported").
+void check_spatial_positive(const char* name, const Shape& shape, const ConvProblem& p,
+                            const std::array<int64_t, kAxes>& sp) {
+  for (int ax = kAxes - p.spatial_rank; ax < kAxes; ++ax)
+    if (sp[ax] < 1)
+      fail(std::string(name) + " has a zero spatial size: shape " + join(shape) +
+           " (spatial " + join(p.spatial(sp)) +
+           "); only the batch and channel sizes may be 0, as in torch's conv_transpose");
+}
+
+// OC = groups x the weights' O dim, within the size limit (it is a dim of dst).
+void check_output_channels(const ConvProblem& p, const char* wname, const Shape& weights) {
+  const auto oc = checked_mul(p.G, p.OCg);
+  if (!oc || *oc > kMaxElements)
+    fail("the output channels OC = groups x " + std::string(wname) + " O dim = " +
+         std::to_string(p.G) + " x " + std::to_string(p.OCg) + " are too many (" + wname +
+         " shape " + join(weights) + "): at most 2**40, got groups=" + std::to_string(p.G));
 }
 
 // Checks list lengths and value ranges, and fills the canonical attribute
@@ -97,8 +154,11 @@ void apply_auto_pad(AutoPad mode, ConvProblem& p, const std::array<int64_t, kAxe
                                              p.pb[ax], p.pe[ax]);
 }
 
-// Kernel extents and the sizes they imply must stay below kMaxExtent.
-void check_extent(const ConvProblem& p, int ax, const Attributes& a) {
+// Kernel extents and the sizes they imply must stay below kMaxExtent. Called before
+// auto_pad (with the given pads) and again once the sizes are known.
+// src_name: where the src sizes come from (for the message).
+void check_extent(const ConvProblem& p, int ax, const Attributes& a,
+                  const char* src_name = "src") {
   __int128 k_ext = static_cast<__int128>(p.d[ax]) * (p.K[ax] - 1) + 1;
   __int128 i_ext = static_cast<__int128>(p.s[ax]) * (std::max<int64_t>(p.I[ax], 1) - 1);
   __int128 total = k_ext + i_ext + p.op[ax] + p.pb[ax] + p.pe[ax];
@@ -106,7 +166,11 @@ void check_extent(const ConvProblem& p, int ax, const Attributes& a) {
     fail("the attributes overflow the size computation: strides=" + join(a.strides) +
          ", dilations=" + join(a.dilations) + ", pads_begin=" + join(a.pads_begin) +
          ", pads_end=" + join(a.pads_end) + " with kernel " + join(p.spatial(p.K)) +
-         " and input spatial size " + join(p.spatial(p.I)));
+         " and src spatial size " + join(p.spatial(p.I)) + " (" + src_name + ")");
+}
+
+void check_extents(const ConvProblem& p, const Attributes& a) {
+  for (int ax = kAxes - p.spatial_rank; ax < kAxes; ++ax) check_extent(p, ax, a);
 }
 
 int64_t forward_size(const ConvProblem& p, int ax, int64_t op) {
@@ -161,12 +225,16 @@ ConvProblem start_problem(const char* act_name, const Shape& act,
   check_same_rank("weights", weights, act_name, act.size());
   check_sizes_nonnegative(act_name, act);
   check_sizes_nonnegative("weights", weights);
+  check_elements(act_name, act);
+  check_elements("weights", weights);
   ConvProblem p;
   load_attributes(a, static_cast<int>(act.size()) - 2, p);
   p.G = a.groups;
   split_activation(act, a.data_format, p.N, channels, p.*sp);
   split_weights(weights, a.weights_format, wi, wo, p.K);
+  check_spatial_positive(act_name, act, p, p.*sp);
   check_kernel(p, weights, "weights");
+  check_extents(p, a);  // before auto_pad, which computes with the kernel extents
   return p;
 }
 
@@ -343,6 +411,7 @@ ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::o
   }
   p.ICg = ic / p.G;
   p.OCg = wo;
+  check_output_channels(p, "weights", weights);
   if (bias) {
     if (bias->size() != 1 || (*bias)[0] != p.OC())
       fail("bias must have shape [" + std::to_string(p.OC()) + "] (OC = weights O dim " +
@@ -354,12 +423,11 @@ ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::o
     p.O[ax] = forward_size(p, ax, p.op[ax]);
   }
   for (int ax = kAxes - S; ax < kAxes; ++ax)
-    if (p.O[ax] < 1 && p.I[ax] >= 1)
+    if (p.O[ax] < 1)
       fail("the computed output spatial size " + join(p.spatial(p.O)) +
            " must be >= 1 (src spatial " + join(p.spatial(p.I)) + ", pads_begin=" +
            join(p.spatial(p.pb)) + ", pads_end=" + join(p.spatial(p.pe)) + ")");
-  for (int ax = kAxes - S; ax < kAxes; ++ax)
-    if (p.I[ax] == 0) p.O[ax] = 0;  // empty spatial input: empty result
+  check_elements("the result dst", dst_shape(p, a.data_format), " (" + attribute_values(a) + ")");
   return p;
 }
 
@@ -372,12 +440,13 @@ ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
   if (wi % p.G != 0)
     fail("input channels IC=" + std::to_string(wi) + " (weights I dim, shape " + join(weights) +
          ") must be divisible by groups=" + std::to_string(p.G));
-  if (oc != wo * p.G)
+  p.ICg = wi / p.G;
+  p.OCg = wo;
+  check_output_channels(p, "weights", weights);
+  if (oc != p.OC())
     fail("diff_dst has " + std::to_string(oc) + " channels but weights O dim x groups = " +
          std::to_string(wo) + " x " + std::to_string(p.G) + " (weights shape " + join(weights) +
          ", diff_dst shape " + join(diff_dst) + ")");
-  p.ICg = wi / p.G;
-  p.OCg = wo;
   apply_auto_pad(a.auto_pad, p, &p.O);
   if (src_shape_arg) {
     const Shape& ss = *src_shape_arg;
@@ -395,24 +464,28 @@ ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
            " spatial sizes), got " + join(ss));
     }
     for (int ax = kAxes - S; ax < kAxes; ++ax) {
-      if (p.I[ax] < 1) fail("src_shape must have positive spatial sizes, got " + join(ss));
-      check_extent(p, ax, a);
+      if (p.I[ax] < 1)
+        fail("src_shape must have positive spatial sizes (only the batch and channel sizes "
+             "may be 0, as in torch's conv_transpose), got " + join(ss));
+      check_extent(p, ax, a, "src_shape");
     }
     check_consistent(p, what, "from src_shape");
   } else {
     for (int ax = kAxes - S; ax < kAxes; ++ax) {
-      const int64_t num = p.O[ax] + p.pb[ax] + p.pe[ax] - eff_k(p, ax);
       check_extent(p, ax, a);
+      const int64_t num = p.O[ax] + p.pb[ax] + p.pe[ax] - eff_k(p, ax);
       if (num < 0)
         fail(std::string(what) + ": the computed diff_src spatial size is < 1 (diff_dst spatial " +
              join(p.spatial(p.O)) + ", kernel " + join(p.spatial(p.K)) + ", dilations " +
              join(a.dilations) + ", pads_begin=" + join(p.spatial(p.pb)) + ", pads_end=" +
              join(p.spatial(p.pe)) + ")");
       p.I[ax] = backward_data_input_size(p.O[ax], p.s[ax], eff_k(p, ax), p.pb[ax], p.pe[ax]);
-      check_extent(p, ax, a);
+      check_extent(p, ax, a, "inferred from diff_dst");
       p.op[ax] = p.O[ax] - forward_size(p, ax, 0);
     }
   }
+  check_elements("the result diff_src", tct::src_shape(p, a.data_format),
+                 " (" + attribute_values(a) + ")");
   return p;
 }
 
@@ -431,6 +504,9 @@ ConvProblem resolve_backward_weights(const Shape& src, const Shape& diff_dst,
     fail("weights_shape must have " + std::to_string(src.size()) + " entries (rank of src), got " +
          join(weights_shape_arg));
   check_sizes_nonnegative("weights_shape", weights_shape_arg);
+  check_elements("src", src);
+  check_elements("diff_dst", diff_dst);
+  check_elements("weights_shape", weights_shape_arg);
   ConvProblem p;
   load_attributes(a, S, p);
   p.G = a.groups;
@@ -438,24 +514,23 @@ ConvProblem resolve_backward_weights(const Shape& src, const Shape& diff_dst,
   split_activation(src, a.data_format, p.N, ic, p.I);
   split_activation(diff_dst, a.data_format, n2, oc, p.O);
   split_weights(weights_shape_arg, a.weights_format, wi, wo, p.K);
+  check_spatial_positive("src", src, p, p.I);
+  check_spatial_positive("diff_dst", diff_dst, p, p.O);
   check_kernel(p, weights_shape_arg, "weights_shape");
+  check_extents(p, a);  // before auto_pad, which computes with the kernel extents
   if (n2 != p.N)
     fail("src batch " + std::to_string(p.N) + " and diff_dst batch " + std::to_string(n2) +
          " differ (src shape " + join(src) + ", diff_dst shape " + join(diff_dst) + ")");
   check_groups_channels(p, ic, wi, "src", src, weights_shape_arg, "weights_shape");
-  if (oc != wo * p.G)
+  p.ICg = ic / p.G;
+  p.OCg = wo;
+  check_output_channels(p, "weights_shape", weights_shape_arg);
+  if (oc != p.OC())
     fail("diff_dst has " + std::to_string(oc) + " channels but weights_shape O dim x groups = " +
          std::to_string(wo) + " x " + std::to_string(p.G) + " (weights_shape " +
          join(weights_shape_arg) + ")");
-  p.ICg = ic / p.G;
-  p.OCg = wo;
   apply_auto_pad(a.auto_pad, p, &p.O);
-  for (int ax = kAxes - S; ax < kAxes; ++ax) {
-    if (p.I[ax] < 1 || p.O[ax] < 1)
-      fail(std::string(what) + ": src and diff_dst need positive spatial sizes, got src " +
-           join(src) + " and diff_dst " + join(diff_dst));
-    check_extent(p, ax, a);
-  }
+  check_extents(p, a);
   check_consistent(p, what, "from src");
   return p;
 }

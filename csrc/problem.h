@@ -50,10 +50,20 @@ Attributes make_attributes(std::vector<int64_t> strides, std::vector<int64_t> pa
                            const std::string& weights_format,
                            const char* weights_format_arg = "weights_format");
 
+// Size limits (never an overflow, never an absurd allocation). Every tensor of a
+// resolved problem (src, weights, dst) has at most kMaxElements elements when its zero
+// sizes are counted as 1, so every product of its sizes (channels x groups, element counts,
+// byte sizes at 8 bytes per element: at most 2**43) fits in int64 with room to spare.
+// Attribute values, kernel extents d*(K-1)+1 and index sums i*s - pb + k*d stay below
+// kMaxExtent. Larger values are a ProblemError naming the argument and value.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+constexpr int64_t kMaxExtent = int64_t{1} << 62;
+
 constexpr int kAxes = 3;  // canonical spatial axes: a 1D/2D problem has leading axes of size 1
 
 // A resolved problem. "src" is the small tensor (forward input), "dst" the
-// large one. Spatial arrays are canonical: axis kAxes-S.. hold the real axes,
+// large one. The resolvers guarantee the limits above, so the products below
+// cannot overflow. Spatial arrays are canonical: axis kAxes-S.. hold the real axes,
 // the leading ones are size 1, stride 1, dilation 1, no pads.
 struct ConvProblem {
   int spatial_rank = 0;  // S: 1, 2 or 3

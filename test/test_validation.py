@@ -452,3 +452,193 @@ def test_huge_values_raise_cleanly(name, huge_results):
                     f"stderr tail:\n{err}")
     r = res[name]
     assert r["outcome"] == "RuntimeError", f"{name}: {r}"
+
+
+# --------------------------------------------------------------------------
+# Issue #24: products of sizes that overflowed int64 (a segfault in the AVX2 path, a wrong
+# shape, torch's "negative dimension" error) and huge attributes that reached torch's
+# allocator ("can't allocate memory", naming no argument). Each case runs under every ISA
+# in a child process (a crash must not take pytest down) and must raise a RuntimeError
+# naming the argument and its value.
+# --------------------------------------------------------------------------
+
+G61 = 2**61 + 1
+# name: (op, tensor shapes, attributes over NCX/IOX stride-1 defaults, pattern)
+OVERFLOW_CASES = {
+    # zero input channels, weights O dim 8: OC = groups * 8 overflows (2**64 + 8 wraps to 8)
+    "fwd_groups_2e61p1": ("fwd", [[1, 0, 4], [0, 8, 3]], dict(groups=G61),
+                          rf"groups.*{G61}|{G61}.*groups"),
+    "fwd_groups_2e62": ("fwd", [[1, 0, 4], [0, 8, 3]], dict(groups=2**62),
+                        rf"groups.*{2**62}|{2**62}.*groups"),
+    "fwd_groups_2e40": ("fwd", [[1, 0, 4], [0, 8, 3]], dict(groups=2**40),
+                        rf"groups.*{2**40}|{2**40}.*groups"),
+    "bwd_data_groups_2e61p1": ("bwd_data", [[1, 8, 6], [0, 8, 3]], dict(groups=G61),
+                               rf"groups.*{G61}|{G61}.*groups"),
+    "bwd_w_groups_2e61p1": ("bwd_w", [[1, 0, 4], [1, 8, 6]],
+                            dict(groups=G61, weights_shape=[0, 8, 3]),
+                            rf"groups.*{G61}|{G61}.*groups"),
+    # huge attributes: the result would need terabytes
+    "fwd_dilations_2e40": ("fwd", [[1, 2, 4, 4], [2, 2, 3, 3]],
+                           dict(strides=[1, 1], pads_begin=[0, 0], pads_end=[0, 0],
+                                dilations=[2**40, 1]),
+                           rf"dilations=\[{2**40}, 1\]"),
+    "fwd_strides_2e45": ("fwd", [[1, 2, 4], [2, 2, 3]], dict(strides=[2**45]),
+                         rf"strides=\[{2**45}\]"),
+    "bwd_data_pads_begin_2e45": ("bwd_data", [[1, 2, 6], [2, 2, 3]],
+                                 dict(pads_begin=[2**45]), rf"pads_begin=\[{2**45}\]"),
+    "bwd_w_weights_shape_2e41": ("bwd_w", [[1, 2, 4], [1, 2, 6]],
+                                 dict(pads_begin=[2**41 - 3], weights_shape=[2, 2, 2**41]),
+                                 rf"weights_shape.*{2**41}"),
+}
+
+_OVERFLOW_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import torch_convtranspose as tct
+    isa, cases = sys.argv[1], json.loads(sys.argv[2])
+    G = torch.ops.graph
+    tct.set_isa(isa)
+    for name, (op, shapes, over, _) in cases.items():
+        a = dict(strides=[1], pads_begin=[0], pads_end=[0], dilations=[1],
+                 data_format="NCX", weights_format="IOX")
+        a.update(over)
+        x, y = (torch.ones(s) for s in shapes)
+        out = dict(name=name)
+        try:
+            if op == "fwd":
+                r = G.conv_transpose(x, y, None, **a)
+            elif op == "bwd_data":
+                r = G.conv_transpose_backward_data(x, y, **a)
+            else:
+                r = G.conv_transpose_backward_weights(x, y, None, **a)
+            out.update(outcome="returned", msg="shape " + str(list(r.shape)))
+        except RuntimeError as e:
+            out.update(outcome="RuntimeError", msg=str(e)[:600])
+        except BaseException as e:
+            out.update(outcome=type(e).__name__, msg=str(e)[:600])
+        print(json.dumps(out), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def overflow_results():
+    """isa -> (results by case name, return code, stderr tail): one child process per ISA."""
+    cache = {}
+
+    def run(isa):
+        if isa not in cache:
+            cases = json.dumps({k: list(v) for k, v in OVERFLOW_CASES.items()})
+            proc = subprocess.run([sys.executable, "-c", _OVERFLOW_SCRIPT, isa, cases],
+                                  capture_output=True, text=True, timeout=120,
+                                  env=P.subprocess_env())
+            res = {d["name"]: d for d in map(json.loads, proc.stdout.splitlines())}
+            cache[isa] = res, proc.returncode, proc.stderr[-2000:]
+        return cache[isa]
+
+    return run
+
+
+@pytest.mark.parametrize("isa", P.isa_param_names())
+@pytest.mark.parametrize("name", list(OVERFLOW_CASES))
+def test_overflowing_sizes_name_the_argument(name, isa, overflow_results):
+    P.require_isa(isa)
+    res, rc, err = overflow_results(isa)
+    if name not in res:
+        pytest.fail(f"child process died before {name!r} on {isa} (rc={rc}); stderr:\n{err}")
+    r = res[name]
+    assert r["outcome"] == "RuntimeError", r
+    assert re.search(OVERFLOW_CASES[name][3], r["msg"]), r["msg"]
+    assert "allocate" not in r["msg"] and "negative dimension" not in r["msg"], r["msg"]
+
+
+# --------------------------------------------------------------------------
+# Zero sizes (SPEC section 4) agree across the three passes. A zero batch or zero channels
+# give an empty result (backward weights: zeros); a zero spatial size is an error in every
+# pass, naming the tensor, as torch's own conv_transpose and its backward do.
+# --------------------------------------------------------------------------
+
+ZP = dict(strides=[2, 1], pads_begin=[1, 0], pads_end=[0, 0], dilations=[1, 2],
+          output_padding=[1, 0], groups=2, data_format="NCX", weights_format="IOX")
+Z_SRC, Z_W, Z_DST = [2, 4, 3, 2], [4, 3, 2, 2], [2, 6, 6, 4]
+
+
+@pytest.mark.parametrize("isa", P.isa_param_names())
+@pytest.mark.parametrize("zero", ["N", "IC", "OC"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_data", "bwd_w"])
+def test_zero_batch_or_channels_give_empty_results(op, zero, isa):
+    P.require_isa(isa)
+    src, w, dst = list(Z_SRC), list(Z_W), list(Z_DST)
+    if zero == "N":
+        src[0] = dst[0] = 0
+    elif zero == "IC":
+        src[1] = w[0] = 0
+    else:
+        w[1] = dst[1] = 0
+    g = torch.Generator().manual_seed(3)
+    x, wt, dy = (P.make_tensor(s, torch.float32, g, integer=True) for s in (src, w, dst))
+    with P.use_isa(isa):
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(x, wt, **ZP)
+            want = P.ref_conv_transpose(x, wt, **ZP)
+        elif op == "bwd_data":
+            got = torch.ops.graph.conv_transpose_backward_data(dy, wt, **ZP, src_shape=src)
+            want = P.ref_conv_transpose_backward_data(dy, wt, **ZP, src_shape=src)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_weights(x, dy, **ZP, weights_shape=w)
+            want = P.ref_conv_transpose_backward_weights(x, dy, **ZP, weights_shape=w)
+    assert list(got.shape) == {"fwd": dst, "bwd_data": src, "bwd_w": w}[op]
+    P.assert_result(got, want, torch.float32, exact=True)
+    if op == "bwd_w" and zero == "N":
+        assert got.numel() > 0 and not got.any()  # zeros, not an empty tensor
+
+
+def _torch_zero_spatial(op):
+    """torch's own behaviour for the same zero-spatial problem (the reference)."""
+    import torch.nn.functional as F
+    x, w = torch.zeros(1, 2, 0), torch.zeros(2, 3, 3)
+    if op == "fwd":
+        return F.conv_transpose1d(x, w)
+    if op == "bwd_data":
+        return F.conv1d(torch.zeros(1, 3, 0), torch.zeros(2, 3, 3), padding=2)
+    return torch.ops.aten.convolution_backward(torch.zeros(1, 3, 2), x, w, None, [1], [0], [1],
+                                               True, [0], 1, [False, True, False])
+
+
+ZS_CASES = [
+    ("fwd_src", "fwd", lambda a: torch.ops.graph.conv_transpose(
+        torch.ones(1, 2, 0), torch.ones(2, 3, 3), **a), r"src.*zero spatial.*\[1, 2, 0\]"),
+    ("fwd_src_nxc_2d", "fwd", lambda a: torch.ops.graph.conv_transpose(
+        torch.ones(1, 0, 4, 2), torch.ones(1, 1, 3, 2), **dict(a, data_format="NXC",
+        weights_format="XOI", strides=[1, 1], pads_begin=[0, 0], pads_end=[0, 0],
+        dilations=[1, 1])), r"src.*zero spatial.*\[1, 0, 4, 2\]"),
+    ("bwd_data_diff_dst", "bwd_data", lambda a: torch.ops.graph.conv_transpose_backward_data(
+        torch.ones(1, 3, 0), torch.ones(2, 3, 3), **a), r"diff_dst.*zero spatial.*\[1, 3, 0\]"),
+    ("bwd_data_src_shape", "bwd_data", lambda a: torch.ops.graph.conv_transpose_backward_data(
+        torch.ones(1, 3, 2), torch.ones(2, 3, 3), **a, src_shape=[1, 2, 0]),
+     r"src_shape.*positive spatial.*\[1, 2, 0\]"),
+    ("backprop_output_delta", "bwd_data", lambda a: torch.ops.graph.conv_transpose_backprop_data(
+        torch.ones(1, 3, 0), torch.ones(3, 2, 3), strides=[1], pads_begin=[0], pads_end=[0],
+        dilations=[1], data_format="NCX", filter_format="OIX"),
+     r"output_delta is diff_dst.*diff_dst.*zero spatial"),
+    ("bwd_w_src", "bwd_w", lambda a: torch.ops.graph.conv_transpose_backward_weights(
+        torch.ones(1, 2, 0), torch.ones(1, 3, 2), **a, weights_shape=[2, 3, 3]),
+     r"src.*zero spatial.*\[1, 2, 0\]"),
+    ("bwd_w_diff_dst", "bwd_w", lambda a: torch.ops.graph.conv_transpose_backward_weights(
+        torch.ones(1, 2, 4), torch.ones(1, 3, 0), **a, weights_shape=[2, 3, 3]),
+     r"diff_dst.*zero spatial.*\[1, 3, 0\]"),
+    ("bwd_w_both", "bwd_w", lambda a: torch.ops.graph.conv_transpose_backward_weights(
+        torch.ones(1, 2, 0), torch.ones(1, 3, 0), **a, weights_shape=[2, 3, 3]),
+     r"zero spatial"),
+]
+
+
+@pytest.mark.parametrize("torch_op,call,pattern",
+                         [pytest.param(o, c, m, id=i) for i, o, c, m in ZS_CASES])
+def test_zero_spatial_size_is_an_error_in_every_pass(torch_op, call, pattern):
+    P.tct()
+    with pytest.raises(RuntimeError, match="zero"):  # torch: "Only zero batch or zero channel"
+        _torch_zero_spatial(torch_op)
+    a = dict(strides=[1], pads_begin=[0], pads_end=[0], dilations=[1], data_format="NCX",
+             weights_format="IOX")
+    with pytest.raises(RuntimeError, match=pattern):
+        call(a)

@@ -1,6 +1,7 @@
 // Problem resolution and validation (SPEC §2-§4), hand-computed expectations.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "problem.h"
@@ -227,6 +228,100 @@ TEST(Validation, HugeValuesAreErrorsNotOverflow) {
   expect_error(
       [&] { resolve_backward_data({1, 2, 5}, {4, 2, 3}, std::nullopt, attrs(1, 1, big - 1)); },
       {"overflow"});
+}
+
+// Issue #24: products of sizes overflowed int64 (UBSan; a segfault in the AVX2 path; a
+// wrong shape; torch's "negative dimension" error) and huge attributes reached torch's
+// allocator. Each is now a ProblemError naming the argument and its value.
+TEST(Validation, ChannelsTimesGroupsOverflow) {
+  Attributes a = attrs(1);
+  // Zero input channels, weights O dim 8: OC = groups * 8 overflowed (2**64 + 8 wraps to 8).
+  for (int64_t g : {(int64_t{1} << 61) + 1, int64_t{1} << 62, int64_t{1} << 60,
+                    std::numeric_limits<int64_t>::max()}) {
+    a.groups = g;
+    const std::string gs = std::to_string(g);
+    expect_error([&] { resolve_forward({1, 0, 4}, {0, 8, 3}, std::nullopt, a); },
+                 {"groups", gs.c_str(), "x 8", "OC"});
+    expect_error([&] { resolve_backward_data({1, 8, 6}, {0, 8, 3}, std::nullopt, a); },
+                 {"groups", gs.c_str()});
+    expect_error([&] { resolve_backward_weights({1, 0, 4}, {1, 8, 6}, {0, 8, 3}, a); },
+                 {"groups", gs.c_str()});
+  }
+  a.groups = int64_t{1} << 41;  // no overflow, but OC = 2**44 is beyond the size limit
+  expect_error([&] { resolve_forward({1, 0, 4}, {0, 8, 3}, std::nullopt, a); },
+               {"groups", "2199023255552"});
+  a.groups = int64_t{1} << 37;  // OC = 2**40 fits, but dst (1, 2**40, 6) does not
+  expect_error([&] { resolve_forward({1, 0, 4}, {0, 8, 3}, std::nullopt, a); },
+               {"result dst", "groups=137438953472", "2**40"});
+  a.groups = 4;  // zero input channels within the limits: fine, OC = 32
+  auto p = resolve_forward({1, 0, 4}, {0, 8, 3}, std::nullopt, a);
+  EXPECT_EQ(dst_shape(p, DataFormat::NCX), (Shape{1, 32, 6}));
+}
+
+TEST(Validation, HugeAttributesNameTheAttribute) {
+  // dilations=[2**40, 1]: dst would be 2 x (2**41 + 3) x 6 elements.
+  Attributes a = attrs(2);
+  a.dilations = {int64_t{1} << 40, 1};
+  expect_error([&] { resolve_forward({1, 2, 4, 4}, {2, 2, 3, 3}, std::nullopt, a); },
+               {"result dst", "dilations=[1099511627776, 1]", "2**40"});
+  a = attrs(2);
+  a.strides = {int64_t{1} << 45, 1};
+  expect_error([&] { resolve_forward({1, 2, 4, 4}, {2, 2, 3, 3}, std::nullopt, a); },
+               {"result dst", "strides=[35184372088832, 1]"});
+  // Backward data with a src_shape far beyond the limit.
+  a = attrs(1, int64_t{1} << 30);
+  expect_error(
+      [&] { resolve_backward_data({1, 2, 3}, {2, 2, 3}, Shape{int64_t{1} << 50}, a); },
+      {"src_shape", "1125899906842624"});
+  // Backward weights: a weights_shape too large to allocate.
+  a = attrs(1);
+  expect_error([&] { resolve_backward_weights({1, 2, 4}, {1, 2, 6}, {2, int64_t{1} << 40, 3}, a); },
+               {"weights_shape", "1099511627776", "2**40"});
+  // Input shapes whose products overflow (possible for meta tensors or empty ones).
+  const int64_t h = int64_t{1} << 32;
+  expect_error([&] { resolve_forward({0, 2, h, h}, {2, 2, 1, 1}, std::nullopt, attrs(2)); },
+               {"src", "4294967296", "2**40"});
+  expect_error([&] { resolve_backward_data({1, 2, 6, 6}, {2, 2, h, h}, std::nullopt, attrs(2)); },
+               {"weights", "4294967296", "2**40"});
+  // The kernel extent d*(K-1)+1 overflowed before auto_pad used it.
+  a = attrs(1, 1, 0, 0, int64_t{1} << 61);
+  a.auto_pad = AutoPad::SameUpper;
+  expect_error([&] { resolve_forward({1, 2, 4}, {2, 2, 9}, std::nullopt, a); },
+               {"dilations", "overflow"});
+  expect_error([&] { resolve_backward_data({1, 2, 4}, {2, 2, 9}, std::nullopt, a); },
+               {"dilations", "overflow"});
+  // diff_dst size + pads overflowed in the inferred diff_src size.
+  a = attrs(1, 1, (int64_t{1} << 62) - 1, 0);
+  expect_error([&] { resolve_backward_data({1, 2, 5}, {2, 2, 3}, std::nullopt, a); },
+               {"pads_begin", "overflow"});
+}
+
+// Zero batch or channels: an empty result (backward weights: zeros, shape as given).
+// Zero spatial sizes: an error in all three passes, as in torch.
+TEST(Validation, ZeroSizesAgreeAcrossPasses) {
+  Attributes a = attrs(1);
+  auto p = resolve_forward({0, 2, 4}, {2, 3, 3}, std::nullopt, a);
+  EXPECT_EQ(dst_shape(p, DataFormat::NCX), (Shape{0, 3, 6}));
+  p = resolve_backward_data({0, 3, 6}, {2, 3, 3}, std::nullopt, a);
+  EXPECT_EQ(src_shape(p, DataFormat::NCX), (Shape{0, 2, 4}));
+  p = resolve_backward_weights({0, 2, 4}, {0, 3, 6}, {2, 3, 3}, a);
+  EXPECT_EQ(p.N, 0);
+  p = resolve_backward_weights({1, 0, 4}, {1, 3, 6}, {0, 3, 3}, a);
+  EXPECT_EQ(p.IC(), 0);
+  expect_error([&] { resolve_forward({1, 2, 0}, {2, 3, 3}, std::nullopt, a); },
+               {"src", "zero spatial size", "[1, 2, 0]"});
+  expect_error([&] { resolve_backward_data({1, 3, 0}, {2, 3, 3}, std::nullopt, a); },
+               {"diff_dst", "zero spatial size", "[1, 3, 0]"});
+  expect_error([&] { resolve_backward_data({1, 3, 2}, {2, 3, 3}, Shape{1, 2, 0}, a); },
+               {"src_shape", "positive spatial sizes", "[1, 2, 0]"});
+  expect_error([&] { resolve_backward_weights({1, 2, 0}, {1, 3, 2}, {2, 3, 3}, a); },
+               {"src", "zero spatial size", "[1, 2, 0]"});
+  expect_error([&] { resolve_backward_weights({1, 2, 4}, {1, 3, 0}, {2, 3, 3}, a); },
+               {"diff_dst", "zero spatial size", "[1, 3, 0]"});
+  a = attrs(2);
+  a.data_format = DataFormat::NXC;
+  expect_error([&] { resolve_forward({2, 0, 3, 4}, {4, 3, 2, 2}, std::nullopt, a); },
+               {"src", "zero spatial size", "[2, 0, 3, 4]", "[0, 3]"});
 }
 
 TEST(Layouts, DimsOfEachFormat) {
