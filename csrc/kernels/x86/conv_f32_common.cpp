@@ -944,8 +944,13 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   {
     std::vector<AxisMap> axes[kAxes];
     for (int ax = 0; ax < kAxes; ++ax) {
-      if (fwd) {
+      if (fwd && p.s[ax] <= p.O[ax]) {
         for (int64_t q = 0; q < p.s[ax]; ++q) axes[ax].push_back(forward_axis(p, ax, q));
+      } else if (fwd) {
+        // More phases than outputs: only the O phases that hold one (a stride of
+        // 2**31 on a tiny output must not build 2**31 empty phases).
+        for (int64_t o = 0; o < p.O[ax]; ++o)
+          axes[ax].push_back(forward_axis(p, ax, (o + p.pb[ax]) % p.s[ax]));
       } else {
         axes[ax].push_back(backward_axis(p, ax));
       }

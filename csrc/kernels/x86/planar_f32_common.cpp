@@ -161,7 +161,9 @@ Line make_line(const Geometry& g) {
   const int a = 2;
   const int64_t s = g.s[a];
   Line L;
-  L.out_phases = g.forward ? s : 1;
+  // Forward: one phase per output position mod s, but no more than there are
+  // outputs (a stride of 2**31 on a short line must not build 2**31 phases).
+  L.out_phases = g.forward ? std::min(s, std::max<int64_t>(g.out[a], 1)) : 1;
   L.in_step = g.forward ? 1 : s;
   L.len.resize(L.out_phases);
   L.k.resize(L.out_phases);
@@ -715,8 +717,8 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   float* const wp = thread_buffer(0, g.G * NMB * block_floats);
   const float* wsrc = static_cast<const float*>(w.data);
   const int64_t taps = K0 * K1 * g.K[2];
-  // tap index k2 -> (phase, position in the phase)
-  std::vector<int64_t> k2_phase(g.K[2]), k2_pos(g.K[2]);
+  // tap index k2 -> (phase, position in the phase); -1: no output reads the tap
+  std::vector<int64_t> k2_phase(g.K[2], -1), k2_pos(g.K[2], 0);
   for (int64_t r = 0; r < L.out_phases; ++r)
     for (size_t t = 0; t < L.k[r].size(); ++t) {
       k2_phase[L.k[r][t]] = r;
@@ -747,6 +749,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
             for (int64_t k1 = 0; k1 < K1; ++k1)
               for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++k) {
                 const int64_t r = k2_phase[k2];
+                if (r < 0) continue;
                 const int64_t ntap = phase_base[r + 1] - phase_base[r];
                 float* dst = block + (k0 * K1 + k1) * seg_floats + phase_base[r] * g.Cin * M +
                              (ci * ntap + k2_pos[k2]) * M;
