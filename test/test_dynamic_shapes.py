@@ -167,3 +167,18 @@ def test_aot_inductor_package_dynamic(tmp_path):
     for shape in [(3, 4, 5, 7), (1, 4, 16, 2)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(runner(x), torch.relu(ref(x)))
+
+
+def test_huge_pads_compile_like_eager():
+    """Stand-ins for symbolic sizes grow with the pads: where they would exceed the size
+    limit on every axis, the sizes are specialized instead, so compile accepts what eager
+    accepts."""
+    P.tct()
+    a = dict(strides=[2**14] * 3, pads_begin=[2**14] * 3, pads_end=[2**14] * 3,
+             dilations=[1] * 3, data_format="NCX", weights_format="IOX")
+    w = torch.randn(4, 2, 2, 2, 2)
+    f = torch.compile(lambda x: torch.ops.graph.conv_transpose(x, w, **a), backend="aot_eager",
+                      dynamic=True)
+    for n in (2, 3):
+        x = torch.randn(n, 4, 3, 3, 3)
+        torch.testing.assert_close(f(x), torch.ops.graph.conv_transpose(x, w, **a))

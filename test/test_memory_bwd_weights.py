@@ -10,7 +10,6 @@ The same routes, at sizes the reference runs quickly, must be exact on integer d
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -37,8 +36,8 @@ def test_extra_memory_bounded(case, isa):
     if isa and isa not in tct.available_isas():
         pytest.skip(f"no {isa}")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(tct.__file__))] + env.get("PYTHONPATH", "").split(os.pathsep))
+    root = os.path.dirname(os.path.dirname(tct.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([root] + env.get("PYTHONPATH", "").split(os.pathsep))
     m = M.measure(case, "ours", THREADS, isa, env)
     if m["extra"] is None:
         pytest.skip("no VmHWM")

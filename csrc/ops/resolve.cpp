@@ -72,7 +72,29 @@ struct Sizes {
   void specialize_all() {
     for (size_t i = 0; i < rep.size(); ++i) specialize(i);
   }
+  // Whether the stand-ins would make the resolver see a tensor near its size
+  // limit (huge pads on every axis) that the real sizes may not be.
+  bool stand_ins_too_large() const {
+    int64_t n = 1;
+    for (size_t i = 0; i < rep.size(); ++i) {
+      const int64_t v = std::max<int64_t>(rep[i], 1);
+      if (n > (kMaxElements >> 8) / v) return std::find(stand_in.begin(), stand_in.end(),
+                                                        true) != stand_in.end();
+      n *= v;
+    }
+    return false;
+  }
 };
+
+// Gives up the stand-ins of sizes whose stand-ins are too large (guards on the
+// real values, which the resolver then checks as in eager mode).
+void specialize_if_too_large(std::initializer_list<Sizes*> all) {
+  bool large = false;
+  for (const Sizes* s : all) large = large || (s && s->stand_ins_too_large());
+  if (large)
+    for (Sizes* s : all)
+      if (s) s->specialize_all();
+}
 
 // Whether the attributes and weights are well-formed enough for stand-ins to
 // be computed from them; if not, sizes are specialized and the resolver
@@ -167,6 +189,7 @@ Plan plan_forward(TCT_CONV_TRANSPOSE_ARGS) {
     // Any src size >= pb + pe + 1 resolves (O >= 1), and the pads do not depend on it.
     for (int j = 0; usable && j < S; ++j)
       if (x.stand_in[dims[2 + j]]) x.rep[dims[2 + j]] = a.pads_begin[j] + a.pads_end[j] + 1;
+    specialize_if_too_large({&x});
     std::optional<Shape> bias_shape;
     if (bias) bias_shape = concrete(bias->sym_sizes());
     plan.p = resolve_forward(x.rep, w, bias_shape, a);
@@ -238,6 +261,7 @@ Plan plan_backward_data(TCT_BACKWARD_DATA_ARGS) {
         I[j] = backward_axis(a, w, j, dd, dim, ss ? &*ss : nullptr, dim, what).first;
       plan.op[kAxes - S + j] = c10::SymInt(0);
     }
+    specialize_if_too_large({&dd, ss ? &*ss : nullptr});
     std::optional<Shape> ss_rep;
     if (ss) ss_rep = ss->rep;
     if (spatial_only) ss_rep = spatial_rep;
@@ -303,6 +327,7 @@ Plan plan_backward_weights(TCT_BACKWARD_WEIGHTS_ARGS) {
       op[j] = backward_axis(a, wshape, j, dd, dim, &x, dim, what).second;
       symbolic_axis[j] = true;
     }
+    specialize_if_too_large({&x, &dd});
     plan.p = resolve_backward_weights(x.rep, dd.rep, wshape, a);
     set_concrete_op(plan);
     for (int j = 0; j < S; ++j)
