@@ -70,16 +70,19 @@ constexpr const char* kLimitText =
     "the product of its non-zero sizes must be at most 2**40 elements (8 TiB at 8 bytes per "
     "element)";
 
-// A tensor (or a shape argument) within the size limit; `origin` says where it comes from.
-void check_elements(const std::string& name, const Shape& shape, const std::string& origin = "") {
-  if (nonzero_elements(shape) > kMaxElements)
-    fail(name + " " + join(shape) + " is too large: " + kLimitText + origin);
-}
-
 std::string attribute_values(const Attributes& a) {
   return "strides=" + join(a.strides) + ", dilations=" + join(a.dilations) +
          ", pads_begin=" + join(a.pads_begin) + ", pads_end=" + join(a.pads_end) +
          ", output_padding=" + join(a.output_padding) + ", groups=" + std::to_string(a.groups);
+}
+
+// A tensor (or a shape argument) within the size limit; a result's message names the
+// attributes that made it (`attrs`). The message is built only on failure: this runs on
+// every call.
+void check_elements(const char* name, const Shape& shape, const Attributes* attrs = nullptr) {
+  if (nonzero_elements(shape) > kMaxElements)
+    fail(std::string(name) + " " + join(shape) + " is too large: " + kLimitText +
+         (attrs ? " (" + attribute_values(*attrs) + ")" : std::string()));
 }
 
 // Zero batch or channels are fine (an empty result); a zero spatial size is an error in
@@ -427,7 +430,7 @@ ConvProblem resolve_forward(const Shape& src, const Shape& weights, const std::o
       fail("the computed output spatial size " + join(p.spatial(p.O)) +
            " must be >= 1 (src spatial " + join(p.spatial(p.I)) + ", pads_begin=" +
            join(p.spatial(p.pb)) + ", pads_end=" + join(p.spatial(p.pe)) + ")");
-  check_elements("the result dst", dst_shape(p, a.data_format), " (" + attribute_values(a) + ")");
+  check_elements("the result dst", dst_shape(p, a.data_format), &a);
   return p;
 }
 
@@ -484,8 +487,7 @@ ConvProblem resolve_backward_data(const Shape& diff_dst, const Shape& weights,
       p.op[ax] = p.O[ax] - forward_size(p, ax, 0);
     }
   }
-  check_elements("the result diff_src", tct::src_shape(p, a.data_format),
-                 " (" + attribute_values(a) + ")");
+  check_elements("the result diff_src", tct::src_shape(p, a.data_format), &a);
   return p;
 }
 

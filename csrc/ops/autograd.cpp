@@ -148,16 +148,17 @@ struct BackwardWeightsBackward : public BilinearBackward {
 // Runs `call` below autograd; when some input requires grad, records `node`
 // (built by `make`) as the result's grad_fn. Returns the result.
 template <class NodeT, class Call, class Make>
-Tensor with_history(const std::vector<std::optional<Tensor>>& inputs, Call&& call, Make&& make) {
+Tensor with_history(std::initializer_list<const Tensor*> inputs, Call&& call, Make&& make) {
   bool requires = false;
   if (at::GradMode::is_enabled())
-    for (const auto& t : inputs)
-      requires = requires || (t && t->defined() && t->requires_grad());
+    for (const Tensor* t : inputs) requires = requires || (t && t->defined() && t->requires_grad());
   c10::intrusive_ptr<NodeT> node;
   if (requires) {
     node = c10::make_intrusive<NodeT>();
     torch::autograd::edge_list edges;
-    for (const auto& t : inputs) edges.push_back(torch::autograd::collect_next_edges(t)[0]);
+    for (const Tensor* t : inputs)
+      edges.push_back(t && t->defined() ? torch::autograd::impl::gradient_edge(*t)
+                                        : torch::autograd::Edge());
     node->set_next_edges(std::move(edges));
     make(*node);
   }
@@ -180,10 +181,8 @@ Tensor conv_transpose_autograd(TCT_CONV_TRANSPOSE_ARGS) {
                                  auto_pad, output_padding, groups, data_format, weights_format),
                     strides, dilations, groups, data_format, weights_format);
   };
-  std::vector<std::optional<Tensor>> inputs{src, weights};
-  if (bias) inputs.push_back(*bias);
   Tensor result = with_history<ConvTransposeBackward>(
-      inputs,
+      {&src, &weights, bias ? &*bias : nullptr},
       [&] {
         return call_conv_transpose(src, weights, bias, strides, pads_begin, pads_end, dilations,
                                    auto_pad, output_padding, groups, data_format, weights_format);
@@ -217,7 +216,7 @@ Tensor backward_data_autograd(TCT_BACKWARD_DATA_ARGS) {
                     strides, dilations, groups, data_format, weights_format);
   };
   Tensor result = with_history<BackwardDataBackward>(
-      {diff_dst, weights},
+      {&diff_dst, &weights},
       [&] {
         return call_backward_data(diff_dst, weights, strides, pads_begin, pads_end, dilations,
                                   auto_pad, output_padding, groups, data_format, weights_format,
@@ -248,7 +247,7 @@ Tensor backward_weights_autograd(TCT_BACKWARD_WEIGHTS_ARGS) {
                     strides, dilations, groups, data_format, weights_format);
   };
   Tensor result = with_history<BackwardWeightsBackward>(
-      {src, diff_dst},
+      {&src, &diff_dst},
       [&] {
         return call_backward_weights(src, diff_dst, weights_shape_input, strides, pads_begin,
                                      pads_end, dilations, auto_pad, output_padding, groups,
