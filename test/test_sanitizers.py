@@ -35,7 +35,7 @@ def _ninja():
 
 def _build():
     configure = ["cmake", "-S", str(P.REPO_ROOT), "-B", str(BUILD), "-DTCT_WITH_TORCH=OFF",
-                 "-DTCT_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=Release"]
+                 "-DTCT_SANITIZE=ON", "-DTCT_BUILD_TESTS=ON", "-DCMAKE_BUILD_TYPE=Release"]
     if not (BUILD / "CMakeCache.txt").exists() and _ninja():
         configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_ninja()}"]
     _run(configure, timeout=300)
