@@ -70,6 +70,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import cases as cases_mod  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from memory import _vm_hwm_kb  # noqa: E402  (one reader of the peak RSS, shared)
 
 PASSES = ("fwd", "bwd_d", "bwd_w")
 PASS_ALIASES = {
@@ -231,14 +232,6 @@ def _steady_heap():
         return ok and _libc.mallopt(m_trim_threshold, 1 << 30) == 1
     except (OSError, AttributeError):
         return False
-
-
-def _vm_hwm_kb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return None
 
 
 def extra_memory(fn, out_bytes):
