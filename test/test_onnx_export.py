@@ -6,13 +6,12 @@ the eager results, which are themselves checked against the plain-PyTorch oracle
 import subprocess
 import sys
 
+import onnx  # noqa: F401  (the test requirements install these: missing is a failure)
+import onnxruntime as ort
+import onnxscript  # noqa: F401
 import problems as P
 import pytest
 import torch
-
-pytest.importorskip("onnx")
-pytest.importorskip("onnxscript")
-ort = pytest.importorskip("onnxruntime")
 
 Problem = P.Problem
 ATOL = RTOL = 1e-4
