@@ -96,6 +96,11 @@ void specialize_if_too_large(std::initializer_list<Sizes*> all) {
       if (s) s->specialize_all();
 }
 
+// Kernel size on spatial axis j of weights given in a's weights_format.
+int64_t kernel_size(const Attributes& a, const Shape& weights, int j) {
+  return weights[weights_dims(a.weights_format, static_cast<int>(weights.size()) - 2)[2 + j]];
+}
+
 // Whether the attributes and weights are well-formed enough for stand-ins to
 // be computed from them; if not, sizes are specialized and the resolver
 // reports the problem with the real values.
@@ -111,14 +116,9 @@ bool attributes_usable(const Attributes& a, int S, const Shape& weights) {
         a.strides[j] > (int64_t{1} << 20) || a.dilations[j] > (int64_t{1} << 20))
       return false;
   for (int j = 0; j < S; ++j)
-    if (weights[weights_dims(a.weights_format, S)[2 + j]] < 1 ||
-        weights[weights_dims(a.weights_format, S)[2 + j]] > (int64_t{1} << 20))
+    if (kernel_size(a, weights, j) < 1 || kernel_size(a, weights, j) > (int64_t{1} << 20))
       return false;
   return true;
-}
-
-int64_t kernel_size(const Attributes& a, const Shape& weights, int j) {
-  return weights[weights_dims(a.weights_format, static_cast<int>(weights.size()) - 2)[2 + j]];
 }
 
 int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
