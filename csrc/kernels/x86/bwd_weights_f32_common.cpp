@@ -1015,5 +1015,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   return true;
 }
 
+// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
+std::string describe_bwd_weights_f32(Isa, const ConvProblem&, int) { return "bwd_weights"; }
+
 }  // namespace x86
 }  // namespace tct

@@ -1781,5 +1781,8 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
   return run(isa, Pass::BackwardData, p, diff_dst, w, nullptr, diff_src, nthreads);
 }
 
+// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
+std::string describe_conv_f32(Isa, Pass, const ConvProblem&, int) { return "conv"; }
+
 }  // namespace x86
 }  // namespace tct

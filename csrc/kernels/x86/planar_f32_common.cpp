@@ -1689,5 +1689,8 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   return depth <= 64 || g.out[0] * g.out[1] == 1;
 }
 
+// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
+std::string describe_planar_f32(Isa, Pass, const ConvProblem&, int) { return "planar"; }
+
 }  // namespace x86
 }  // namespace tct

@@ -3,6 +3,8 @@
 // never Isa::Reference and the CPU is known to support it.
 #pragma once
 
+#include <string>
+
 #include "../dispatch.h"
 
 namespace tct {
@@ -71,6 +73,15 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
 // the layout changes on this problem; amd: an AMD AVX-512 core (Zen 4 or 5,
 // avx512_amd()), where the rule differs.
 bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd);
+
+// Each driver's plan for a problem, in one line of `key=value` fields (its
+// kernel family, tile, blocking, schedule, packing, streaming, workspace),
+// computed without running anything: what the driver's entry point above
+// would do on this ISA with nthreads threads. The call plans
+// (kernels/plan.h) embed them; the golden plan test compares them.
+std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads);
+std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 
 }  // namespace x86
 }  // namespace tct
