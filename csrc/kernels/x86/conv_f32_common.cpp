@@ -63,7 +63,6 @@ namespace tct {
 namespace x86 {
 namespace {
 
-enum class Pass { Forward, BackwardData };
 
 // One axis of one phase: rows (output coordinates) x taps -> input coordinate.
 struct AxisMap {
