@@ -63,7 +63,6 @@ namespace tct {
 namespace x86 {
 namespace {
 
-
 // One axis of one phase: rows (output coordinates) x taps -> input coordinate.
 struct AxisMap {
   int64_t rows = 0, taps = 0;
