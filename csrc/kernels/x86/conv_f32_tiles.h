@@ -1,0 +1,314 @@
+// The register tiles of the f32 forward / backward-data passes, written once
+// over the vector traits V of an ISA (vec_avx512.h, vec_avx2.h) and
+// instantiated by each ISA file (conv_f32_avx512.cpp, conv_f32_avx2.cpp),
+// which exports them under ISA names. Contracts: conv_f32_kernels.h.
+// Internal linkage (an unnamed namespace), as the traits.
+//
+// Accumulators are arrays indexed only with compile-time constants inside
+// fully unrolled loops, so GCC keeps them in registers (checked with
+// objdump: no stack traffic in the reduction loops).
+#pragma once
+
+#include <cstdint>
+
+#include "conv_f32_kernels.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+// A compile-time lane index (for immediates in unrolled code).
+template <int K>
+struct Lane {
+  static constexpr int value = K;
+};
+
+// Writes an M x (W*NV) accumulator tile with streaming stores, whole 64-byte
+// lines only. Rows that follow each other in memory (ncols is the output's
+// row length) are staged in L1 and written as M * ncols / 16 lines;
+// otherwise each full vector that is a whole aligned line is streamed and
+// the others stored as usual.
+template <class V, int M, int NV>
+inline __attribute__((always_inline)) void store_tile_streaming(
+    const ConvTileArgs* args, typename V::Reg (&acc)[M][NV], const typename V::Mask (&k)[NV]) {
+  constexpr int W = V::W, NR = W * NV;
+  const int64_t ncols = args->ncols, col_off = args->col_off;
+  float* const o0 = args->out[0] + col_off;
+  bool packed = (M * ncols) % 16 == 0 && (reinterpret_cast<uintptr_t>(o0) & 63) == 0;
+#pragma GCC unroll 32
+  for (int m = 1; m < M; ++m) packed = packed && args->out[m] + col_off == o0 + m * ncols;
+  if (packed) {
+    alignas(64) float buf[M * NR];
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) V::store_part(buf + m * ncols + W * v, acc[m][v], k[v], ncols - W * v);
+    for (int64_t i = 0; i < M * ncols; i += W) V::stream(o0 + i, V::load(buf + i));
+    return;
+  }
+#pragma GCC unroll 32
+  for (int m = 0; m < M; ++m) {
+    float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) V::store_tail(o + W * v, acc[m][v], k[v], ncols - W * v, true);
+  }
+}
+
+// MR x (W*NV) GEMM register tile computing its first M rows.
+template <class V, int MR, int NV, int M = MR>
+inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
+  using Reg = typename V::Reg;
+  constexpr int W = V::W, NR = W * NV;
+  Reg acc[M][NV];
+  const int64_t col_off = args->col_off;
+  typename V::Mask k[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) k[v] = V::first(args->ncols - W * v);
+  if (args->accumulate) {
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m) {
+      const float* o = args->out[m] + col_off;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = V::load_part(k[v], o + W * v);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const Reg b = V::loadu(args->bias + W * v);
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m) acc[m][v] = b;
+    }
+  }
+  const float* const* a = args->a;
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const int32_t* wtap = args->wtap;
+  const float* const* rows = args->rows;
+  const int64_t* tapoff = args->tapoff;
+  for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
+    const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
+    const float* p[M];
+    if (rows) {
+      const int64_t o = tapoff[t] + a_off;
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m) p[m] = rows[m] + o;
+    } else {
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
+    }
+    if (args->prefetch) {
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m)
+        _mm_prefetch(reinterpret_cast<const char*>(p[m] + args->prefetch), _MM_HINT_T0);
+    }
+    auto step = [&](int64_t c) __attribute__((always_inline)) {
+      Reg wv[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) wv[v] = V::load(w + W * v);
+      w += NR;
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m) {
+        const Reg x = V::bcast(p[m] + c);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[m][v] = V::fmadd(x, wv[v], acc[m][v]);
+      }
+    };
+    if constexpr (NV == 1) {
+      // One vector of columns: one broadcast load per FMA, so the loop is
+      // load-bound (Zen 5 sustains about two loads a cycle: M/(M+1) of the
+      // FMA rate at best). Unrolled 4x and counting up to zero, so that the
+      // M row pointers, w and the index stay in registers (with 14 rows GCC
+      // kept some pointers in xmm registers, moved back every step: 80 % of
+      // the peak in cache; 12 rows this way 86-89 % with AVX-512, 85-87 %
+      // with AVX2 where 8 rows gave 81-84 %). The first S rows take their
+      // inputs 4 at a time, broadcast by in-lane permutes (V::permute_rows).
+      constexpr int S = V::permute_rows(M);
+      auto step4 = [&](int64_t c) __attribute__((always_inline)) {
+        Reg q[S > 0 ? S : 1];
+#pragma GCC unroll 32
+        for (int m = 0; m < S; ++m) q[m] = V::bcast4(p[m] + c);
+        auto fma_k = [&](auto kc) __attribute__((always_inline)) {
+          constexpr int kk = decltype(kc)::value;
+          const Reg wv = V::load(w + W * kk);
+#pragma GCC unroll 32
+          for (int m = 0; m < M; ++m) {
+            const Reg x = m < S ? V::template lane<kk>(q[m < S ? m : 0]) : V::bcast(p[m] + c + kk);
+            acc[m][0] = V::fmadd(x, wv, acc[m][0]);
+          }
+        };
+        fma_k(Lane<0>());
+        fma_k(Lane<1>());
+        fma_k(Lane<2>());
+        fma_k(Lane<3>());
+        w += 4 * NR;
+      };
+      const int64_t head = cred % 4;
+      for (int64_t c = 0; c < head; ++c) step(c);
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m) p[m] += cred;
+      for (int64_t c = head - cred; c != 0; c += 4) step4(c);
+    } else {
+      for (int64_t c = 0; c < cred; ++c) step(c);
+    }
+  }
+  if constexpr (V::kStreamGemm) {
+    if (args->stream) {
+      store_tile_streaming<V, M, NV>(args, acc, k);
+      return;
+    }
+  }
+  if (args->ncols >= NR) {
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m) {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) V::storeu(o + W * v, acc[m][v]);
+    }
+  } else {
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m) {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) V::store_part(o + W * v, acc[m][v], k[v], args->ncols - W * v);
+    }
+  }
+}
+
+// Dot-product tile: MR rows x NC columns, vectorized over the reduction;
+// the packed weights are [c/16][j][16] whatever the vector width (W = 8:
+// each 16-float unit as two vectors), the reduction tail under a mask.
+template <class V, int MR, int NC>
+inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
+  using Reg = typename V::Reg;
+  constexpr int W = V::W;
+  static_assert((MR * NC) % 4 == 0, "whole groups of 4 sums");
+  Reg acc[MR][NC];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) acc[m][j] = V::zero();
+  const float* const* a = args->a;
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const int64_t cfull = cred / W * W, credp = (cred + 15) / 16 * 16;
+  const typename V::Mask kt = V::first(cred - cfull);
+  const int32_t* wtap = args->wtap;
+  auto fma_row = [&](const float* wc, auto load_x) __attribute__((always_inline)) {
+    Reg wv[NC];
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) wv[j] = V::load(wc + 16 * j);
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const Reg x = load_x(m);
+#pragma GCC unroll 4
+      for (int j = 0; j < NC; ++j) acc[m][j] = V::fmadd(x, wv[j], acc[m][j]);
+    }
+  };
+  for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
+    const float* w = args->w + (wtap ? wtap[t] : t) * credp * NC;
+    const float* p[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
+    // Element c of column j: w[(c / 16) * 16 * NC + 16 * j + c % 16]; with
+    // W = 16 a pointer stepping by whole units (the index form costs GCC
+    // extra address arithmetic in the loop).
+    int64_t c = 0;
+    if constexpr (W == 16) {
+      for (; c < cfull; c += W, w += 16 * NC) fma_row(w, [&](int m) { return V::loadu(p[m] + c); });
+    } else {
+      for (; c < cfull; c += W)
+        fma_row(w + (c / 16) * 16 * NC + c % 16, [&](int m) { return V::loadu(p[m] + c); });
+      w += (c / 16) * 16 * NC + c % 16;
+    }
+    if (c < cred) fma_row(w, [&](int m) { return V::load_part(kt, p[m] + c); });
+  }
+  float res[MR * NC];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR * NC; i += 4)
+    V::hsum4(acc[i / NC][i % NC], acc[(i + 1) / NC][(i + 1) % NC],
+             acc[(i + 2) / NC][(i + 2) % NC], acc[(i + 3) / NC][(i + 3) % NC], res + i);
+  const float* bias = args->bias;
+  const int64_t col_off = args->col_off;
+  for (int m = 0; m < MR; ++m) {
+    float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j] + bias[j];
+  }
+}
+
+// Depthwise: elementwise multiply-adds over the channels. The R rows share
+// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+template <class V, int R>
+void dw_tile(const ConvTileArgs* args) {
+  using Reg = typename V::Reg;
+  constexpr int W = V::W;
+  const int64_t C = args->ncols, T = args->ntaps;
+  const float* const* a = args->a;
+  const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
+  const int64_t* tapoff = args->tapoff;
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
+  const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
+  auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
+  int64_t c = 0;
+  for (; c + 2 * W <= C; c += 2 * W) {
+    Reg acc[R][2];
+    const Reg b0 = V::loadu(args->bias + c), b1 = V::loadu(args->bias + c + W);
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) {
+      acc[m][0] = b0;
+      acc[m][1] = b1;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* w = wrow(t) + c;
+      const Reg w0 = V::loadu(w), w1 = V::loadu(w + W);
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) {
+        const float* x = in(t, m) + c;
+        acc[m][0] = V::fmadd(V::loadu(x), w0, acc[m][0]);
+        acc[m][1] = V::fmadd(V::loadu(x + W), w1, acc[m][1]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) {
+      float* o = args->out[m] + c;
+      if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0) {  // whole lines
+        V::stream(o, acc[m][0]);
+        V::stream(o + W, acc[m][1]);
+      } else {
+        V::storeu(o, acc[m][0]);
+        V::storeu(o + W, acc[m][1]);
+      }
+    }
+  }
+  for (; c < C; c += W) {
+    const typename V::Mask k = V::first(C - c);
+    Reg acc[R];
+    const Reg b = V::load_part(k, args->bias + c);
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) acc[m] = b;
+    for (int64_t t = 0; t < T; ++t) {
+      const Reg w = V::load_part(k, wrow(t) + c);
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(V::load_part(k, in(t, m) + c), w, acc[m]);
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) V::store_tail(args->out[m] + c, acc[m], k, C - c, args->stream != 0);
+  }
+}
+
+// The first M rows of an MR-row GEMM tile (row pointers still MR apart per tap).
+template <class V, int MR, int NV, int M>
+void partial_tile(const ConvTileArgs* args) {
+  gemm_tile<V, MR, NV, M>(args);
+}
+
+// t[m] = the tile computing the first m rows, for 1 <= m < MR.
+template <class V, int MR, int NV, int M = 1>
+void fill_partial(ConvTileFn* t) {
+  if constexpr (M < MR) {
+    t[M] = &partial_tile<V, MR, NV, M>;
+    fill_partial<V, MR, NV, M + 1>(t);
+  }
+}
+
+}  // namespace
+}  // namespace x86
+}  // namespace tct

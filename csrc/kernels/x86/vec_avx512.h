@@ -1,0 +1,75 @@
+// Vector traits of the AVX-512 kernel files: the operations the shared tile
+// templates (conv_f32_tiles.h) are written over, on 16-float zmm vectors.
+// Internal linkage (an unnamed namespace): each ISA file that includes this
+// compiles its own copy with its own -m flags, so no inline code is shared
+// across ISA objects (test IsaObjectsShareNoSymbols).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace tct {
+namespace x86 {
+namespace {
+
+struct VecAvx512 {
+  using Reg = __m512;
+  using Mask = __mmask16;
+  static constexpr int W = 16;
+  // Rows of a one-vector GEMM tile (M rows) that load their inputs 4 at a
+  // time and broadcast them with in-lane permutes (trading loads for
+  // shuffles; Zen 5, 12 rows in cache, standalone loop: 2 rows 95 %, 4 rows
+  // 97 %, 8 rows 95 %, all 12 85 %, none 89 %; the 12x16 tile in
+  // bench_conv_f32: 4 rows 94-98 %, was 83-87 %).
+  static constexpr int permute_rows(int M) { return M >= 12 ? 4 : M / 3; }
+  // GEMM tiles may write whole output lines with streaming stores.
+  static constexpr bool kStreamGemm = true;
+
+  // The first n lanes (none for n <= 0, all for n >= 16).
+  static inline Mask first(int64_t n) {
+    if (n >= 16) return static_cast<Mask>(0xFFFF);
+    if (n <= 0) return 0;
+    return static_cast<Mask>((1u << n) - 1u);
+  }
+  static inline bool full(Mask k) { return k == 0xFFFF; }
+  static inline Reg zero() { return _mm512_setzero_ps(); }
+  static inline Reg load(const float* p) { return _mm512_load_ps(p); }
+  static inline Reg loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static inline Reg load_part(Mask k, const float* p) { return _mm512_maskz_loadu_ps(k, p); }
+  static inline Reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  // p[0..4) in each 128-bit lane; lane<K> broadcasts element K of it.
+  static inline Reg bcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+  template <int K>
+  static inline Reg lane(Reg q) { return _mm512_permute_ps(q, K * 0x55); }
+  static inline Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static inline void storeu(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  // The first n lanes of v (k = first(n)).
+  static inline void store_part(float* p, Reg v, Mask k, int64_t) { _mm512_mask_storeu_ps(p, k, v); }
+  static inline void stream(float* p, Reg v) { _mm512_stream_ps(p, v); }
+  // A column-tail store that may stream: a full vector is a whole line.
+  static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool stream_ok) {
+    if (stream_ok && full(k) && (reinterpret_cast<uintptr_t>(p) & 63) == 0)
+      stream(p, v);
+    else
+      store_part(p, v, k, n);
+  }
+  // out[0..4) = the lane sums of v0..v3.
+  static inline void hsum4(Reg v0, Reg v1, Reg v2, Reg v3, float* out) {
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+    // 128-bit block k: 4 partial sums of v_k.
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, u)));
+  }
+};
+
+}  // namespace
+}  // namespace x86
+}  // namespace tct
