@@ -7,137 +7,20 @@
 
 #include "avx2_util.h"
 #include "bwd_weights_f32.h"
+#include "bwd_weights_f32_tiles.h"
+#include "vec_avx2.h"
 
 namespace tct {
 namespace x86 {
 namespace bww {
 namespace {
 
-// The last vector of a tail tile is masked so that no lane past the channel
-// range is read or written.
-template <int J, int NV, bool MASK>
-inline __m256 load_vec(const float* p, __m256i tail) {
-  if constexpr (MASK && J == NV - 1) return _mm256_maskload_ps(p + 8 * J, tail);
-  else return _mm256_loadu_ps(p + 8 * J);
-}
-
-template <int J, int NV, bool MASK>
-inline void store_vec(float* p, __m256 v, int tail_n) {
-  if constexpr (MASK && J == NV - 1) store_first_lanes(p + 8 * J, v, tail_n);
-  else _mm256_storeu_ps(p + 8 * J, v);
-}
-
-// Individually named accumulators (c<row>_<vec>): GCC 12 spills arrays of
-// vectors in this loop. Unused names are dead code for small tiles.
-#define BWW_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-
-#define BWW_DECL(i) \
-  __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps(), c##i##_2 = _mm256_setzero_ps();
-
-#define BWW_LOAD(i)                                                   \
-  if constexpr (i < MR) {                                             \
-    const float* cr = t.c + (i) * t.ldc;                              \
-    c##i##_0 = load_vec<0, NV, MASK>(cr, tail);                       \
-    if constexpr (NV > 1) c##i##_1 = load_vec<1, NV, MASK>(cr, tail); \
-    if constexpr (NV > 2) c##i##_2 = load_vec<2, NV, MASK>(cr, tail); \
-  }
-
-#define BWW_FMA(i)                                                      \
-  if constexpr (i < MR) {                                               \
-    const __m256 av = i < kQ ? _mm256_permute_ps(q, ((i) & 3) * 0x55) : _mm256_broadcast_ss(a + (i)); \
-    c##i##_0 = _mm256_fmadd_ps(av, b0, c##i##_0);                       \
-    if constexpr (NV > 1) c##i##_1 = _mm256_fmadd_ps(av, b1, c##i##_1); \
-    if constexpr (NV > 2) c##i##_2 = _mm256_fmadd_ps(av, b2, c##i##_2); \
-  }
-
-#define BWW_STORE(i)                                                  \
-  if constexpr (i < MR) {                                             \
-    float* cr = t.c + (i) * t.ldc;                                    \
-    store_vec<0, NV, MASK>(cr, c##i##_0, tail_n);                     \
-    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail_n); \
-    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail_n); \
-  }
-
-// MR x (8*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
-template <int MR, int NV, bool MASK, bool PK>
-void gemm_kernel(const TileArgs& t) {
-  const int tail_n = t.cols - 8 * (NV - 1);
-  const __m256i tail = first_lanes(tail_n);
-  BWW_FOR_ROWS(BWW_DECL)
-  if (!t.fresh) {
-    BWW_FOR_ROWS(BWW_LOAD)
-  }
-  const Pix* px = t.pix;
-  constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
-  // Locals, so that the loop keeps them in registers (GCC re-read t's
-  // fields every pixel, two loads more per pixel).
-  const int64_t npix = t.npix, lda = t.lda, ldb = t.ldb, a_off = t.a_off, b_off = t.b_off;
-  constexpr int kQ = NV == 1 && MR >= 12 ? 4 : 0;
-  const float* pa = t.pa;
-  const float* pb = t.pb;
-  for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {
-    const float* a = PK ? pa : px[i].a + a_off;
-    const float* b = PK ? pb : px[i].b + b_off;
-    const __m256 b0 = load_vec<0, NV, LM>(b, tail);
-    __m256 b1, b2;
-    if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);
-    if constexpr (NV > 2) b2 = load_vec<2, NV, LM>(b, tail);
-    // One column vector: the first kQ rows' A values from one 16-byte load
-    // (see the AVX-512 file). Zen 5 in cache, 12x8 tile: pixel lists
-    // 79 -> 98-99 % of the peak (2 rows: 84 %).
-    __m256 q = _mm256_setzero_ps();
-    if constexpr (kQ > 0) q = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(a));
-    BWW_FOR_ROWS(BWW_FMA)
-  }
-  BWW_FOR_ROWS(BWW_STORE)
-}
-
-template <int NV>
-void gemm_by_rows(const TileArgs& t, bool mask) {
-  constexpr int kMax = kAvx2Rows[NV];
-  switch (t.rows) {
-#define BWW_CASE(r)                                                         \
-  case r + 1:                                                               \
-    if constexpr (r + 1 <= kMax) {                                          \
-      if (!t.pix) {                                                         \
-        if (mask) gemm_kernel<r + 1, NV, true, true>(t);                    \
-        else gemm_kernel<r + 1, NV, false, true>(t);                        \
-      } else if (mask) gemm_kernel<r + 1, NV, true, false>(t);              \
-      else gemm_kernel<r + 1, NV, false, false>(t);                         \
-    }                                                                       \
-    return;
-    BWW_FOR_ROWS(BWW_CASE)
-#undef BWW_CASE
-    default: return;
-  }
-}
-
-// Depthwise: C[n] += sum A[n] * B[n] over NV vectors of channels. Named
-// accumulators d<j> (no array, see above).
-#define BWW_DW_VECS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-#define BWW_DW_DECL(j) __m256 d##j = _mm256_setzero_ps();
-#define BWW_DW_LOAD(j) \
-  if constexpr (j < NV) d##j = load_vec<j, NV, MASK>(t.c, tail);
-#define BWW_DW_FMA(j)                                                                      \
-  if constexpr (j < NV)                                                                    \
-    d##j = _mm256_fmadd_ps(load_vec<j, NV, MASK>(a, tail), load_vec<j, NV, MASK>(b, tail), d##j);
-#define BWW_DW_STORE(j) \
-  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail_n);
-
-template <int NV, bool MASK>
-void dw_kernel(const TileArgs& t) {
-  const int tail_n = t.cols - 8 * (NV - 1);
-  const __m256i tail = first_lanes(tail_n);
-  BWW_DW_VECS(BWW_DW_DECL)
-  BWW_DW_VECS(BWW_DW_LOAD)
-  const Pix* px = t.pix;
-  for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.b_off;
-    const float* b = px[i].b + t.b_off;
-    BWW_DW_VECS(BWW_DW_FMA)
-  }
-  BWW_DW_VECS(BWW_DW_STORE)
-}
+using V = VecAvx2;
+struct Geometry {
+  static constexpr int rows(int nv) { return kAvx2Rows[nv]; }
+  static constexpr int kMaxVecs = kAvx2MaxVecs;
+  static constexpr int kDwVecs = kAvx2DwVecs;
+};
 
 // Grouped with few channels: MG rows (A channels per group), ng = cols B
 // channels per group, 8/ng groups in one vector. Lane l belongs to group
@@ -181,17 +64,7 @@ inline void prefetch_row(const float* row, int64_t floats) {
 
 }  // namespace
 
-void gemm_tile_avx2(const TileArgs& t) {
-  if (t.rows <= 0 || t.cols <= 0) return;
-  const int nv = (t.cols + 7) / 8;
-  const bool mask = (t.cols % 8) != 0;
-  switch (nv) {
-    case 1: gemm_by_rows<1>(t, mask); break;
-    case 2: gemm_by_rows<2>(t, mask); break;
-    case 3: gemm_by_rows<3>(t, mask); break;
-    default: break;
-  }
-}
+void gemm_tile_avx2(const TileArgs& t) { gemm_tile<V, Geometry>(t); }
 
 void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                float* dst) {
@@ -299,21 +172,7 @@ void grouped_tile_avx2(const TileArgs& t) {
   }
 }
 
-void dw_tile_avx2(const TileArgs& t) {
-  if (t.cols <= 0) return;
-  const int nv = (t.cols + 7) / 8;
-  const bool mask = (t.cols % 8) != 0;
-#define BWW_DW(n)                    \
-  case n:                            \
-    if (mask) dw_kernel<n, true>(t); \
-    else dw_kernel<n, false>(t);     \
-    break;
-  switch (nv) {
-    BWW_DW(1) BWW_DW(2) BWW_DW(3) BWW_DW(4) BWW_DW(5) BWW_DW(6) BWW_DW(7) BWW_DW(8)
-    default: break;
-  }
-#undef BWW_DW
-}
+void dw_tile_avx2(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
 }  // namespace bww
 }  // namespace x86

@@ -6,145 +6,20 @@
 #include <cstdint>
 
 #include "bwd_weights_f32.h"
+#include "bwd_weights_f32_tiles.h"
+#include "vec_avx512.h"
 
 namespace tct {
 namespace x86 {
 namespace bww {
 namespace {
 
-// Load vector J of a row; the last vector of a tail tile is masked so that no
-// lane past the channel range is read.
-template <int J, int NV, bool MASK>
-inline __m512 load_vec(const float* p, __mmask16 tail) {
-  if constexpr (MASK && J == NV - 1) return _mm512_maskz_loadu_ps(tail, p + 16 * J);
-  else return _mm512_loadu_ps(p + 16 * J);
-}
-
-template <int J, int NV, bool MASK>
-inline void store_vec(float* p, __m512 v, __mmask16 tail) {
-  if constexpr (MASK && J == NV - 1) _mm512_mask_storeu_ps(p + 16 * J, tail, v);
-  else _mm512_storeu_ps(p + 16 * J, v);
-}
-
-// The accumulators are individually named variables (c<row>_<vec>), not an
-// array: GCC 12 spills arrays of vectors in this loop. Unused names are dead
-// code for small tiles.
-#define BWW_FOR_ROWS(X) \
-  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
-
-#define BWW_DECL(i)                                                                   \
-  __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps(),              \
-         c##i##_2 = _mm512_setzero_ps(), c##i##_3 = _mm512_setzero_ps();
-
-#define BWW_LOAD(i)                                                    \
-  if constexpr (i < MR) {                                              \
-    const float* cr = t.c + (i) * t.ldc;                               \
-    c##i##_0 = load_vec<0, NV, MASK>(cr, tail);                        \
-    if constexpr (NV > 1) c##i##_1 = load_vec<1, NV, MASK>(cr, tail);  \
-    if constexpr (NV > 2) c##i##_2 = load_vec<2, NV, MASK>(cr, tail);  \
-    if constexpr (NV > 3) c##i##_3 = load_vec<3, NV, MASK>(cr, tail);  \
-  }
-
-#define BWW_FMA(i)                                                 \
-  if constexpr (i < MR) {                                          \
-    const __m512 av = i < kQ ? _mm512_permute_ps(q, ((i) & 3) * 0x55) : _mm512_set1_ps(a[i]); \
-    c##i##_0 = _mm512_fmadd_ps(av, b0, c##i##_0);                  \
-    if constexpr (NV > 1) c##i##_1 = _mm512_fmadd_ps(av, b1, c##i##_1); \
-    if constexpr (NV > 2) c##i##_2 = _mm512_fmadd_ps(av, b2, c##i##_2); \
-    if constexpr (NV > 3) c##i##_3 = _mm512_fmadd_ps(av, b3, c##i##_3); \
-  }
-
-#define BWW_STORE(i)                                                        \
-  if constexpr (i < MR) {                                                   \
-    float* cr = t.c + (i) * t.ldc;                                          \
-    store_vec<0, NV, MASK>(cr, c##i##_0, tail);                             \
-    if constexpr (NV > 1) store_vec<1, NV, MASK>(cr, c##i##_1, tail);       \
-    if constexpr (NV > 2) store_vec<2, NV, MASK>(cr, c##i##_2, tail);       \
-    if constexpr (NV > 3) store_vec<3, NV, MASK>(cr, c##i##_3, tail);       \
-  }
-
-// MR x (16*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
-template <int MR, int NV, bool MASK, bool PK>
-void gemm_kernel(const TileArgs& t) {
-  const int last = t.cols - 16 * (NV - 1);  // lanes of the last vector, 1..16
-  const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
-  BWW_FOR_ROWS(BWW_DECL)
-  if (!t.fresh) {
-    BWW_FOR_ROWS(BWW_LOAD)
-  }
-  const Pix* px = t.pix;
-  constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
-  // Locals, so that the loop keeps them in registers (GCC re-read t's
-  // fields every pixel, two loads more per pixel).
-  const int64_t npix = t.npix, lda = t.lda, ldb = t.ldb, a_off = t.a_off, b_off = t.b_off;
-  constexpr int kQ = NV == 1 && MR >= 12 ? 4 : 0;
-  const float* pa = t.pa;
-  const float* pb = t.pb;
-  for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {
-    const float* a = PK ? pa : px[i].a + a_off;
-    const float* b = PK ? pb : px[i].b + b_off;
-    const __m512 b0 = load_vec<0, NV, LM>(b, tail);
-    __m512 b1, b2, b3;
-    if constexpr (NV > 1) b1 = load_vec<1, NV, LM>(b, tail);
-    if constexpr (NV > 2) b2 = load_vec<2, NV, LM>(b, tail);
-    if constexpr (NV > 3) b3 = load_vec<3, NV, LM>(b, tail);
-    // One column vector: the first kQ rows' A values come from one 16-byte
-    // load copied to the four lanes, each broadcast by an in-lane permute
-    // (fewer loads, the loop's limit; see conv_f32_avx512.cpp). Zen 5 in
-    // cache, 14x16 tile: pixel lists 80 -> 96-98 % of the peak, packed 93 -> 97 %.
-    __m512 q = _mm512_setzero_ps();
-    if constexpr (kQ > 0) q = _mm512_broadcast_f32x4(_mm_loadu_ps(a));
-    BWW_FOR_ROWS(BWW_FMA)
-  }
-  BWW_FOR_ROWS(BWW_STORE)
-}
-
-template <int NV>
-void gemm_by_rows(const TileArgs& t, bool mask) {
-  constexpr int kMax = kAvx512Rows[NV];
-  switch (t.rows) {
-#define BWW_CASE(r)                                                         \
-  case r + 1:                                                               \
-    if constexpr (r + 1 <= kMax) {                                          \
-      if (!t.pix) {                                                         \
-        if (mask) gemm_kernel<r + 1, NV, true, true>(t);                    \
-        else gemm_kernel<r + 1, NV, false, true>(t);                        \
-      } else if (mask) gemm_kernel<r + 1, NV, true, false>(t);              \
-      else gemm_kernel<r + 1, NV, false, false>(t);                         \
-    }                                                                       \
-    return;
-    BWW_FOR_ROWS(BWW_CASE)
-#undef BWW_CASE
-    default: return;
-  }
-}
-
-// Depthwise: C[n] += sum A[n] * B[n] over NV vectors of channels. Named
-// accumulators d<j> (no array, see above).
-#define BWW_DW_VECS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
-#define BWW_DW_DECL(j) __m512 d##j = _mm512_setzero_ps();
-#define BWW_DW_LOAD(j) \
-  if constexpr (j < NV) d##j = load_vec<j, NV, MASK>(t.c, tail);
-#define BWW_DW_FMA(j)                                                                      \
-  if constexpr (j < NV)                                                                    \
-    d##j = _mm512_fmadd_ps(load_vec<j, NV, MASK>(a, tail), load_vec<j, NV, MASK>(b, tail), d##j);
-#define BWW_DW_STORE(j) \
-  if constexpr (j < NV) store_vec<j, NV, MASK>(t.c, d##j, tail);
-
-template <int NV, bool MASK>
-void dw_kernel(const TileArgs& t) {
-  const int last = t.cols - 16 * (NV - 1);
-  const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
-  BWW_DW_VECS(BWW_DW_DECL)
-  BWW_DW_VECS(BWW_DW_LOAD)
-  const Pix* px = t.pix;
-  for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.b_off;
-    const float* b = px[i].b + t.b_off;
-    BWW_DW_VECS(BWW_DW_FMA)
-  }
-  BWW_DW_VECS(BWW_DW_STORE)
-}
+using V = VecAvx512;
+struct Geometry {
+  static constexpr int rows(int nv) { return kAvx512Rows[nv]; }
+  static constexpr int kMaxVecs = kAvx512MaxVecs;
+  static constexpr int kDwVecs = kAvx512DwVecs;
+};
 
 // Grouped with few channels: MG rows (A channels per group), ng = cols B
 // channels per group, gpv = 16/ng groups per vector, NVG vectors of groups.
@@ -219,18 +94,7 @@ void grouped_by_vectors(const TileArgs& t) {
 
 }  // namespace
 
-void gemm_tile_avx512(const TileArgs& t) {
-  if (t.rows <= 0 || t.cols <= 0) return;
-  const int nv = (t.cols + 15) / 16;
-  const bool mask = (t.cols % 16) != 0;
-  switch (nv) {
-    case 1: gemm_by_rows<1>(t, mask); break;
-    case 2: gemm_by_rows<2>(t, mask); break;
-    case 3: gemm_by_rows<3>(t, mask); break;
-    case 4: gemm_by_rows<4>(t, mask); break;
-    default: break;
-  }
-}
+void gemm_tile_avx512(const TileArgs& t) { gemm_tile<V, Geometry>(t); }
 
 void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                  float* dst) {
@@ -432,21 +296,7 @@ void grouped_tile_avx512(const TileArgs& t) {
   }
 }
 
-void dw_tile_avx512(const TileArgs& t) {
-  if (t.cols <= 0) return;
-  const int nv = (t.cols + 15) / 16;
-  const bool mask = (t.cols % 16) != 0;
-#define BWW_DW(n)                    \
-  case n:                            \
-    if (mask) dw_kernel<n, true>(t); \
-    else dw_kernel<n, false>(t);     \
-    break;
-  switch (nv) {
-    BWW_DW(1) BWW_DW(2) BWW_DW(3) BWW_DW(4) BWW_DW(5) BWW_DW(6) BWW_DW(7) BWW_DW(8) BWW_DW(9) BWW_DW(10) BWW_DW(11) BWW_DW(12) BWW_DW(13) BWW_DW(14) BWW_DW(15) BWW_DW(16)
-    default: break;
-  }
-#undef BWW_DW
-}
+void dw_tile_avx512(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
 }  // namespace bww
 }  // namespace x86

@@ -25,6 +25,7 @@ struct VecAvx2 {
   static constexpr bool kStreamGemm = false;
 
   static inline Mask first(int64_t n) { return first_lanes(n); }
+  static inline Mask tail(int n) { return first_lanes(n); }  // 1 <= n <= 8
   static inline Reg zero() { return _mm256_setzero_ps(); }
   static inline Reg load(const float* p) { return _mm256_load_ps(p); }
   static inline Reg loadu(const float* p) { return _mm256_loadu_ps(p); }

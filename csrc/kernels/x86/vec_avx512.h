@@ -32,6 +32,8 @@ struct VecAvx512 {
     if (n <= 0) return 0;
     return static_cast<Mask>((1u << n) - 1u);
   }
+  // The first n lanes, 1 <= n <= 16 (no range checks).
+  static inline Mask tail(int n) { return static_cast<Mask>((1u << n) - 1u); }
   static inline bool full(Mask k) { return k == 0xFFFF; }
   static inline Reg zero() { return _mm512_setzero_ps(); }
   static inline Reg load(const float* p) { return _mm512_load_ps(p); }

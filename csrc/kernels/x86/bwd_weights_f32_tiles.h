@@ -1,0 +1,205 @@
+// The GEMM and depthwise tiles of the f32 backward-weights pass, written
+// once over the vector traits V of an ISA (vec_avx512.h, vec_avx2.h) and a
+// geometry G (rows per tile by vector count, vector counts), instantiated by
+// each ISA file (bwd_weights_f32_avx512.cpp, bwd_weights_f32_avx2.cpp), which
+// exports gemm_tile_<isa> and dw_tile_<isa>. Contracts: bwd_weights_f32.h.
+// Internal linkage (an unnamed namespace), as the traits.
+//
+// The accumulators are individually named variables (c<row>_<vec>,
+// d<vec>), not arrays: GCC 12 spills arrays of vectors in these loops.
+// Names beyond a tile's rows / vectors are dead code.
+#pragma once
+
+#include <cstdint>
+
+#include "bwd_weights_f32.h"
+
+namespace tct {
+namespace x86 {
+namespace bww {
+namespace {
+
+// Vector J of a row; the last vector of a tail tile (MASK) under the mask, so
+// that no lane past the channel range is read or written.
+template <class V, int J, int NV, bool MASK>
+inline typename V::Reg load_vec(const float* p, typename V::Mask tail) {
+  if constexpr (MASK && J == NV - 1) return V::load_part(tail, p + V::W * J);
+  else return V::loadu(p + V::W * J);
+}
+
+template <class V, int J, int NV, bool MASK>
+inline void store_vec(float* p, typename V::Reg v, typename V::Mask tail, int tail_n) {
+  if constexpr (MASK && J == NV - 1) V::store_part(p + V::W * J, v, tail, tail_n);
+  else V::storeu(p + V::W * J, v);
+}
+
+#define BWW_FOR_ROWS(X) \
+  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+#define BWW_DECL(i) Reg c##i##_0 = V::zero(), c##i##_1 = V::zero(), c##i##_2 = V::zero(), c##i##_3 = V::zero();
+
+#define BWW_LOAD(i)                                                          \
+  if constexpr (i < MR) {                                                    \
+    const float* cr = t.c + (i) * t.ldc;                                     \
+    c##i##_0 = load_vec<V, 0, NV, MASK>(cr, tail);                           \
+    if constexpr (NV > 1) c##i##_1 = load_vec<V, 1, NV, MASK>(cr, tail);     \
+    if constexpr (NV > 2) c##i##_2 = load_vec<V, 2, NV, MASK>(cr, tail);     \
+    if constexpr (NV > 3) c##i##_3 = load_vec<V, 3, NV, MASK>(cr, tail);     \
+  }
+
+#define BWW_FMA(i)                                                                   \
+  if constexpr (i < MR) {                                                            \
+    const Reg av = i < kQ ? V::template lane<(i) & 3>(q) : V::bcast(a + (i));        \
+    c##i##_0 = V::fmadd(av, b0, c##i##_0);                                           \
+    if constexpr (NV > 1) c##i##_1 = V::fmadd(av, b1, c##i##_1);                     \
+    if constexpr (NV > 2) c##i##_2 = V::fmadd(av, b2, c##i##_2);                     \
+    if constexpr (NV > 3) c##i##_3 = V::fmadd(av, b3, c##i##_3);                     \
+  }
+
+#define BWW_STORE(i)                                                              \
+  if constexpr (i < MR) {                                                         \
+    float* cr = t.c + (i) * t.ldc;                                                \
+    store_vec<V, 0, NV, MASK>(cr, c##i##_0, tail, tail_n);                        \
+    if constexpr (NV > 1) store_vec<V, 1, NV, MASK>(cr, c##i##_1, tail, tail_n);  \
+    if constexpr (NV > 2) store_vec<V, 2, NV, MASK>(cr, c##i##_2, tail, tail_n);  \
+    if constexpr (NV > 3) store_vec<V, 3, NV, MASK>(cr, c##i##_3, tail, tail_n);  \
+  }
+
+// MR x (W*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
+template <class V, int MR, int NV, bool MASK, bool PK>
+void gemm_kernel(const TileArgs& t) {
+  using Reg = typename V::Reg;
+  static_assert(MR <= 14 && NV <= 4, "named accumulators: 14 rows x 4 vectors");
+  const int tail_n = t.cols - V::W * (NV - 1);  // lanes of the last vector, 1..W
+  const typename V::Mask tail = V::tail(tail_n);
+  BWW_FOR_ROWS(BWW_DECL)
+  if (!t.fresh) {
+    BWW_FOR_ROWS(BWW_LOAD)
+  }
+  const Pix* px = t.pix;
+  constexpr bool LM = MASK && !PK;  // packed B rows are padded: no load masks
+  // Locals, so that the loop keeps them in registers (GCC re-read t's
+  // fields every pixel, two loads more per pixel).
+  const int64_t npix = t.npix, lda = t.lda, ldb = t.ldb, a_off = t.a_off, b_off = t.b_off;
+  // One column vector: the first kQ rows' A values come from one 16-byte
+  // load copied to every 128-bit lane, each broadcast by an in-lane permute
+  // (fewer loads, the loop's limit; see conv_f32_tiles.h). Zen 5 in cache:
+  // AVX-512 14x16 tile, pixel lists 80 -> 96-98 % of the peak, packed
+  // 93 -> 97 %; AVX2 12x8, pixel lists 79 -> 98-99 % (2 rows: 84 %).
+  constexpr int kQ = NV == 1 && MR >= 12 ? 4 : 0;
+  const float* pa = t.pa;
+  const float* pb = t.pb;
+  for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {
+    const float* a = PK ? pa : px[i].a + a_off;
+    const float* b = PK ? pb : px[i].b + b_off;
+    const Reg b0 = load_vec<V, 0, NV, LM>(b, tail);
+    Reg b1, b2, b3;
+    if constexpr (NV > 1) b1 = load_vec<V, 1, NV, LM>(b, tail);
+    if constexpr (NV > 2) b2 = load_vec<V, 2, NV, LM>(b, tail);
+    if constexpr (NV > 3) b3 = load_vec<V, 3, NV, LM>(b, tail);
+    Reg q = V::zero();
+    if constexpr (kQ > 0) q = V::bcast4(a);
+    BWW_FOR_ROWS(BWW_FMA)
+  }
+  BWW_FOR_ROWS(BWW_STORE)
+}
+
+// The tile for t.rows rows (at most G::rows(NV)), packed or on pixel lists.
+template <class V, class G, int NV>
+void gemm_by_rows(const TileArgs& t, bool mask) {
+  constexpr int kMax = G::rows(NV);
+  switch (t.rows) {
+#define BWW_CASE(r)                                                          \
+  case r + 1:                                                                \
+    if constexpr (r + 1 <= kMax) {                                           \
+      if (!t.pix) {                                                          \
+        if (mask) gemm_kernel<V, r + 1, NV, true, true>(t);                  \
+        else gemm_kernel<V, r + 1, NV, false, true>(t);                      \
+      } else if (mask) gemm_kernel<V, r + 1, NV, true, false>(t);            \
+      else gemm_kernel<V, r + 1, NV, false, false>(t);                       \
+    }                                                                        \
+    return;
+    BWW_FOR_ROWS(BWW_CASE)
+#undef BWW_CASE
+    default: return;
+  }
+}
+
+// GEMM tile: cols <= W * G::kMaxVecs, rows <= G::rows(ceil(cols / W)).
+template <class V, class G>
+void gemm_tile(const TileArgs& t) {
+  if (t.rows <= 0 || t.cols <= 0) return;
+  const int nv = (t.cols + V::W - 1) / V::W;
+  const bool mask = (t.cols % V::W) != 0;
+  switch (nv) {
+    case 1: gemm_by_rows<V, G, 1>(t, mask); break;
+    case 2: gemm_by_rows<V, G, 2>(t, mask); break;
+    case 3: if constexpr (G::kMaxVecs >= 3) gemm_by_rows<V, G, 3>(t, mask); break;
+    case 4: if constexpr (G::kMaxVecs >= 4) gemm_by_rows<V, G, 4>(t, mask); break;
+    default: break;
+  }
+}
+
+// Depthwise: C[n] += sum A[n] * B[n] over NV vectors of channels.
+#define BWW_DW_VECS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define BWW_DW_DECL(j) Reg d##j = V::zero();
+#define BWW_DW_LOAD(j) \
+  if constexpr (j < NV) d##j = load_vec<V, j, NV, MASK>(t.c, tail);
+#define BWW_DW_FMA(j)                                                                          \
+  if constexpr (j < NV)                                                                        \
+    d##j = V::fmadd(load_vec<V, j, NV, MASK>(a, tail), load_vec<V, j, NV, MASK>(b, tail), d##j);
+#define BWW_DW_STORE(j) \
+  if constexpr (j < NV) store_vec<V, j, NV, MASK>(t.c, d##j, tail, tail_n);
+
+template <class V, int NV, bool MASK>
+void dw_kernel(const TileArgs& t) {
+  using Reg = typename V::Reg;
+  static_assert(NV <= 16, "named accumulators: 16 vectors");
+  const int tail_n = t.cols - V::W * (NV - 1);
+  const typename V::Mask tail = V::tail(tail_n);
+  BWW_DW_VECS(BWW_DW_DECL)
+  BWW_DW_VECS(BWW_DW_LOAD)
+  const Pix* px = t.pix;
+  for (int64_t i = 0; i < t.npix; ++i) {
+    const float* a = px[i].a + t.b_off;
+    const float* b = px[i].b + t.b_off;
+    BWW_DW_VECS(BWW_DW_FMA)
+  }
+  BWW_DW_VECS(BWW_DW_STORE)
+}
+
+// Depthwise (ICg == OCg == 1): cols <= W * G::kDwVecs channels.
+template <class V, class G>
+void dw_tile(const TileArgs& t) {
+  if (t.cols <= 0) return;
+  const int nv = (t.cols + V::W - 1) / V::W;
+  const bool mask = (t.cols % V::W) != 0;
+#define BWW_DW(n)                                        \
+  case n + 1:                                            \
+    if constexpr (n + 1 <= G::kDwVecs) {                 \
+      if (mask) dw_kernel<V, n + 1, true>(t);            \
+      else dw_kernel<V, n + 1, false>(t);                \
+    }                                                    \
+    break;
+  switch (nv) {
+    BWW_DW_VECS(BWW_DW)
+    default: break;
+  }
+#undef BWW_DW
+}
+
+#undef BWW_FOR_ROWS
+#undef BWW_DECL
+#undef BWW_LOAD
+#undef BWW_FMA
+#undef BWW_STORE
+#undef BWW_DW_VECS
+#undef BWW_DW_DECL
+#undef BWW_DW_LOAD
+#undef BWW_DW_FMA
+#undef BWW_DW_STORE
+
+}  // namespace
+}  // namespace bww
+}  // namespace x86
+}  // namespace tct
