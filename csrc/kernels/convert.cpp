@@ -1,0 +1,82 @@
+#include "convert.h"
+
+#include <algorithm>
+
+#include "../problem.h"
+#include "types.h"
+#include "x86/convert.h"
+
+namespace tct {
+namespace {
+
+using Fn16To32 = void (*)(const uint16_t*, float*, int64_t);
+using Fn32To16 = void (*)(const float*, uint16_t*, int64_t);
+
+void bf16_to_f32_scalar(const uint16_t* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_float(bf16{s[i]});
+}
+void f16_to_f32_scalar(const uint16_t* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_float(f16{s[i]});
+}
+void f32_to_bf16_scalar(const float* s, uint16_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(s[i]).bits;
+}
+void f32_to_f16_scalar(const float* s, uint16_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_f16(s[i]).bits;
+}
+
+void check_dtype(DType dt) {
+  if (dt != DType::BF16 && dt != DType::F16)
+    throw ProblemError("16-bit conversion: dtype must be bf16 or f16");
+}
+
+Fn16To32 widen_fn(Isa isa, DType dt) {
+  const bool bf = dt == DType::BF16;
+  switch (isa) {
+    case Isa::Avx512: return bf ? x86::bf16_to_f32_avx512 : x86::f16_to_f32_avx512;
+    case Isa::Avx2: return bf ? x86::bf16_to_f32_avx2 : x86::f16_to_f32_avx2;
+    case Isa::Reference: break;
+  }
+  return bf ? bf16_to_f32_scalar : f16_to_f32_scalar;
+}
+
+Fn32To16 narrow_fn(Isa isa, DType dt) {
+  const bool bf = dt == DType::BF16;
+  switch (isa) {
+    case Isa::Avx512: return bf ? x86::f32_to_bf16_avx512 : x86::f32_to_f16_avx512;
+    case Isa::Avx2: return bf ? x86::f32_to_bf16_avx2 : x86::f32_to_f16_avx2;
+    case Isa::Reference: break;
+  }
+  return bf ? f32_to_bf16_scalar : f32_to_f16_scalar;
+}
+
+// Runs f over [0, n) in pieces of at least 64 KiB of f32 per thread.
+template <class F>
+void in_parallel(int64_t n, int nthreads, F f) {
+  constexpr int64_t kMinPiece = 16384;
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(nthreads, n / kMinPiece));
+  const int64_t len = (n + pieces - 1) / pieces;
+#pragma omp parallel for num_threads(static_cast<int>(pieces)) schedule(static) if (pieces > 1)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t b = p * len, e = std::min(n, b + len);
+    if (b < e) f(b, e - b);
+  }
+}
+
+}  // namespace
+
+void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads) {
+  check_dtype(dt);
+  const Fn16To32 fn = widen_fn(isa, dt);
+  const auto* s = static_cast<const uint16_t*>(src);
+  in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(s + b, dst + b, len); });
+}
+
+void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads) {
+  check_dtype(dt);
+  const Fn32To16 fn = narrow_fn(isa, dt);
+  auto* d = static_cast<uint16_t*>(dst);
+  in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(src + b, d + b, len); });
+}
+
+}  // namespace tct

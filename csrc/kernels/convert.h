@@ -1,0 +1,20 @@
+// Conversions of whole buffers between the 16-bit storage types and f32,
+// with the vector code of an ISA (x86/convert.h; Isa::Reference: the scalar
+// conversions of types.h). Widening is exact; narrowing rounds to nearest
+// even and keeps NaN a NaN. For the routes that run 16-bit tensors through
+// the f32 kernels (converted where the data is copied anyway).
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+#include "kernels.h"
+
+namespace tct {
+
+// dst[i] = src[i] as f32, i < n; dt is DType::BF16 or DType::F16.
+void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads);
+// dst[i] = src[i] rounded to dt (DType::BF16 or DType::F16), i < n.
+void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads);
+
+}  // namespace tct
