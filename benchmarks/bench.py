@@ -16,7 +16,13 @@ Layouts: nxc = our data_format="NXC" on contiguous (N, X..., C) tensors; torch g
 the same memory as an NCX view (channels_last / channels_last_3d strides; for 1D a
 permuted, non-contiguous view) and channels-last weights (as after
 model.to(memory_format=channels_last)). ncx = data_format="NCX", contiguous tensors.
-Weights: weights_format="IOX" (torch's ConvTranspose weight layout). f32, forward with bias.
+Weights: weights_format="IOX" (torch's ConvTranspose weight layout). Forward with bias.
+
+Data types (--dtype f32|bf16|f16|all, default f32; a comma list works too): every
+tensor of the problem (src, weights, bias, diff_dst) in that dtype, drawn once in f32
+and rounded, for ours and torch alike. A 16-bit row times our op and torch's in that
+dtype, interleaved as for f32, and our f32 op on the same case (interleaved with them;
+with --dtype all the f32 row's timing of ours, measured just before, is reused).
 
 Pads torch can't express (pads_end > pads_begin + output_padding, the "crop" tag):
 torch runs with the closest padding/output_padding that gives a larger output and
@@ -37,11 +43,25 @@ Columns:
   check              ours vs torch, allclose(rtol=1e-3, atol=1e-3*max|torch|); MISMATCH or
                      ERROR rows are flagged and left out of the summary
 
+16-bit rows (printed with a dt column, also on f32 rows, when a 16-bit dtype is run):
+  ratio              torch min / ours min, torch in the same dtype
+  f32/o              our f32 min / our 16-bit min (> 1: our 16-bit op faster than our f32)
+  %pk                f32 rows only (the peak is an f32 FMA peak); GF/s as for f32
+  check              ours and torch's 16-bit results, each against torch's f32 computation
+                     on the same (already rounded) inputs: |x - ref| <= rtol*|ref| +
+                     atol*max|ref| with rtol = 2u and atol = u/4 + sqrt(R)*2^-22 (u: the
+                     dtype's unit roundoff, 2^-8 bf16, 2^-11 f16: the output's rounding;
+                     R: the reduction length, IC/g*prod(K) fwd, OC/g*prod(K) bwd_d,
+                     N*prod(I_src) bwd_w: the f32 summation order). Ours off: MISMATCH, as
+                     for f32; torch's own 16-bit result off is only noted ("torch off")
+
 Summary: per pass and layout (and all together) the geometric mean of the ratios
 (of the minima, and of the medians: geo(med)), the worst and best case, and the
 geometric mean % of the FMA peak, ours and torch's; then, when the peak was
 measured, for the compute-bound cases (tag "deep": 128+ channels per group on both
-sides) the median and minimum % of the FMA peak, ours and torch's.
+sides) the median and minimum % of the FMA peak, ours and torch's. With 16-bit
+dtypes: that per dtype (%peak for f32 only), and for 16-bit also the geometric mean
+and the worst case of f32/o (our f32 time / our 16-bit time).
 
 Exit status 1 if any result differs from torch's (or an op failed).
 """
@@ -86,6 +106,23 @@ PASS_ALIASES = {
     "bwdw": "bwd_w",
 }
 LAYOUTS = ("nxc", "ncx")
+DTYPES = ("f32", "bf16", "f16")
+DTYPE_ALIASES = {
+    "f32": "f32",
+    "fp32": "f32",
+    "float32": "f32",
+    "float": "f32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "f16": "f16",
+    "fp16": "f16",
+    "float16": "f16",
+    "half": "f16",
+}
+TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+# Unit roundoff of the 16-bit dtypes (8 and 11 bits of precision): their results are
+# checked against an f32 computation with rtol = 2u, atol = (u/4 + sqrt(R) * 2^-22) * max|ref|.
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "f16": 2.0**-11}
 RTOL = 1e-3
 ATOL = 1e-3  # times max|torch result|
 
@@ -301,6 +338,47 @@ def compare(ours, ref):
     return ok, err
 
 
+def reduction_length(case, pass_):
+    """Terms summed into one result element (an upper bound for the forward)."""
+    c = case
+    return {
+        "fwd": c.ic // c.groups * math.prod(c.k) + 1,  # + bias
+        "bwd_d": c.oc // c.groups * math.prod(c.k),
+        "bwd_w": c.n * math.prod(c.in_sp),
+    }[pass_]
+
+
+def lowp_tolerance(dtype, red_len):
+    """(rtol, atol as a multiple of max|ref|) for a `dtype` result against an f32 one.
+
+    rtol: twice the dtype's unit roundoff u (the output's rounding, with room);
+    atol: u/4 at the output's largest magnitude (results near 0: f16's subnormal
+    spacing, flushed subnormal inputs), plus the difference two f32 summation orders
+    of `red_len` terms can make (about sqrt(R) * 2^-24; four times that). A result
+    summed in f32 and rounded once passes with a wide margin; one rounded twice (two
+    halves of the reduction rounded, then their sum) fails on random data.
+    """
+    u = UNIT_ROUNDOFF[dtype]
+    return 2.0 * u, u / 4 + math.sqrt(max(1, red_len)) * 2.0**-22
+
+
+def compare_lowp(x, ref, dtype, red_len):
+    """(ok, max |x - ref| / max |ref|): a 16-bit result `x` against the f32 `ref`
+    computed from the same rounded inputs, with lowp_tolerance(dtype, red_len).
+    Elements where `ref` rounds to +-inf in `dtype` may be that inf."""
+    if tuple(x.shape) != tuple(ref.shape):
+        raise ValueError(f"result shape {tuple(x.shape)} != the reference's {tuple(ref.shape)}")
+    rtol, atol = lowp_tolerance(dtype, red_len)
+    x, ref = x.float(), ref.float()
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    scale = scale if scale > 0 else 1.0
+    same = x == ref.to(TORCH_DTYPE[dtype]).float()  # also the overflows
+    diff = torch.where(same, torch.zeros_like(x), (x - ref).abs())
+    err = diff.max().item() / scale if diff.numel() else 0.0
+    finite = bool((torch.isfinite(x) | same).all())
+    return finite and bool((diff <= atol * scale + rtol * ref.abs()).all()), err
+
+
 def torch_backend(x, w, tp, case):
     try:
         b = torch._C._select_conv_backend(
@@ -330,19 +408,26 @@ def torch_backend(x, w, tp, case):
 
 
 class Problem:
-    """Tensors and the six callables of one (case, layout)."""
+    """Tensors and the six callables of one (case, layout), in one dtype.
 
-    def __init__(self, case, layout, ops, gen):
-        self.case, self.layout = case, layout
+    The inputs (src, weights, bias, diff_dst; NCX) are drawn from `gen` in f32, or
+    given (`inputs`), and rounded to `dtype` ("f32", "bf16", "f16")."""
+
+    def __init__(self, case, layout, ops, gen, dtype="f32", inputs=None):
+        self.case, self.layout, self.dtype = case, layout, dtype
         c = case
         tp = self.tp = cases_mod.torch_params(c)
         nsp = c.nsp
-        x = torch.randn((c.n, c.ic) + c.in_sp, generator=gen)
-        w = torch.randn(c.weights_shape, generator=gen) / math.sqrt(
-            c.ic // c.groups * math.prod(c.k)
-        )
-        self.bias = torch.randn(c.oc, generator=gen)
-        gy = torch.randn((c.n, c.oc) + c.out_sp, generator=gen)
+        if inputs is None:
+            x = torch.randn((c.n, c.ic) + c.in_sp, generator=gen)
+            w = torch.randn(c.weights_shape, generator=gen) / math.sqrt(
+                c.ic // c.groups * math.prod(c.k)
+            )
+            bias = torch.randn(c.oc, generator=gen)
+            gy = torch.randn((c.n, c.oc) + c.out_sp, generator=gen)
+            inputs = (x, w, bias, gy)
+        tdt = TORCH_DTYPE[dtype]
+        x, w, self.bias, gy = (t.to(tdt) for t in inputs)
         self.w = w
         if layout == "nxc":
             self.x_ours = x.movedim(1, -1).contiguous()
@@ -354,14 +439,21 @@ class Problem:
             self.x_ours = self.x_t = x
             self.gy_ours = gy
             self.w_t = w
+        # for cast(): NCX views of the tensors kept anyway (no second copy held)
+        self.inputs = (
+            self.x_t,
+            w,
+            self.bias,
+            self.gy_ours.movedim(-1, 1) if layout == "nxc" else gy,
+        )
         self.crop = (slice(None), slice(None)) + tuple(
             slice(b, b + n) for b, n in zip(tp.crop_start, tp.out_sp)
         )
         if tp.needs_crop:
             full = (
-                torch.zeros((c.n,) + tp.torch_out_sp + (c.oc,)).movedim(-1, 1)
+                torch.zeros((c.n,) + tp.torch_out_sp + (c.oc,), dtype=tdt).movedim(-1, 1)
                 if layout == "nxc"
-                else torch.zeros((c.n, c.oc) + tp.torch_out_sp)
+                else torch.zeros((c.n, c.oc) + tp.torch_out_sp, dtype=tdt)
             )
             full[self.crop] = gy
             self.gy_t = full
@@ -441,6 +533,17 @@ class Problem:
     def ours_as_ncx(self, pass_, out):
         return out.movedim(-1, 1) if self.layout == "nxc" and pass_ != "bwd_w" else out
 
+    def cast(self, dtype):
+        """The same problem (same inputs, rounded) in `dtype`."""
+        return Problem(self.case, self.layout, self.ops, None, dtype, inputs=self.inputs)
+
+    def f32_reference(self, pass_):
+        """torch's f32 result of `pass_` on this problem's (rounded) inputs, NCX."""
+        p = self.cast("f32")
+        out = getattr(p, "torch_" + pass_)()
+        del p
+        return out
+
     def out_bytes(self, pass_):
         c = self.case
         n = {
@@ -448,27 +551,50 @@ class Problem:
             "bwd_d": c.n * c.ic * math.prod(c.in_sp),
             "bwd_w": math.prod(c.weights_shape),
         }[pass_]
-        return 4 * n
+        return TORCH_DTYPE[self.dtype].itemsize * n
 
 
-def run_pass(prob, pass_, args, peak):
+def run_pass(prob, pass_, args, peak, prob32=None, f32_row=None):
+    """One row: `prob`'s pass timed, ours against torch, and checked.
+
+    16-bit problems: also our f32 time on the same case, from `f32_row` (the f32
+    row of this case, pass and layout, already measured) when it has one, else timed
+    here with `prob32` (the problem in f32), interleaved with the other two."""
     c = prob.case
+    lowp = prob.dtype != "f32"
     f_t = getattr(prob, "torch_" + pass_)
     f_o = getattr(prob, "ours_" + pass_)
-    row = {"status": "ok"}
+    row = {"status": "ok", "dtype": prob.dtype}
+    fns = {"torch": f_t, "ours": f_o}
+    if lowp and f32_row is None and prob32 is not None:
+        fns["ours_f32"] = getattr(prob32, "ours_" + pass_)
     try:
-        res, samples = time_pair(
-            {"torch": f_t, "ours": f_o}, args.reps, args.warmup, args.budget, args.min_reps
-        )
+        res, samples = time_pair(fns, args.reps, args.warmup, args.budget, args.min_reps)
     except Exception as e:  # an op rejected the problem or crashed: report, go on
         msg = re.sub(r"\s+", " ", str(e))[:200]
         row.update(status="ERROR", error=f"{type(e).__name__}: {msg}")
         return row
-    try:
-        ok, err = compare(prob.ours_as_ncx(pass_, res["ours"]), res["torch"])
-    except ValueError as e:
-        ok, err = False, float("inf")
-        row["error"] = str(e)
+    res.pop("ours_f32", None)
+    if lowp:
+        red = reduction_length(c, pass_)
+        row["rtol"], row["atol_x_max_ref"] = lowp_tolerance(prob.dtype, red)
+        try:
+            ref = prob.f32_reference(pass_)
+            ok, err = compare_lowp(prob.ours_as_ncx(pass_, res["ours"]), ref, prob.dtype, red)
+            t_ok, t_err = compare_lowp(res["torch"], ref, prob.dtype, red)
+            row["torch_max_rel_err"] = t_err
+            row["torch_check"] = "ok" if t_ok else "off"
+            del ref
+        except ValueError as e:
+            ok, err = False, float("inf")
+            row["error"] = str(e)
+    else:
+        row["rtol"], row["atol_x_max_ref"] = RTOL, ATOL
+        try:
+            ok, err = compare(prob.ours_as_ncx(pass_, res["ours"]), res["torch"])
+        except ValueError as e:
+            ok, err = False, float("inf")
+            row["error"] = str(e)
     del res
     row["status"] = "ok" if ok else "MISMATCH"
     row["max_rel_err"] = err
@@ -478,10 +604,25 @@ def run_pass(prob, pass_, args, peak):
         row[f"{who}_ms_min"] = 1e3 * min(s)
         row[f"{who}_ms_med"] = 1e3 * statistics.median(s)
         row[f"{who}_gflops"] = gflop / min(s)
-        row[f"{who}_pct_peak"] = 100.0 * row[f"{who}_gflops"] / peak if peak else None
+        pct = 100.0 * row[f"{who}_gflops"] / peak if peak and not lowp else None
+        row[f"{who}_pct_peak"] = pct
     row["reps"] = len(samples["ours"])
     row["ratio"] = row["torch_ms_min"] / row["ours_ms_min"]
     row["ratio_med"] = row["torch_ms_med"] / row["ours_ms_med"]
+    if lowp:
+        if "ours_f32" in samples:
+            s = samples["ours_f32"]
+            f32_min, f32_med = 1e3 * min(s), 1e3 * statistics.median(s)
+            row["ours_f32_source"] = "interleaved"
+        elif f32_row is not None and f32_row.get("ours_ms_min") is not None:
+            f32_min, f32_med = f32_row["ours_ms_min"], f32_row["ours_ms_med"]
+            row["ours_f32_source"] = "f32 row"
+        else:
+            f32_min = f32_med = None
+        row["ours_f32_ms_min"], row["ours_f32_ms_med"] = f32_min, f32_med
+        if f32_min is not None:
+            row["ratio_vs_f32"] = f32_min / row["ours_ms_min"]
+            row["ratio_vs_f32_med"] = f32_med / row["ours_ms_med"]
     if not args.no_memory:
         ob = prob.out_bytes(pass_)
         row["out_mb"] = ob / 2**20
@@ -557,9 +698,23 @@ SUBHEADER = (
 )
 
 
-def format_row(r):
+# With a 16-bit dtype in the run: a dtype column and our f32 time / our time.
+HEADER_DT = (
+    f"{'case':<30} {'pass':<5} {'lay':<3} {'dt':<4} {'torch ms':>17} {'ours ms':>17} "
+    f"{'ratio':>6} {'vs f32':>6} {'GF/s ours':>9} {'torch':>7} {'%pk ours':>8} {'torch':>5} "
+    f"{'extra MB ours':>15} {'torch':>7} {'torch backend':<16} check"
+)
+SUBHEADER_DT = (
+    f"{'':<30} {'':<5} {'':<3} {'':<4} {'min / med':>17} {'min / med':>17} {'t/o':>6} "
+    f"{'f32/o':>6} {'':>9} {'':>7} {'':>8} {'':>5} {'MB (% of out)':>15} {'MB':>7}"
+)
+
+
+def format_row(r, with_dtype=False):
+    """One table line; with_dtype: HEADER_DT's columns (dtype, vs f32)."""
+    dt = f"{r.get('dtype', 'f32'):<4} " if with_dtype else ""
     if r["status"] == "ERROR":
-        return f"{r['case']:<30} {r['pass']:<5} {r['layout']:<3} ERROR: {r['error']}"
+        return f"{r['case']:<30} {r['pass']:<5} {r['layout']:<3} {dt}ERROR: {r['error']}"
     ms = lambda a, b: f"{_f(a, '.3f', 8)}/{_f(b, '.3f', 8)}"  # noqa: E731
     ex = r.get("ours_extra_mb")
     extra = "-" if ex is None else f"{ex:.2f} ({r['ours_extra_pct_out']:.0f}%)"
@@ -568,10 +723,13 @@ def format_row(r):
         if r["status"] == "ok"
         else (f"<<< MISMATCH: {r.get('error') or 'max rel err %.2e' % r['max_rel_err']} >>>")
     )
+    if r.get("torch_check") == "off":
+        check += f" (torch off: max rel err {r['torch_max_rel_err']:.2e})"
+    vs32 = f"{_f(r.get('ratio_vs_f32'), '.2f', 6)} " if with_dtype else ""
     return (
-        f"{r['case']:<30} {r['pass']:<5} {r['layout']:<3} "
+        f"{r['case']:<30} {r['pass']:<5} {r['layout']:<3} {dt}"
         f"{ms(r['torch_ms_min'], r['torch_ms_med'])} {ms(r['ours_ms_min'], r['ours_ms_med'])} "
-        f"{_f(r['ratio'], '.2f', 6)} {_f(r['ours_gflops'], '.1f', 9)} "
+        f"{_f(r['ratio'], '.2f', 6)} {vs32}{_f(r['ours_gflops'], '.1f', 9)} "
         f"{_f(r['torch_gflops'], '.1f', 7)} {_f(r['ours_pct_peak'], '.1f', 8)} "
         f"{_f(r['torch_pct_peak'], '.0f', 5)} {extra:>15} "
         f"{_f(r.get('torch_extra_mb'), '.2f', 7)} {r['torch_backend']:<16} {check}"
@@ -611,17 +769,13 @@ def compute_bound_summary(good):
     return out
 
 
-def summary(rows, peak):
+def ratio_summary(good, peak):
+    """The f32 summary table (checked rows): geomeans per pass and layout, all
+    together, and the compute-bound cases' % of the peak."""
     out = [
-        "",
-        "Summary (ratio = torch time / our time, min over reps; > 1: ours faster; "
-        "results that failed the check are left out)",
-    ]
-    out.append(
         f"{'pass':<6} {'layout':<6} {'cases':>5} {'geomean':>8} {'geo(med)':>8} "
         f"{'min':>6}  {'min case':<30} {'max':>6} {'%peak ours':>10} {'%peak torch':>11}"
-    )
-    good = [r for r in rows if r["status"] == "ok"]  # wrong answers' timings don't count
+    ]
     for p in PASSES:
         for lay in LAYOUTS:
             rs = [r for r in good if r["pass"] == p and r["layout"] == lay]
@@ -646,17 +800,107 @@ def summary(rows, peak):
         out.append("(%peak columns: geometric mean over the cases of GFLOP/s / FMA peak)")
         if peak:
             out.extend(compute_bound_summary(good))
+    return out
+
+
+def _where(r):
+    return f"{r['case'][:30]} {r['pass']} {r['layout']}"
+
+
+def lowp_summary(good, dtype):
+    """A 16-bit dtype's summary (checked rows of that dtype): per pass and layout
+    and all together, the geomean, geo(med), min and max of torch time / our time
+    (torch in the same dtype), and the geomean, geo(med) and min of our f32 time /
+    our time; then the worst case of each."""
+    out = [
+        "",
+        f"{dtype}: ratio = torch {dtype} time / our {dtype} time; f32/o = our f32 time / "
+        f"our {dtype} time (> 1: our {dtype} faster than our f32); min over reps",
+        f"{'pass':<6} {'layout':<6} {'cases':>5} {'geomean':>8} {'geo(med)':>8} "
+        f"{'min':>6}  {'min case':<30} {'max':>6} {'f32/o geo':>9} {'geo(med)':>8} "
+        f"{'min':>6}  min case",
+    ]
+
+    def line(p, lay, rs, named):
+        lo = min(rs, key=lambda r: r["ratio"])
+        vs = [r for r in rs if r.get("ratio_vs_f32") is not None]
+        lo32 = min(vs, key=lambda r: r["ratio_vs_f32"]) if vs else None
+        g32 = geomean([r["ratio_vs_f32"] for r in vs]) if vs else None
+        g32m = geomean([r["ratio_vs_f32_med"] for r in vs]) if vs else None
+        return (
+            f"{p:<6} {lay:<6} {len(rs):>5} {geomean([r['ratio'] for r in rs]):>8.3f} "
+            f"{geomean([r['ratio_med'] for r in rs]):>8.3f} {lo['ratio']:>6.3f}  "
+            f"{(lo['case'][:30] if named else ''):<30} {max(r['ratio'] for r in rs):>6.3f} "
+            f"{_f(g32, '.3f', 9)} {_f(g32m, '.3f', 8)} "
+            f"{_f(lo32 and lo32['ratio_vs_f32'], '.3f', 6)}  "
+            f"{(lo32['case'][:30] if named and lo32 else '')}"
+        ).rstrip()
+
+    for p in PASSES:
+        for lay in LAYOUTS:
+            rs = [r for r in good if r["pass"] == p and r["layout"] == lay]
+            if rs:
+                out.append(line(p, lay, rs, True))
+    if not good:
+        out.append(f"(no {dtype} result passed its check)")
+        return out
+    out.append(line("all", "", good, False))
+    lo = min(good, key=lambda r: r["ratio"])
+    out.append(f"worst against torch {dtype}: {lo['ratio']:.3f}  {_where(lo)}")
+    vs = [r for r in good if r.get("ratio_vs_f32") is not None]
+    if vs:
+        lo = min(vs, key=lambda r: r["ratio_vs_f32"])
+        out.append(f"worst against our f32:    {lo['ratio_vs_f32']:.3f}  {_where(lo)}")
+    off = [r for r in good if r.get("torch_check") == "off"]
+    if off:
+        hi = max(off, key=lambda r: r["torch_max_rel_err"])
+        out.append(
+            f"torch's own {dtype} results outside the tolerance: {len(off)} of {len(good)} "
+            f"(largest max rel err {hi['torch_max_rel_err']:.2e}, {_where(hi)})"
+        )
+    return out
+
+
+def summary(rows, peak):
+    dtypes = list(dict.fromkeys(r.get("dtype", "f32") for r in rows))
+    multi = dtypes != ["f32"]
+    out = [
+        "",
+        "Summary (ratio = torch time / our time, min over reps; > 1: ours faster; "
+        "results that failed the check are left out)",
+    ]
+    for dt in dtypes:
+        good = [r for r in rows if r.get("dtype", "f32") == dt and r["status"] == "ok"]
+        if dt == "f32":
+            if multi:
+                out.extend(["", "f32: ratio = torch f32 time / our f32 time"])
+            out.extend(ratio_summary(good, peak))  # wrong answers' timings don't count
+        else:
+            out.extend(lowp_summary(good, dt))
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         out.append("")
         out.append(f"!!! {len(bad)} FAILED CHECK(S) -- their timings are not meaningful:")
         for r in bad:
             what = r.get("error") or f"max rel err {r['max_rel_err']:.3e}"
-            out.append(f"!!!   {r['case']} {r['pass']} {r['layout']}: {r['status']} {what}")
-    else:
+            dt = f" {r.get('dtype', 'f32')}" if multi else ""
+            out.append(f"!!!   {r['case']} {r['pass']} {r['layout']}{dt}: {r['status']} {what}")
+    elif not multi:
         out.append(
-            f"All {len(rows)} results match torch (allclose rtol={RTOL}, " f"atol={ATOL}*max|ref|)."
+            f"All {len(rows)} results match torch (allclose rtol={RTOL}, atol={ATOL}*max|ref|)."
         )
+    else:
+        what = []
+        if "f32" in dtypes:
+            what.append(f"f32 against torch (allclose rtol={RTOL}, atol={ATOL}*max|ref|)")
+        lowp = [d for d in dtypes if d != "f32"]
+        what.append(
+            f"{'/'.join(lowp)} against torch's f32 computation on the same rounded inputs "
+            "(rtol 2u, atol (u/4 + sqrt(R)*2^-22)*max|ref|; u = "
+            + ", ".join(f"2^{int(math.log2(UNIT_ROUNDOFF[d]))} {d}" for d in lowp)
+            + "; R: reduction length)"
+        )
+        out.append(f"All {len(rows)} results match: " + "; ".join(what) + ".")
     return "\n".join(out)
 
 
@@ -704,6 +948,17 @@ CSV_FIELDS = [
     "tags",
     "source",
     "error",
+    # after today's columns, so that older runs' files line up
+    "dtype",
+    "ours_f32_ms_min",
+    "ours_f32_ms_med",
+    "ratio_vs_f32",
+    "ratio_vs_f32_med",
+    "ours_f32_source",
+    "rtol",
+    "atol_x_max_ref",
+    "torch_max_rel_err",
+    "torch_check",
 ]
 
 
@@ -722,7 +977,17 @@ def write_csv(path, rows):
             w.writerow({k: fmt(r.get(k)) for k in CSV_FIELDS})
 
 
-def write_plot(path, rows, title):
+# Bar colours per layout, lighter per dtype (f32, bf16, f16); hatches tell dtypes apart too.
+_PLOT_COLORS = {
+    "nxc": ("tab:blue", "#6baed6", "#c6dbef"),
+    "ncx": ("tab:orange", "#fdae6b", "#fdd0a2"),
+}
+_PLOT_HATCH = ("", "//", "..")
+
+
+def write_plot(path, rows, title, key="ratio", ylabel="torch / ours", what=None):
+    """Bars of r[key] per case, one panel per pass, one bar per layout (and dtype,
+    when the rows hold more than f32), log scale, a line at 1."""
     try:
         import matplotlib
 
@@ -734,40 +999,61 @@ def write_plot(path, rows, title):
             "matplotlib is not installed: no plot written (the project's setup must add "
             "matplotlib to the environment)"
         )
-    good = [r for r in rows if r["status"] == "ok"]
+    good = [r for r in rows if r["status"] == "ok" and r.get(key) is not None]
     if not good:
         return "no successful results: no plot written"
     names = list(dict.fromkeys(r["case"] for r in good))
     passes = [p for p in PASSES if any(r["pass"] == p for r in good)]
     layouts = [lay for lay in LAYOUTS if any(r["layout"] == lay for r in good)]
-    val = {(r["case"], r["pass"], r["layout"]): r["ratio"] for r in good}
-    width = 0.8 / len(layouts)
-    colors = {"nxc": "tab:blue", "ncx": "tab:orange"}
+    dtypes = [d for d in DTYPES if any(r.get("dtype", "f32") == d for r in good)]
+    series = [(lay, d) for lay in layouts for d in dtypes]
+    val = {(r["case"], r["pass"], r["layout"], r.get("dtype", "f32")): r[key] for r in good}
+    width = 0.8 / len(series)
     fig, axes = plt.subplots(
         len(passes),
         1,
         sharex=True,
         squeeze=False,
-        figsize=(max(8.0, 2.0 + 0.32 * len(names)), 1.0 + 3.0 * len(passes)),
+        figsize=(
+            max(8.0, 2.0 + 0.32 * len(names) * max(1.0, len(series) / 2)),
+            1.0 + 3.0 * len(passes),
+        ),
     )
     for ax, p in zip(axes[:, 0], passes):
-        for j, lay in enumerate(layouts):
-            xs = [i + (j - (len(layouts) - 1) / 2) * width for i in range(len(names))]
-            ys = [val.get((n, p, lay), float("nan")) for n in names]
-            ax.bar(xs, ys, width=width, color=colors[lay], label=lay)
+        for j, (lay, d) in enumerate(series):
+            xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(names))]
+            ys = [val.get((n, p, lay, d), float("nan")) for n in names]
+            k = DTYPES.index(d)
+            ax.bar(
+                xs,
+                ys,
+                width=width,
+                color=_PLOT_COLORS[lay][k],
+                hatch=_PLOT_HATCH[k] or None,
+                edgecolor="black" if k else None,
+                linewidth=0.3 if k else None,
+                label=lay if dtypes == ["f32"] else f"{lay} {d}",
+            )
         ax.axhline(1.0, color="red", linewidth=1.0, linestyle="--")
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_ylabel(f"{p}: torch / ours")
+        ax.set_ylabel(f"{p}: {ylabel}")
         ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
+        if dtypes == ["f32"]:
+            ax.legend(fontsize=7, loc="upper right")
+        else:  # beside the panel: more bars per case
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax = axes[-1, 0]
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=75, ha="right", fontsize=7)
     ax.set_xlim(-0.6, len(names) - 0.4)
-    axes[0, 0].set_title(title + "\nratio = torch time / our time (> 1: ours faster)", fontsize=9)
+    if what is None:
+        what = "ratio = torch time / our time (> 1: ours faster)"
+        if dtypes != ["f32"]:
+            what = "ratio = torch time / our time, torch in the same dtype (> 1: ours faster)"
+    axes[0, 0].set_title(title + "\n" + what, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -840,8 +1126,23 @@ def parse_args(argv=None):
         help="our kernel implementation: reference, avx2, avx512 (default: the "
         "package's choice, TORCH_CONVTRANSPOSE_ISA or the best the CPU has)",
     )
+    ap.add_argument(
+        "--dtype",
+        default="f32",
+        help="f32, bf16, f16, or all (f32, bf16, f16 one after the other per case and "
+        "layout), or a comma list (default f32). 16-bit rows add our f32 time / our 16-bit "
+        "time, and are checked against an f32 computation on the same rounded inputs",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    try:
+        names = [d.strip().lower() for d in args.dtype.split(",") if d.strip()]
+        picked = {x for d in names for x in (DTYPES if d == "all" else (DTYPE_ALIASES[d],))}
+    except KeyError as e:
+        ap.error(f"unknown dtype {e}; choose from {', '.join(DTYPES)} or all")
+    if not picked:
+        ap.error("--dtype: no dtype given")
+    args.dtypes = [d for d in DTYPES if d in picked]
     if args.budget is None:
         args.budget = 0.3 if args.quick else 0.6
     try:
@@ -919,19 +1220,35 @@ def main(argv=None):
         print(f"FMA peak (f32, {threads} threads, {peak_isa}): {peak:.1f} GFLOP/s")
     else:
         print("FMA peak: unavailable (fma_peak_gflops missing or 0): no %peak columns")
+    wide = args.dtypes != ["f32"]  # the table gets a dtype column
+    dts = f" x dtypes {','.join(args.dtypes)}" if wide else ""
     print(
-        f"{len(cs)} cases x passes {','.join(args.passes)} x layouts {','.join(args.layouts)}; "
-        f"reps {args.min_reps}..{args.reps} within {args.budget}s, warm-up {args.warmup}"
+        f"{len(cs)} cases x passes {','.join(args.passes)} x layouts {','.join(args.layouts)}"
+        f"{dts}; reps {args.min_reps}..{args.reps} within {args.budget}s, warm-up {args.warmup}"
     )
+    if wide:
+        print(
+            "16-bit rows: torch in the same dtype; vs f32 = our f32 time / our 16-bit time"
+            + (
+                " (our f32 from the f32 row just before)"
+                if "f32" in args.dtypes
+                else " (our f32 timed interleaved with both)"
+            )
+            + "; checked against torch's f32 computation on the same rounded inputs; "
+            "%pk for f32 only"
+        )
     print()
-    print(HEADER)
-    print(SUBHEADER)
+    print(HEADER_DT if wide else HEADER)
+    print(SUBHEADER_DT if wide else SUBHEADER)
     sys.stdout.flush()
 
     steps = [(c, lay) for c in cs for lay in args.layouts]
     weight = {id(c): c.flops + 5e7 for c in cs}
+    # 16-bit: their own op, and our f32 where not reused (today's scalar 16-bit path is slower)
+    dt_weight = sum(1.0 if d == "f32" else 1.0 + ("f32" not in args.dtypes) for d in args.dtypes)
     prog = Progress(
-        sum(weight[id(c)] * len(args.passes) for c, _ in steps), enabled=not args.no_progress
+        sum(weight[id(c)] * len(args.passes) * dt_weight for c, _ in steps),
+        enabled=not args.no_progress,
     )
     gen = torch.Generator().manual_seed(args.seed)
     rows = []
@@ -940,45 +1257,20 @@ def main(argv=None):
         for c, lay in steps:
             prog.show(f"{c.name} {lay} (setup)")
             gc.collect()  # once here, not in the measurements (it takes ~0.1 s)
-            prob = Problem(c, lay, ops, gen)
-            backend = torch_backend(prob.x_t, prob.w_t, prob.tp, c)
+            prob32 = Problem(c, lay, ops, gen)  # f32; the 16-bit problems are it rounded
             case_rows = []
-            for p in args.passes:
-                prog.show(f"{c.name} {p} {lay}")
-                r = run_pass(prob, p, args, peak)
-                tp = prob.tp
-                r.update(
-                    case=c.name,
-                    layout=lay,
-                    torch_backend=backend,
-                    threads=threads,
-                    peak_gflops=peak,
-                    gflop=c.flops * 1e-9,
-                    n=c.n,
-                    ic=c.ic,
-                    oc=c.oc,
-                    groups=c.groups,
-                    in_sp=c.in_sp,
-                    out_sp=c.out_sp,
-                    k=c.k,
-                    strides=c.strides,
-                    dilations=c.dil,
-                    pads_begin=c.pads_begin,
-                    pads_end=c.pads_end,
-                    output_padding=c.output_padding,
-                    torch_padding=tp.padding,
-                    torch_output_padding=tp.output_padding,
-                    torch_crop="yes" if tp.needs_crop else "",
-                    tags=",".join(c.tags),
-                    source=c.source,
-                )
-                r["pass"] = p
-                case_rows.append(r)
-                prog.advance(weight[id(c)], f"{c.name} {p} {lay}")
-            del prob
+            f32_rows = {}
+            for dt in args.dtypes:
+                prob = prob32 if dt == "f32" else prob32.cast(dt)
+                dt_rows = run_dtype(prob, prob32, f32_rows, args, peak, threads, prog, weight)
+                if dt == "f32":
+                    f32_rows = {r["pass"]: r for r in dt_rows}
+                case_rows.extend(dt_rows)
+                del prob
+            del prob32
             prog.clear()
             for r in case_rows:
-                print(format_row(r))
+                print(format_row(r, with_dtype=wide))
             sys.stdout.flush()
             rows.extend(case_rows)
     prog.clear()
@@ -995,12 +1287,81 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     write_csv(args.out + ".csv", rows)
     print(f"results: {args.out}.csv")
-    title = (
-        f"torch_convtranspose vs torch {torch.__version__} ({threads} threads, {cpu}); "
-        f"geomean ratio {geomean([r['ratio'] for r in rows if r['status'] == 'ok']):.2f}"
-    )
+    geo = {
+        d: geomean([r["ratio"] for r in rows if r["status"] == "ok" and r["dtype"] == d])
+        for d in args.dtypes
+    }
+    title = f"torch_convtranspose vs torch {torch.__version__} ({threads} threads, {cpu}); "
+    if wide:
+        title += "\ngeomean ratio " + ", ".join(f"{d} {g:.2f}" for d, g in geo.items())
+    else:
+        title += f"geomean ratio {geo['f32']:.2f}"
     print(write_plot(args.out + ".png", rows, title))
+    lowp = [r for r in rows if r["dtype"] != "f32"]
+    if any(r.get("ratio_vs_f32") is not None for r in lowp):
+        geo32 = {
+            d: geomean([r["ratio_vs_f32"] for r in lowp if r["status"] == "ok" and r["dtype"] == d])
+            for d in args.dtypes
+            if d != "f32"
+        }
+        title32 = (
+            f"torch_convtranspose 16-bit vs its f32 ({threads} threads, {cpu})\ngeomean "
+            + ", ".join(f"{d} {g:.2f}" for d, g in geo32.items())
+        )
+        print(
+            write_plot(
+                args.out + "_vs_f32.png",
+                lowp,
+                title32,
+                key="ratio_vs_f32",
+                ylabel="our f32 / ours",
+                what="ratio = our f32 time / our 16-bit time (> 1: 16-bit faster)",
+            )
+        )
     return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def run_dtype(prob, prob32, f32_rows, args, peak, threads, prog, weight):
+    """The rows of one (case, layout) in prob's dtype, one per pass."""
+    c, lay = prob.case, prob.layout
+    backend = torch_backend(prob.x_t, prob.w_t, prob.tp, c)
+    wide = args.dtypes != ["f32"]
+    rows = []
+    for p in args.passes:
+        label = f"{c.name} {p} {lay}" + (f" {prob.dtype}" if wide else "")
+        prog.show(label)
+        r = run_pass(prob, p, args, peak, prob32=prob32, f32_row=f32_rows.get(p))
+        tp = prob.tp
+        r.update(
+            case=c.name,
+            layout=lay,
+            torch_backend=backend,
+            threads=threads,
+            peak_gflops=peak,
+            gflop=c.flops * 1e-9,
+            n=c.n,
+            ic=c.ic,
+            oc=c.oc,
+            groups=c.groups,
+            in_sp=c.in_sp,
+            out_sp=c.out_sp,
+            k=c.k,
+            strides=c.strides,
+            dilations=c.dil,
+            pads_begin=c.pads_begin,
+            pads_end=c.pads_end,
+            output_padding=c.output_padding,
+            torch_padding=tp.padding,
+            torch_output_padding=tp.output_padding,
+            torch_crop="yes" if tp.needs_crop else "",
+            tags=",".join(c.tags),
+            source=c.source,
+        )
+        r["pass"] = p
+        rows.append(r)
+        w = weight[id(c)] * (1.0 if prob.dtype == "f32" else 1.0 + (p not in f32_rows))
+        prog.advance(w, label)
+    return rows
 
 
 if __name__ == "__main__":
