@@ -36,6 +36,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "planar_f32.h"
@@ -228,10 +230,6 @@ TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
   return {M, NV, VL};
 }
 
-PlanarTileFn tile_fn(Isa isa, int m, int nv) {
-  return isa == Isa::Avx512 ? planar_f32_avx512_tile(m, nv) : planar_f32_avx2_tile(m, nv);
-}
-
 // The most valid (k0, k1) tap pairs (segments) of any output row; at least 1.
 int64_t max_segments(const Geometry& g) {
   int64_t max_seg = 1;
@@ -254,6 +252,7 @@ using Split3 = void (*)(const float*, int64_t, float*, float*, float*);
 // The helper kernels of an ISA (planar_f32.h, transpose.h); isa is AVX-512
 // or AVX2.
 struct Ops {
+  PlanarTileFn (*tile)(int m, int nv);
   PlanarGemmFn (*gemm)(int m);
   PlanarDotFn (*dot)(int m, int n);
   StridedCopy copy;
@@ -266,9 +265,9 @@ struct Ops {
 
 Ops ops(Isa isa) {
   if (isa == Isa::Avx512)
-    return {planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
+    return {planar_f32_avx512_tile, planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
             planar_f32_avx512_split2, planar_f32_avx512_split3, planar_f32_avx512_dw_rows, transpose_block16_avx512, true};
-  return {planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
+  return {planar_f32_avx2_tile, planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
           planar_f32_avx2_split2, planar_f32_avx2_split3, planar_f32_avx2_dw_rows, transpose_block16_avx2, false};
 }
 
@@ -433,6 +432,621 @@ bool one_pixel_covering(const ConvProblem& p) {
   return J > 0 && J % 16 == 0 && one_pixel_forward(p);
 }
 
+// Rules and plans
+
+// Plane items (see planar_f32): one image's input planes of a group, phase-
+// split and padded, fit in 64 KiB, and there are enough of them for the threads.
+bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
+  const int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  const int64_t span = round_up(chunk + (L.max_off - L.min_off), 16);
+  const int64_t floats = g.Cin * g.in[0] * g.in[1] * static_cast<int64_t>(L.slot_q.size()) * span;
+  return floats <= 16 * 1024 && g.N * g.G >= 4 * nthreads;
+}
+
+// Positions per im2col chunk of the GEMMs (gemm_bwd_weights, gemm_bwd_data).
+constexpr int64_t kKc = 256;
+// Columns per reduction part of the backward-data GEMMs (gemm_bwd_data).
+constexpr int64_t kJp = 192;
+
+// Where the GEMMs beat both the dot tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, 2 threads): enough src channels
+// for the tiles' rows and columns for a vector, and
+//  - AVX-512 (1.2-2x): chunks of positions per image and rows long enough
+//    that the per-row gathers of the packing stay cheap (1x1 kernels pack
+//    whole runs);
+//  - AVX2 (Zen 3, 1.1-1.7x, where the channels-last tiles are narrower):
+//    enough src channels x row length to amortize the per-row gathers over
+//    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
+//    ICg * J * P multiply-adds), and 16+ positions per image.
+//    The GEMM multiplies every tap with every position (zeros where the tap
+//    falls outside diff_dst), the channels-last tiles only the pairs inside:
+//    under 3/4 inside, channels-last (AlexNet's k3 d3 on 9x9, 60 % inside:
+//    channels-last 1.2x faster).
+bool gemm_preferred(Isa isa, const ConvProblem& p) {
+  const int64_t P = p.src_spatial(), W = p.I[2];
+  if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
+  if (isa != Isa::Avx512) {
+    if (p.ICg * (p.taps() == 1 ? P : W) < 1024 || P < 16) return false;
+    double inside = 1;  // share of (tap, src position) pairs inside diff_dst
+    for (int a = 0; a < kAxes; ++a) {
+      int64_t n = 0;
+      for (int64_t k = 0; k < p.K[a]; ++k) {
+        const auto [lo, hi] = p.tap_src_range(a, k);
+        n += hi - lo;
+      }
+      inside *= static_cast<double>(n) / std::max<int64_t>(1, p.K[a] * p.I[a]);
+    }
+    return inside >= 0.75;
+  }
+  return P >= 128 && (p.taps() == 1 || W >= 48);
+}
+
+// Where the GEMMs beat the planar tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.05-1.35x):
+// kernels that do not overlap (K <= s on every axis: D is a permutation of
+// diff_dst, gathered once, like 1x1 and k2 s2 layers) with a reduction of at
+// most 512 columns (deeper ones run faster channels-last) and src channels
+// for the tiles' rows. Overlapping kernels gather each diff_dst element
+// several times, where the planar tiles' shifted reads win.
+bool gemm_bwd_data_preferred(const ConvProblem& p) {
+  bool disjoint = true;
+  for (int a = 0; a < kAxes; ++a) disjoint = disjoint && p.K[a] <= p.s[a];
+  const int64_t J = p.OCg * p.taps();
+  return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
+}
+
+// Whether the im2col rows of a problem are diff_dst itself (pointwise: one
+// run per chunk).
+bool im2col_identity(const ConvProblem& p) {
+  bool identity = p.taps() == 1;
+  for (int a = 0; a < kAxes; ++a)
+    identity = identity && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+  return identity;
+}
+
+// Whether the im2col taps go through phase rows (see PhaseRows): strided, the
+// taps sharing phases (K2 > s) or a stride of 3 (the three phases of a row
+// in one permute pass, several times cheaper than a gather per tap: the
+// 36 -> 4 k3 s3 layer 1.2-1.3x; stride 2 copies each tap's phase directly
+// with shuffles, 2-10 % faster than through the cache), and rows not much
+// longer than what a chunk of kKc positions reads of them (a cached row is
+// split whole: 1D signals would split their whole line per chunk and
+// channel; up to 8x for the permute splits, 2x for gathers).
+bool im2col_shares_phases(const ConvProblem& p) {
+  const bool split = p.s[2] == 2 || p.s[2] == 3;
+  return !im2col_identity(p) && p.s[2] > 1 && (p.K[2] > p.s[2] || p.s[2] == 3) &&
+         p.O[2] <= (split ? 8 : 2) * kKc * p.s[2];
+}
+
+// ---------------------------------------------------------------------------
+// Plans: every decision of a call, made once before any work (pure and
+// cheap); the run_* functions below only read them.
+
+// Forward of a one-pixel src (dense_forward): GEMM tiles over slices of
+// kPlanarGemmN weights columns x blocks of kPlanarGemmMaxM images.
+struct OnePixelGemmPlan {
+  bool empty = false;  // no images or no columns: nothing to write
+  int64_t slices = 0, image_blocks = 0;
+};
+
+// Backward-data of a one-pixel src (dense_backward_data_f32): dot tiles of
+// ds.m src channels x ds.n images.
+struct OnePixelDotsPlan {
+  bool fits = false;  // the problem has that shape (else the general paths run)
+  bool channels_last = false;
+  DotShape ds{1, 1};
+  int64_t mblocks = 0, nblocks = 0;
+  int nthreads = 1;
+};
+
+// Backward-data GEMMs over im2col chunks (gemm_bwd_data).
+struct ImGemmPlan {
+  bool empty = false;  // nothing to write
+  bool zero = false;   // no (channel, tap) columns: diff_src is zeros
+  int64_t J = 0;       // columns per group
+  int64_t kc_max = 0, per_image = 0;  // positions per chunk, chunks per image
+  int64_t ablocks = 1, AB = 0;        // blocks of src channels (rows of a block)
+  int64_t items = 0;
+  int64_t JP = 0;  // columns per reduction part
+  bool phase_rows = false;
+  int64_t buf_floats = 0;  // per thread, for the largest chunk
+};
+
+// Depthwise backward-data rows (dw_backward_data).
+struct DwPlan {
+  Geometry g;
+  Line L;
+  bool empty = false;
+  int64_t VL = 0, nslots = 0, spread = 0;
+  int64_t xc = 0, nx = 0;  // outputs per line chunk, chunks per row
+  int64_t jn = 0, span = 0, row_floats = 0;
+  int64_t in_rows = 0, out_rows = 0, max_seg = 0, planes = 0;
+  bool whole = false;  // a plane's input rows all in the buffer
+  int64_t splits = 1, rows_per = 0;
+  int64_t buf_floats = 0;
+};
+
+// Direct-convolution tiles over output rows or whole planes (run_tiles).
+struct TilesPlan {
+  Geometry g;
+  Line L;
+  bool empty = false;
+  TileShape ts{1, 1, 16};
+  int64_t TW = 0;   // tile width (positions)
+  int64_t NMB = 0;  // blocks of M output channels
+  int64_t ktaps = 0, seg_floats = 0, block_floats = 0;  // packed weights
+  bool planes = false, strided_out = false;
+  int64_t nslots = 0, max_seg = 0, ext = 0, in_rows = 0;
+  int64_t chunk = 0, nchunks = 0, rows = 0;
+  int64_t mb_groups = 1, mb_per_group = 0, items = 0;
+  int64_t span = 0, row_floats = 0, cis = 0, in_floats = 0;
+  int64_t cb = 0;  // input channels per block (kept in L1)
+  bool stream = false;
+  int64_t buf_floats = 0;  // per thread: one item's input rows (and strided outputs)
+};
+
+enum class PlanarRoute { Tiles, OnePixelGemm, OnePixelDots, ImGemm, Depthwise };
+
+// planar_f32's plan: the route and the plan of that route.
+struct PlanarPlan {
+  Isa isa = Isa::Reference;
+  Ops k{};
+  ConvProblem p;
+  bool forward = true;
+  int nthreads = 1;
+  PlanarRoute route = PlanarRoute::Tiles;
+  OnePixelGemmPlan one_gemm;
+  OnePixelDotsPlan dots;
+  ImGemmPlan gemm;
+  DwPlan dw;
+  TilesPlan tiles;
+};
+
+// Backward-weights GEMMs over im2col chunks (gemm_bwd_weights).
+struct BwdWeightsGemmPlan {
+  bool empty = false;  // no images or positions: the result is zeros
+  int64_t J = 0, per_image = 0, chunks = 0;
+  int64_t parts = 1;                    // reduction pieces
+  int64_t npanels = 1, NC = 0, ldp = 0;  // column panels, their width, pack row stride
+  int64_t items = 0;
+  bool phase_rows = false;
+  int64_t buf_floats = 0, partial_floats = 0;
+};
+
+// Backward-weights dot tiles (planar_bwd_weights_dots).
+struct BwdWeightsDotsPlan {
+  bool empty = false;  // the result is zeros
+  DotShape ds{1, 1};
+  Geometry g;
+  Line L;
+  int64_t nslots = 0, W = 0, rows = 0, ext = 0, max_seg = 0;
+  int64_t cw = 0, nchunks = 0, nvec = 0, span = 0, row_floats = 0;  // line chunks
+  int64_t R = 1, nblocks = 0, items = 0;                            // row blocks
+  int64_t grad_floats = 0;
+  int pieces = 1;
+  int threads = 1;
+};
+
+struct PlanarBwdWeightsPlan {
+  Isa isa = Isa::Reference;
+  Ops k{};
+  ConvProblem p;
+  int nthreads = 1;
+  bool gemm = false;
+  BwdWeightsGemmPlan gm;
+  BwdWeightsDotsPlan dots;
+};
+
+OnePixelGemmPlan plan_one_pixel_gemm(const ConvProblem& p) {
+  OnePixelGemmPlan q;
+  const int64_t J = p.OCg * p.taps();
+  q.empty = p.N == 0 || J == 0;
+  q.slices = (J + kPlanarGemmN - 1) / kPlanarGemmN;
+  q.image_blocks = (p.N + kPlanarGemmMaxM - 1) / kPlanarGemmMaxM;
+  return q;
+}
+
+OnePixelDotsPlan plan_one_pixel_dots(const Ops& k, const ConvProblem& p, bool channels_last,
+                                     int nthreads) {
+  OnePixelDotsPlan q;
+  q.fits = one_pixel_covering(p) && !(channels_last && p.G != 1);
+  if (!q.fits) return q;
+  q.channels_last = channels_last;
+  q.nthreads = std::max(1, nthreads);
+  q.ds = dot_shape(k, p.ICg, p.N);
+  q.mblocks = (p.ICg + q.ds.m - 1) / q.ds.m;
+  q.nblocks = (p.N + q.ds.n - 1) / q.ds.n;
+  return q;
+}
+
+ImGemmPlan plan_im_gemm(const ConvProblem& p, int nthreads) {
+  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
+  ImGemmPlan q;
+  const int64_t ICg = p.ICg, G = p.G, J = p.OCg * p.taps(), P = p.src_spatial();
+  q.J = J;
+  q.empty = p.N == 0 || P == 0 || p.IC() == 0;
+  if (q.empty) return q;
+  q.zero = J == 0;
+  if (q.zero) return q;
+  // Chunks of positions whose D^T stays within 512 KiB (L2).
+  q.kc_max = std::max<int64_t>(SW, std::min<int64_t>(kKc, (512 << 10) / (4 * J) / SW * SW));
+  q.per_image = (P + q.kc_max - 1) / q.kc_max;
+  // Blocks of src channels (multiples of the tile's rows) when the chunks
+  // alone give the threads too few items; each block gathers its own D^T.
+  int64_t ablocks = 1;
+  const int64_t base_items = p.N * G * q.per_image;
+  while (base_items * ablocks < 4 * nthreads && ICg / (2 * ablocks) >= MR) ablocks *= 2;
+  q.AB = round_up((ICg + ablocks - 1) / ablocks, MR);
+  q.ablocks = (ICg + q.AB - 1) / q.AB;
+  q.items = base_items * q.ablocks;
+  const int64_t parts = (J + kJp - 1) / kJp;
+  q.JP = (J + parts - 1) / parts;
+  q.phase_rows = im2col_shares_phases(p);
+  q.buf_floats = q.kc_max + (q.kc_max + SW - 1) / SW * J * SW;
+  return q;
+}
+
+DwPlan plan_dw(const Ops& k, const ConvProblem& p, int nthreads) {
+  DwPlan q;
+  q.g = geometry(p, false);
+  const Geometry& g = q.g;
+  const int64_t out_plane = g.out[0] * g.out[1] * g.out[2];
+  q.planes = g.N * g.G;
+  q.empty = q.planes == 0 || out_plane == 0;
+  if (q.empty) return q;
+  q.L = make_line(g);
+  const Line& L = q.L;
+  q.VL = k.avx512 ? 16 : 8;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  // Long lines (1D signals): each item takes a chunk of xc outputs of its
+  // rows and copies only the inputs the chunk reads, so the buffers stay
+  // small (the whole line per thread was a copy of a 1D diff_dst) and a
+  // single plane still splits over the threads.
+  q.spread = L.max_off - L.min_off;
+  q.xc = g.out[2];
+  if (q.nslots * round_up(round_up(L.max_len, q.VL) + q.spread, 16) > 16 * 1024)
+    q.xc = std::min(g.out[2], std::max<int64_t>(64, (4096 / q.nslots - q.spread) / 64 * 64));
+  q.nx = (g.out[2] + q.xc - 1) / q.xc;  // chunks per row
+  q.jn = round_up(std::min(L.max_len, q.xc), q.VL) + q.spread;  // floats per phase row
+  q.span = round_up(q.jn, 16);
+  q.row_floats = q.nslots * q.span;
+  q.in_rows = g.in[0] * g.in[1];
+  q.out_rows = g.out[0] * g.out[1];
+  q.max_seg = max_segments(g);
+  q.whole = q.in_rows * q.row_floats <= 16 * 1024;
+  q.splits = std::min(q.out_rows, std::max<int64_t>(1, (4 * nthreads + q.planes * q.nx - 1) /
+                                                           (q.planes * q.nx)));
+  q.rows_per = (q.out_rows + q.splits - 1) / q.splits;
+  q.buf_floats = (q.whole ? q.in_rows : q.max_seg) * q.row_floats;
+  return q;
+}
+
+// Floats of one tiles item's buffer for line chunks of `chunk` positions.
+int64_t tile_item_floats(const TilesPlan& q, int64_t chunk) {
+  const int64_t span = round_up(round_up(chunk, q.ts.VL) + q.ext, 16);
+  const int64_t rows_in = q.planes ? q.in_rows : q.max_seg;
+  return rows_in * q.g.Cin * q.nslots * span + (q.strided_out ? q.NMB * q.ts.M * chunk : 0);
+}
+
+TilesPlan plan_tiles(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  TilesPlan q;
+  q.g = geometry(p, forward);
+  const Geometry& g = q.g;
+  const int64_t out_plane = g.out[0] * g.out[1] * g.out[2];
+  q.empty = g.N == 0 || g.G * g.Cout == 0 || out_plane == 0;
+  if (q.empty) return q;
+  q.L = make_line(g);
+  const Line& L = q.L;
+  q.ts = choose_tile(isa, g, L);
+  const int M = q.ts.M, VL = q.ts.VL;
+  q.TW = int64_t{q.ts.NV} * VL;
+  const int64_t TW = q.TW;
+  q.NMB = (g.Cout + M - 1) / M;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  q.ktaps = 0;  // K2 (forward: every k in one phase)
+  for (int64_t r = 0; r < L.out_phases; ++r) q.ktaps += static_cast<int64_t>(L.k[r].size());
+  q.seg_floats = g.Cin * q.ktaps * M;  // weights of one (k0, k1)
+  q.block_floats = g.K[0] * g.K[1] * q.seg_floats;
+
+  // Two ways to cut the work:
+  //  - rows: an item is one output row (and chunk of the line, and group of
+  //    output channel blocks); it copies the input rows of its taps;
+  //  - planes: when an image's input channels of one group fit in 64 KiB
+  //    (depthwise and few-channel layers on small planes, where row items
+  //    would be tiny), an item is a whole (image, group): its input planes
+  //    are copied once and every output row reads them.
+  q.max_seg = max_segments(g);
+  q.strided_out = L.out_phases > 1;
+  q.ext = L.max_off - L.min_off;
+  q.in_rows = g.in[0] * g.in[1];
+  q.planes = use_planes(g, L, TW, nthreads);
+  // Chunks of the line: the input rows of one item within 256 KiB (and, for
+  // strided outputs, its result buffer too), and enough items for the threads.
+  int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  q.rows = g.N * g.G * g.out[0] * g.out[1];
+  const int64_t rows = q.rows;
+  if (!q.planes) {
+    while (chunk > TW && tile_item_floats(q, chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
+    while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
+      chunk = round_up(chunk / 2, TW);
+  }
+  q.chunk = chunk;
+  q.nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
+  // Few items (one image, few rows): also split the output channel blocks.
+  q.mb_groups = 1;
+  if (!q.planes && rows * q.nchunks < 4 * nthreads)
+    q.mb_groups = std::min(q.NMB, (4 * nthreads + rows * q.nchunks - 1) / (rows * q.nchunks));
+  q.mb_per_group = (q.NMB + q.mb_groups - 1) / q.mb_groups;
+  q.items = q.planes ? g.N * g.G : rows * q.nchunks * q.mb_groups;
+  q.span = round_up(round_up(chunk, VL) + q.ext, 16);  // floats per input-phase row
+  q.row_floats = q.nslots * q.span;  // one input row, all its phases
+  // Input channel stride in the buffer: rows [seg][ci][phase] or planes [ci][row][phase].
+  q.cis = q.planes ? q.in_rows * q.row_floats : q.row_floats;
+  q.in_floats = (q.planes ? 1 : q.max_seg) * g.Cin * q.cis;
+  // Channel blocks whose input rows stay in L1 (32 KiB) while all output
+  // channel blocks use them; later blocks accumulate.
+  q.cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (q.max_seg * q.row_floats)));
+  // Outputs beyond the caches, written once (one channel block pass, not
+  // through the strided-output buffer): streaming stores. Each tile writes
+  // its channels' rows one plane apart; on power-of-two planes they share
+  // cache sets with each other and with the input rows, and the read for
+  // ownership of every line evicts those (Zen 4, DCGAN 64 -> 3 channels on
+  // 64x64, backward-data: 0.6 ms or 0.9 ms depending on where the buffers
+  // fall; streamed: 0.6 ms).
+  q.stream = !q.strided_out && q.cb >= g.Cin &&
+             4.0 * static_cast<double>(g.N) * g.G * g.Cout * out_plane >= 2.0 * (1 << 20);
+  q.buf_floats = tile_item_floats(q, chunk);
+  return q;
+}
+
+PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  PlanarPlan pl;
+  pl.isa = isa;
+  pl.k = ops(isa);
+  pl.p = p;
+  pl.forward = forward;
+  pl.nthreads = nthreads;
+  if (forward && one_pixel_forward(p)) {
+    pl.route = PlanarRoute::OnePixelGemm;
+    pl.one_gemm = plan_one_pixel_gemm(p);
+  } else if (!forward && one_pixel_covering(p)) {
+    pl.route = PlanarRoute::OnePixelDots;
+    pl.dots = plan_one_pixel_dots(pl.k, p, false, nthreads);
+  } else if (!forward && planar_backward_data_gemm(isa, p)) {
+    pl.route = PlanarRoute::ImGemm;
+    pl.gemm = plan_im_gemm(p, nthreads);
+  } else if (!forward && planar_depthwise_backward_data(p)) {
+    pl.route = PlanarRoute::Depthwise;
+    pl.dw = plan_dw(pl.k, p, nthreads);
+  } else {
+    pl.route = PlanarRoute::Tiles;
+    pl.tiles = plan_tiles(isa, p, forward, nthreads);
+  }
+  return pl;
+}
+
+BwdWeightsGemmPlan plan_bwd_weights_gemm(const ConvProblem& p, int nthreads) {
+  BwdWeightsGemmPlan q;
+  const int64_t IC = p.IC(), OC = p.OC(), G = p.G;
+  const int64_t J = p.OCg * p.taps();  // columns per group
+  const int64_t P = p.src_spatial(), Q = p.dst_spatial();
+  q.J = J;
+  q.empty = p.N == 0 || P == 0;
+  if (q.empty) return q;
+  q.per_image = (P + kKc - 1) / kKc;
+  q.chunks = p.N * q.per_image;
+  // Reduction parts (reduction_pieces: a function of the problem, not of the
+  // threads, so that the bits are the same for any thread count; a part sums
+  // its chunks in order, the parts are added in order) while the result is
+  // small next to the activations and there are chunks for them (2 per
+  // part); else panels of columns for the threads (they split the columns,
+  // not the sums).
+  const int64_t result = IC * J;
+  q.parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
+                             static_cast<double>(result), q.chunks / 2);
+  // Panels split only the columns (the same bits for any split): enough for
+  // the threads when the parts and groups are fewer.
+  int64_t npanels = std::max<int64_t>(1, (nthreads + q.parts * G - 1) / (q.parts * G));
+  npanels = std::max(npanels, (J + 255) / 256);
+  q.NC = round_up((J + npanels - 1) / npanels, 16);
+  q.npanels = (J + q.NC - 1) / q.NC;
+  // Pack rows an odd number of 64-byte lines apart: the tiles read a column
+  // slice of every row, and rows 2^k lines apart share a few L1 sets (NC =
+  // 256: 4 of 64 sets, so the slice streams from L2).
+  q.ldp = (q.NC / 16) % 2 == 1 ? q.NC : q.NC + 16;
+  q.items = q.parts * G * q.npanels;
+  q.phase_rows = im2col_shares_phases(p);
+  q.buf_floats = 16 * kKc + kKc * q.ldp;
+  q.partial_floats = (q.parts - 1) * result;
+  return q;
+}
+
+BwdWeightsDotsPlan plan_bwd_weights_dots(const Ops& k, const ConvProblem& p) {
+  BwdWeightsDotsPlan q;
+  q.ds = dot_shape(k, p.ICg, p.OCg);
+  const int64_t IC = p.IC(), OC = p.OC();
+  const int64_t taps = p.taps();
+  q.empty = p.N == 0 || p.src_spatial() == 0 || taps == 0 || IC == 0 || p.OCg == 0;
+  if (q.empty) return q;
+  // Backward-data geometry: "in" = diff_dst rows, read at i*s - pb + k*d.
+  q.g = geometry(p, false);
+  const Geometry& g = q.g;
+  q.L = make_line(g);  // one output phase: every tap, its slot and offset
+  const Line& L = q.L;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  const int64_t W = g.src[2];
+  q.W = W;
+  const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
+  const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
+  const int64_t rows = p.N * g.src[0] * g.src[1];
+  q.rows = rows;
+  q.ext = L.max_off - L.min_off;
+  // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
+  // one block's buffers within ~1 MiB, enough blocks for the threads.
+  // Items for the pieces: up to 2 per piece, whatever the threads.
+  // A chunk's row (src channels + phase-split diff_dst rows of its segments)
+  // stays within 1 MiB too: on long lines the chunks were W/8 (a 2 x 2**30
+  // line: 4.3 GiB of per-thread buffers, issue #24); no benchmark layer
+  // reaches the cap.
+  constexpr int64_t kItems = 2 * kMaxReductionPieces;
+  constexpr int64_t kRowFloats = 256 * 1024;
+  q.max_seg = max_segments(g);  // over src rows: g.out is src here
+  const int64_t per_pos = IC + q.max_seg * OC * q.nslots;  // buffer floats per chunk position
+  const int64_t cw_cap = std::max<int64_t>(64, (kRowFloats / per_pos - q.ext - 15) / 16 * 16);
+  int64_t cw = std::min(round_up(W, 16), cw_cap);
+  while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
+  q.cw = cw;
+  q.nchunks = (W + cw - 1) / cw;
+  q.nvec = cw / 16;
+  q.span = round_up(cw + q.ext, 16);
+  q.row_floats = IC * cw + q.max_seg * OC * q.nslots * q.span;
+  int64_t R = std::max<int64_t>(1, (32 + q.nvec - 1) / q.nvec);
+  R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / q.row_floats));
+  R = std::min(R, rows);
+  while (R > 1 && ((rows + R - 1) / R) * q.nchunks < kItems) R = (R + 1) / 2;
+  q.R = R;
+  q.nblocks = (rows + R - 1) / R;
+  q.items = q.nblocks * q.nchunks;
+  q.grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
+  const double act_floats = static_cast<double>(p.N) * (IC * src_plane + OC * dst_plane);
+  q.pieces = reduction_pieces(act_floats, static_cast<double>(q.grad_floats), q.items);
+  return q;
+}
+
+PlanarBwdWeightsPlan plan_planar_bwd_weights(Isa isa, const ConvProblem& p, int nthreads) {
+  PlanarBwdWeightsPlan pl;
+  pl.isa = isa;
+  pl.k = ops(isa);
+  pl.p = p;
+  pl.nthreads = nthreads;
+  pl.gemm = gemm_preferred(isa, p);
+  if (pl.gemm) {
+    pl.gm = plan_bwd_weights_gemm(p, nthreads);
+  } else {
+    pl.dots = plan_bwd_weights_dots(pl.k, p);
+    pl.dots.threads = std::max(1, std::min(nthreads, pl.dots.pieces));
+  }
+  return pl;
+}
+
+// describe(): one line of `key=value` fields, stable order.
+class Fields {
+ public:
+  template <class V>
+  Fields& add(const char* key, const V& value) {
+    o_ << (o_.tellp() > 0 ? " " : "") << key << '=' << value;
+    return *this;
+  }
+  std::string str() const { return o_.str(); }
+
+ private:
+  std::ostringstream o_;
+};
+
+std::string kernel_name(const Ops& k, const char* op, int64_t a, int64_t b) {
+  return std::string("planar_f32_") + (k.avx512 ? "avx512" : "avx2") + "_" + op + "_" +
+         std::to_string(a) + "x" + std::to_string(b);
+}
+
+std::string describe(const PlanarPlan& pl) {
+  Fields f;
+  f.add("planar", pl.forward ? "forward" : "backward_data");
+  f.add("threads", pl.nthreads);
+  const Ops& k = pl.k;
+  constexpr int64_t B = sizeof(float);
+  switch (pl.route) {
+    case PlanarRoute::OnePixelGemm: {
+      const OnePixelGemmPlan& q = pl.one_gemm;
+      f.add("route", "one_pixel_gemm");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("gemm", kernel_name(k, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+      f.add("column_slices", q.slices).add("image_blocks", q.image_blocks);
+      break;
+    }
+    case PlanarRoute::OnePixelDots: {
+      const OnePixelDotsPlan& q = pl.dots;
+      f.add("route", "one_pixel_dots").add("dot", kernel_name(k, "dot", q.ds.m, q.ds.n));
+      f.add("channel_blocks", q.mblocks).add("image_blocks", q.nblocks);
+      break;
+    }
+    case PlanarRoute::ImGemm: {
+      const ImGemmPlan& q = pl.gemm;
+      f.add("route", "im2col_gemm");
+      if (q.empty || q.zero) {
+        f.add(q.empty ? "empty" : "zero", 1);
+        break;
+      }
+      f.add("gemm", kernel_name(k, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+      f.add("chunk", q.kc_max).add("chunks_per_image", q.per_image);
+      f.add("channel_blocks", q.ablocks).add("block_rows", q.AB).add("items", q.items);
+      f.add("part_columns", q.JP).add("phase_rows", q.phase_rows);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+    case PlanarRoute::Depthwise: {
+      const DwPlan& q = pl.dw;
+      f.add("route", "depthwise_rows");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("dw", std::string("planar_f32_") + (k.avx512 ? "avx512" : "avx2") + "_dw_rows");
+      f.add("line_chunk", q.xc).add("line_chunks", q.nx).add("span", q.span);
+      f.add("whole_planes", q.whole).add("row_splits", q.splits).add("rows_per_split", q.rows_per);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+    case PlanarRoute::Tiles: {
+      const TilesPlan& q = pl.tiles;
+      f.add("route", "tiles");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("tile", kernel_name(k, "tile", q.ts.M, q.TW));
+      f.add("work", q.planes ? "planes" : "rows").add("strided_out", q.strided_out);
+      f.add("chunk", q.chunk).add("line_chunks", q.nchunks);
+      f.add("cout_blocks", q.NMB).add("cout_block_groups", q.mb_groups).add("items", q.items);
+      f.add("cin_block", q.cb).add("span", q.span).add("stream", q.stream);
+      f.add("packed_weights_bytes", q.g.G * q.NMB * q.block_floats * B);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+  }
+  return f.str();
+}
+
+std::string describe(const PlanarBwdWeightsPlan& pl) {
+  Fields f;
+  f.add("planar", "backward_weights");
+  f.add("threads", pl.nthreads);
+  const Ops& k = pl.k;
+  constexpr int64_t B = sizeof(float);
+  if (pl.gemm) {
+    const BwdWeightsGemmPlan& q = pl.gm;
+    f.add("route", "im2col_gemm");
+    if (q.empty) return f.add("empty", 1).str();
+    f.add("gemm", kernel_name(k, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+    f.add("chunk", kKc).add("chunks", q.chunks).add("pieces", q.parts);
+    f.add("panels", q.npanels).add("panel_columns", q.NC).add("pack_stride", q.ldp);
+    f.add("items", q.items).add("phase_rows", q.phase_rows);
+    f.add("scratch_bytes", q.buf_floats * B).add("partial_bytes", q.partial_floats * B);
+    return f.str();
+  }
+  const BwdWeightsDotsPlan& q = pl.dots;
+  f.add("route", "dots");
+  if (q.empty) return f.add("empty", 1).str();
+  f.add("dot", kernel_name(k, "dot", q.ds.m, q.ds.n));
+  f.add("line_chunk", q.cw).add("line_chunks", q.nchunks).add("span", q.span);
+  f.add("row_block", q.R).add("row_blocks", q.nblocks).add("items", q.items);
+  f.add("pieces", q.pieces).add("piece_threads", q.threads);
+  f.add("scratch_bytes", q.R * q.row_floats * B);
+  f.add("partial_bytes", std::max<int64_t>(1, (q.pieces - 1) * q.grad_floats) * B);
+  return f.str();
+}
 }  // namespace
 
 // Backward-data of a layer whose src is one pixel and whose kernel covers
@@ -442,20 +1056,19 @@ bool one_pixel_covering(const ConvProblem& p) {
 // tiles over the weights rows in that order: read in place when the weights'
 // strides give it, else packed once. False when the shapes do not fit (then
 // the general paths run).
-bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
-                             float* dx, int nthreads, bool channels_last) {
+namespace {
+void run_one_pixel_dots(const Ops& k, const OnePixelDotsPlan& q, const ConvProblem& p,
+                        const float* dy, WeightsView w, float* dx) {
   const int64_t T = p.taps(), J = p.OCg * T;
-  if (!one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
-  nthreads = std::max(1, nthreads);
-  const Ops k = ops(isa);
-  const DotShape ds = dot_shape(k, p.ICg, p.N);
+  const int nthreads = q.nthreads;
+  const DotShape ds = q.ds;
   const int64_t IC = p.IC(), OC = p.OC();
   // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
-  const WeightRows rows = weight_rows(p, w, channels_last, nthreads);
+  const WeightRows rows = weight_rows(p, w, q.channels_last, nthreads);
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
-  const int64_t mblocks = (p.ICg + ds.m - 1) / ds.m;
-  const int64_t nblocks = (p.N + ds.n - 1) / ds.n;
+  const int64_t mblocks = q.mblocks;
+  const int64_t nblocks = q.nblocks;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
   for (int64_t gi = 0; gi < p.G; ++gi)
     for (int64_t mb = 0; mb < mblocks; ++mb)
@@ -472,6 +1085,15 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
         PlanarDotArgs args{&arow, &brow, o, 1, J / 16, a_stride, OC * T, 1, IC};
         k.dot(m, nn)(&args);
       }
+}
+}  // namespace
+
+bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
+                             float* dx, int nthreads, bool channels_last) {
+  const Ops k = ops(isa);
+  const OnePixelDotsPlan q = plan_one_pixel_dots(k, p, channels_last, nthreads);
+  if (!q.fits) return false;
+  run_one_pixel_dots(k, q, p, dy, w, dx);
   return true;
 }
 
@@ -484,16 +1106,19 @@ namespace {
 // order. GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
 // the weights read in place when IOX-dense, else packed once.
 
-bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
-                   const float* bias, float* dst, int nthreads) {
+bool run_one_pixel_gemm(const PlanarPlan& pl, const float* src, WeightsView w,
+                        const float* bias, float* dst) {
+  const ConvProblem& p = pl.p;
+  const OnePixelGemmPlan& q = pl.one_gemm;
+  const int nthreads = pl.nthreads;
   const int64_t T = p.taps(), J = p.OCg * T, IC = p.IC(), OC = p.OC(), ICg = p.ICg;
-  if (p.N == 0 || J == 0) return true;
+  if (q.empty) return true;
   const WeightRows rows = weight_rows(p, w, false, nthreads);
   const float* const A = rows.data;
   const int64_t w_stride = rows.stride;
-  const Ops k = ops(isa);
+  const Ops& k = pl.k;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;
-  const int64_t slices = (J + SW - 1) / SW, nblocks = (p.N + MR - 1) / MR;
+  const int64_t slices = q.slices, nblocks = q.image_blocks;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
   for (int64_t gi = 0; gi < p.G; ++gi)
     for (int64_t sl = 0; sl < slices; ++sl) {
@@ -522,22 +1147,6 @@ bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView 
   return true;
 }
 
-// Plane items (see planar_f32): one image's input planes of a group, phase-
-// split and padded, fit in 64 KiB, and there are enough of them for the threads.
-bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
-  const int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
-  const int64_t span = round_up(chunk + (L.max_off - L.min_off), 16);
-  const int64_t floats = g.Cin * g.in[0] * g.in[1] * static_cast<int64_t>(L.slot_q.size()) * span;
-  return floats <= 16 * 1024 && g.N * g.G >= 4 * nthreads;
-}
-
-}  // namespace
-
-namespace {
-bool gemm_bwd_data_preferred(const ConvProblem& p);
-bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                   int nthreads);
-
 // Depthwise backward-data (one channel per group on both sides), a strided
 // convolution of each diff_dst plane. An item (a plane, split into ranges of
 // output rows when there are fewer than 4 per thread) copies the input rows
@@ -549,33 +1158,20 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
 // from a base row that steps by s1 rows. Larger planes copy each output row's
 // rows (one per valid (k0, k1) pair) for that row alone. Extra memory: per
 // thread one buffer and the tap tables.
-bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                      int nthreads) {
-  const Geometry g = geometry(p, false);
+bool run_dw(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+  const DwPlan& q = pl.dw;
+  const int nthreads = pl.nthreads;
+  if (q.empty) return true;
+  const Geometry& g = q.g;
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-  const int64_t planes = g.N * g.G;
-  if (planes == 0 || out_plane == 0) return true;
-  const Ops k = ops(isa);
-  const Line L = make_line(g);
-  const int64_t VL = k.avx512 ? 16 : 8;
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
-  // Long lines (1D signals): each item takes a chunk of xc outputs of its
-  // rows and copies only the inputs the chunk reads, so the buffers stay
-  // small (the whole line per thread was a copy of a 1D diff_dst) and a
-  // single plane still splits over the threads.
-  const int64_t spread = L.max_off - L.min_off;
-  int64_t xc = g.out[2];
-  if (nslots * round_up(round_up(L.max_len, VL) + spread, 16) > 16 * 1024)
-    xc = std::min(g.out[2], std::max<int64_t>(64, (4096 / nslots - spread) / 64 * 64));
-  const int64_t nx = (g.out[2] + xc - 1) / xc;  // chunks per row
-  const int64_t jn = round_up(std::min(L.max_len, xc), VL) + spread;  // floats per phase row
-  const int64_t span = round_up(jn, 16), row_floats = nslots * span;
-  const int64_t in_rows = g.in[0] * g.in[1], out_rows = g.out[0] * g.out[1];
-  const int64_t max_seg = max_segments(g);
-  const bool whole = in_rows * row_floats <= 16 * 1024;
-  const int64_t splits =
-      std::min(out_rows, std::max<int64_t>(1, (4 * nthreads + planes * nx - 1) / (planes * nx)));
-  const int64_t rows_per = (out_rows + splits - 1) / splits;
+  const int64_t planes = q.planes;
+  const Ops& k = pl.k;
+  const Line& L = q.L;
+  const int64_t nslots = q.nslots;
+  const int64_t xc = q.xc, nx = q.nx, jn = q.jn, span = q.span, row_floats = q.row_floats;
+  const int64_t in_rows = q.in_rows, out_rows = q.out_rows, max_seg = q.max_seg;
+  const bool whole = q.whole;
+  const int64_t splits = q.splits, rows_per = q.rows_per;
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
   const int64_t K0 = g.K[0], K1 = g.K[1], T2 = static_cast<int64_t>(L.k[0].size());
   std::vector<int64_t> t2_in(static_cast<size_t>(T2));  // axis-2 tap -> offset in a buffer row
@@ -686,25 +1282,24 @@ bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsVie
   }
   return true;
 }
-}  // namespace
 
-bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
-                const float* bias, float* out, int nthreads) {
-  if (forward && one_pixel_forward(p)) return dense_forward(isa, p, in, w, bias, out, nthreads);
-  if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
-  if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(isa, p, in, w, out, nthreads);
-  if (!forward && planar_depthwise_backward_data(p)) return dw_backward_data(isa, p, in, w, out, nthreads);
-  const Geometry g = geometry(p, forward);
+bool run_tiles(const PlanarPlan& pl, const float* in, WeightsView w, const float* bias,
+               float* out) {
+  const ConvProblem& p = pl.p;
+  const bool forward = pl.forward;
+  const int nthreads = pl.nthreads;
+  const TilesPlan& q = pl.tiles;
+  if (q.empty) return true;
+  const Geometry& g = q.g;
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-  if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
-  const Line L = make_line(g);
-  const TileShape ts = choose_tile(isa, g, L);
+  const Line& L = q.L;
+  const TileShape ts = q.ts;
   const int M = ts.M, VL = ts.VL;
-  const int64_t TW = int64_t{ts.NV} * VL;  // tile width (positions)
-  const PlanarTileFn full_tile = tile_fn(isa, M, ts.NV);  // looked up once: most tiles
-  const int64_t NMB = (g.Cout + M - 1) / M;
+  const int64_t TW = q.TW;  // tile width (positions)
+  const PlanarTileFn full_tile = pl.k.tile(M, ts.NV);  // looked up once: most tiles
+  const int64_t NMB = q.NMB;
   const int64_t K0 = g.K[0], K1 = g.K[1];
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
+  const int64_t nslots = q.nslots;
 
   // Pack the weights: [g][mb][k0][k1][phase r][ci][tap of r][M], zero past
   // Cout: a phase's taps of one channel are consecutive.
@@ -759,56 +1354,22 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
       }
   }
 
-  // Two ways to cut the work:
-  //  - rows: an item is one output row (and chunk of the line, and group of
-  //    output channel blocks); it copies the input rows of its taps;
-  //  - planes: when an image's input channels of one group fit in 64 KiB
-  //    (depthwise and few-channel layers on small planes, where row items
-  //    would be tiny), an item is a whole (image, group): its input planes
-  //    are copied once and every output row reads them.
-  const int64_t max_seg = max_segments(g);
-  const bool strided_out = L.out_phases > 1;
-  const int64_t ext = L.max_off - L.min_off;
-  const int64_t in_rows = g.in[0] * g.in[1];
-  auto span_of = [&](int64_t chunk) { return round_up(round_up(chunk, VL) + ext, 16); };
-  const bool planes = use_planes(g, L, TW, nthreads);
-  // Chunks of the line: the input rows of one item within 256 KiB (and, for
-  // strided outputs, its result buffer too), and enough items for the threads.
-  auto item_floats = [&](int64_t chunk) {
-    const int64_t rows_in = planes ? in_rows : max_seg;
-    return rows_in * g.Cin * nslots * span_of(chunk) + (strided_out ? NMB * M * chunk : 0);
-  };
-  int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
-  const int64_t rows = g.N * g.G * g.out[0] * g.out[1];
-  if (!planes) {
-    while (chunk > TW && item_floats(chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
-    while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
-      chunk = round_up(chunk / 2, TW);
-  }
-  const int64_t nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
-  // Few items (one image, few rows): also split the output channel blocks.
-  int64_t mb_groups = 1;
-  if (!planes && rows * nchunks < 4 * nthreads)
-    mb_groups = std::min(NMB, (4 * nthreads + rows * nchunks - 1) / (rows * nchunks));
-  const int64_t mb_per_group = (NMB + mb_groups - 1) / mb_groups;
-  const int64_t items = planes ? g.N * g.G : rows * nchunks * mb_groups;
-  const int64_t span = span_of(chunk);  // floats per input-phase row
-  const int64_t row_floats = nslots * span;  // one input row, all its phases
-  // Input channel stride in the buffer: rows [seg][ci][phase] or planes [ci][row][phase].
-  const int64_t cis = planes ? in_rows * row_floats : row_floats;
-  const int64_t in_floats = (planes ? 1 : max_seg) * g.Cin * cis;
-  // Channel blocks whose input rows stay in L1 (32 KiB) while all output
-  // channel blocks use them; later blocks accumulate.
-  const int64_t cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (max_seg * row_floats)));
-  // Outputs beyond the caches, written once (one channel block pass, not
-  // through the strided-output buffer): streaming stores. Each tile writes
-  // its channels' rows one plane apart; on power-of-two planes they share
-  // cache sets with each other and with the input rows, and the read for
-  // ownership of every line evicts those (Zen 4, DCGAN 64 -> 3 channels on
-  // 64x64, backward-data: 0.6 ms or 0.9 ms depending on where the buffers
-  // fall; streamed: 0.6 ms).
-  const bool stream = !strided_out && cb >= g.Cin &&
-                      4.0 * static_cast<double>(g.N) * g.G * g.Cout * out_plane >= 2.0 * (1 << 20);
+  const int64_t max_seg = q.max_seg;
+  const bool strided_out = q.strided_out;
+  const int64_t ext = q.ext;
+  const int64_t in_rows = q.in_rows;
+  const bool planes = q.planes;
+  const int64_t chunk = q.chunk;
+  const int64_t nchunks = q.nchunks;
+  const int64_t mb_groups = q.mb_groups;
+  const int64_t mb_per_group = q.mb_per_group;
+  const int64_t items = q.items;
+  const int64_t span = q.span;  // floats per input-phase row
+  const int64_t row_floats = q.row_floats;  // one input row, all its phases
+  const int64_t cis = q.cis;
+  const int64_t in_floats = q.in_floats;
+  const int64_t cb = q.cb;
+  const bool stream = q.stream;
 
   // Per-phase tap tables (shared): input offset (slot * span + off) and weights offset.
   std::vector<std::vector<int64_t>> tap_in(L.out_phases), tap_w(L.out_phases);
@@ -819,13 +1380,13 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
     }
   const int64_t s2 = g.s[2];
   const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
-  const StridedCopy gather = ops(isa).copy;
-  const Split2 split2 = ops(isa).split2;
-  const Split3 split3 = ops(isa).split3;
+  const StridedCopy gather = pl.k.copy;
+  const Split2 split2 = pl.k.split2;
+  const Split3 split3 = pl.k.split3;
 
 #pragma omp parallel num_threads(nthreads)
   {
-    float* buf = thread_buffer(1, item_floats(chunk));
+    float* buf = thread_buffer(1, q.buf_floats);
     float* obuf = buf + in_floats;  // strided outputs: [channel][chunk] of one phase
     std::vector<int64_t> seg_in(max_seg), seg_w(max_seg);
 
@@ -878,7 +1439,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
                 args.out_stride = out_plane;
               }
               (m == M && nx == TW ? full_tile
-                                  : tile_fn(isa, m, static_cast<int>((nx + VL - 1) / VL)))(&args);
+                                  : pl.k.tile(m, static_cast<int>((nx + VL - 1) / VL)))(&args);
             }
           }
         }
@@ -945,6 +1506,28 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   return true;
 }
 
+bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx);
+
+bool run_planar(const PlanarPlan& pl, const float* in, WeightsView w, const float* bias,
+                float* out) {
+  switch (pl.route) {
+    case PlanarRoute::OnePixelGemm: return run_one_pixel_gemm(pl, in, w, bias, out);
+    case PlanarRoute::OnePixelDots:
+      run_one_pixel_dots(pl.k, pl.dots, pl.p, in, w, out);
+      return true;
+    case PlanarRoute::ImGemm: return run_im_gemm(pl, in, w, out);
+    case PlanarRoute::Depthwise: return run_dw(pl, in, w, out);
+    case PlanarRoute::Tiles: return run_tiles(pl, in, w, bias, out);
+  }
+  return false;
+}
+}  // namespace
+
+bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
+                const float* bias, float* out, int nthreads) {
+  return run_planar(plan_planar(isa, p, forward, nthreads), in, w, bias, out);
+}
+
 // Backward-weights on dense NCX tensors (AVX-512, AVX2) as GEMMs over im2col
 // chunks of diff_dst:
 //   diff_W(g*ICg+a, b, k) = sum_{n, p} src[n, g*ICg+a, p] * D[n, p, (b, k)]
@@ -960,8 +1543,6 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 // alone). Extra memory: one pack per thread, the partial sums, and the
 // result in [ic][column] order when the weights' layout has another.
 namespace {
-constexpr int64_t kKc = 256;
-
 // Rows of the im2col matrix of diff_dst used by the backward GEMMs: for src
 // position q of an image and column j = (b, t), D[q][j] = diff_dst plane b at
 // q*s - pb + k(t)*d per axis (0 outside).
@@ -1021,28 +1602,12 @@ class Im2col {
           const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
           pos_[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
         }
-    identity_ = p.taps() == 1;
-    for (int a = 0; a < kAxes; ++a)
-      identity_ = identity_ && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+    identity_ = im2col_identity(p);
     for (int64_t t = 0; t < p.taps(); ++t) {
       const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
       const int64_t e = k2 * p.d[2] - p.pb[2];
       taps_.push_back({k0 * p.I[0], k1 * p.I[1], floor_mod(e, p.s[2]), floor_div(e, p.s[2])});
     }
-  }
-
-  // Whether the taps go through phase rows (see PhaseRows): strided, the
-  // taps sharing phases (K2 > s) or a stride of 3 (the three phases of a row
-  // in one permute pass, several times cheaper than a gather per tap: the
-  // 36 -> 4 k3 s3 layer 1.2-1.3x; stride 2 copies each tap's phase directly
-  // with shuffles, 2-10 % faster than through the cache), and rows not much
-  // longer than what a chunk of kKc positions reads of them (a cached row is
-  // split whole: 1D signals would split their whole line per chunk and
-  // channel; up to 8x for the permute splits, 2x for gathers).
-  bool shares_phases() const {
-    const bool split = p_.s[2] == 2 || p_.s[2] == 3;
-    return !identity_ && p_.s[2] > 1 && (p_.K[2] > p_.s[2] || p_.s[2] == 3) &&
-           p_.O[2] <= (split ? 8 : 2) * kKc * p_.s[2];
   }
 
   // Position p0 of an image as src coordinates (computed once per chunk).
@@ -1102,44 +1667,14 @@ class Im2col {
   bool identity_ = false;
 };
 
-// Where the GEMMs beat both the dot tiles and the channels-last path
-// (interleaved A/B on the benchmark layers, 2 threads): enough src channels
-// for the tiles' rows and columns for a vector, and
-//  - AVX-512 (1.2-2x): chunks of positions per image and rows long enough
-//    that the per-row gathers of the packing stay cheap (1x1 kernels pack
-//    whole runs);
-//  - AVX2 (Zen 3, 1.1-1.7x, where the channels-last tiles are narrower):
-//    enough src channels x row length to amortize the per-row gathers over
-//    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
-//    ICg * J * P multiply-adds), and 16+ positions per image.
-//    The GEMM multiplies every tap with every position (zeros where the tap
-//    falls outside diff_dst), the channels-last tiles only the pairs inside:
-//    under 3/4 inside, channels-last (AlexNet's k3 d3 on 9x9, 60 % inside:
-//    channels-last 1.2x faster).
-bool gemm_preferred(Isa isa, const ConvProblem& p) {
-  const int64_t P = p.src_spatial(), W = p.I[2];
-  if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
-  if (isa != Isa::Avx512) {
-    if (p.ICg * (p.taps() == 1 ? P : W) < 1024 || P < 16) return false;
-    double inside = 1;  // share of (tap, src position) pairs inside diff_dst
-    for (int a = 0; a < kAxes; ++a) {
-      int64_t n = 0;
-      for (int64_t k = 0; k < p.K[a]; ++k) {
-        const auto [lo, hi] = p.tap_src_range(a, k);
-        n += hi - lo;
-      }
-      inside *= static_cast<double>(n) / std::max<int64_t>(1, p.K[a] * p.I[a]);
-    }
-    return inside >= 0.75;
-  }
-  return P >= 128 && (p.taps() == 1 || W >= 48);
-}
-
-bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const float* dy,
-                      WeightsView dw, int nthreads) {
-  const Ops k = ops(isa);
+bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                          WeightsView dw) {
+  const ConvProblem& p = pl.p;
+  const BwdWeightsGemmPlan& q = pl.gm;
+  const int nthreads = pl.nthreads;
+  const Ops& k = pl.k;
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
-  const int64_t J = OCg * T;  // columns per group
+  const int64_t J = q.J;  // columns per group
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
   float* const out = static_cast<float*>(dw.data);
   auto out_at = [&](int64_t ic, int64_t j) {
@@ -1150,32 +1685,18 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
   // The result in [ic][j] rows: the weights themselves when they are IOX-dense per ic.
   const bool direct = iox_rows(p, dw);
   const int64_t c_stride = direct ? dw.si : J;
-  if (p.N == 0 || P == 0) {
+  if (q.empty) {
     for (int64_t ic = 0; ic < IC; ++ic)
       for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = 0.f;
     return true;
   }
-  const int64_t per_image = (P + kKc - 1) / kKc, chunks = p.N * per_image;
-  // Reduction parts (reduction_pieces: a function of the problem, not of the
-  // threads, so that the bits are the same for any thread count; a part sums
-  // its chunks in order, the parts are added in order) while the result is
-  // small next to the activations and there are chunks for them (2 per
-  // part); else panels of columns for the threads (they split the columns,
-  // not the sums).
+  const int64_t per_image = q.per_image, chunks = q.chunks;
   const int64_t result = IC * J;
-  const int64_t parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
-                                         static_cast<double>(result), chunks / 2);
-  // Panels split only the columns (the same bits for any split): enough for
-  // the threads when the parts and groups are fewer.
-  int64_t npanels = std::max<int64_t>(1, (nthreads + parts * G - 1) / (parts * G));
-  npanels = std::max(npanels, (J + 255) / 256);
-  const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
-  npanels = (J + NC - 1) / NC;
-  // Pack rows an odd number of 64-byte lines apart: the tiles read a column
-  // slice of every row, and rows 2^k lines apart share a few L1 sets (NC =
-  // 256: 4 of 64 sets, so the slice streams from L2).
-  const int64_t ldp = (NC / 16) % 2 == 1 ? NC : NC + 16;
-  const int64_t items = parts * G * npanels;
+  const int64_t parts = q.parts;
+  const int64_t npanels = q.npanels;
+  const int64_t NC = q.NC;
+  const int64_t ldp = q.ldp;
+  const int64_t items = q.items;
   Buf scratch = direct ? Buf() : aligned(result);
   float* const C = direct ? out : scratch.get();
   Buf partial = aligned((parts - 1) * result);
@@ -1198,7 +1719,7 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
       continue;
     }
     std::unique_ptr<PhaseRows> phases;
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
+    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
     for (int64_t ch = c_lo; ch < c_hi; ++ch) {
       const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
       const int64_t kc = std::min(kKc, P - p0);
@@ -1262,31 +1783,17 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
 // parts of at most kJp columns, against the weights rows (read in place when
 // they are IOX-dense, else packed once to [ic][j]), writing diff_src in place.
 // Extra memory: one chunk of D^T per thread, and the packed weights.
-constexpr int64_t kJp = 192;
-
-// Where the GEMMs beat the planar tiles and the channels-last path
-// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.05-1.35x):
-// kernels that do not overlap (K <= s on every axis: D is a permutation of
-// diff_dst, gathered once, like 1x1 and k2 s2 layers) with a reduction of at
-// most 512 columns (deeper ones run faster channels-last) and src channels
-// for the tiles' rows. Overlapping kernels gather each diff_dst element
-// several times, where the planar tiles' shifted reads win.
-bool gemm_bwd_data_preferred(const ConvProblem& p) {
-  bool disjoint = true;
-  for (int a = 0; a < kAxes; ++a) disjoint = disjoint && p.K[a] <= p.s[a];
-  const int64_t J = p.OCg * p.taps();
-  return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
-}
-
-bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                   int nthreads) {
-  const Ops k = ops(isa);
+bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+  const ConvProblem& p = pl.p;
+  const ImGemmPlan& q = pl.gemm;
+  const int nthreads = pl.nthreads;
+  const Ops& k = pl.k;
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
-  const int64_t J = OCg * T;
+  const int64_t J = q.J;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
-  if (p.N == 0 || P == 0 || IC == 0) return true;
-  if (J == 0) {
+  if (q.empty) return true;
+  if (q.zero) {
     std::memset(dx, 0, sizeof(float) * p.N * IC * P);
     return true;
   }
@@ -1294,25 +1801,18 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
   const WeightRows rows = weight_rows(p, w, false, nthreads);
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
-  // Chunks of positions whose D^T stays within 512 KiB (L2).
-  const int64_t kc_max = std::max<int64_t>(
-      SW, std::min<int64_t>(kKc, (512 << 10) / (4 * J) / SW * SW));
-  const int64_t per_image = (P + kc_max - 1) / kc_max;
-  // Blocks of src channels (multiples of the tile's rows) when the chunks
-  // alone give the threads too few items; each block gathers its own D^T.
-  int64_t ablocks = 1;
-  const int64_t base_items = p.N * G * per_image;
-  while (base_items * ablocks < 4 * nthreads && ICg / (2 * ablocks) >= MR) ablocks *= 2;
-  const int64_t AB = round_up((ICg + ablocks - 1) / ablocks, MR);
-  ablocks = (ICg + AB - 1) / AB;
-  const int64_t items = base_items * ablocks;
-  const int64_t parts = (J + kJp - 1) / kJp, JP = (J + parts - 1) / parts;
+  const int64_t kc_max = q.kc_max;
+  const int64_t per_image = q.per_image;
+  const int64_t ablocks = q.ablocks;
+  const int64_t AB = q.AB;
+  const int64_t items = q.items;
+  const int64_t JP = q.JP;
   const Im2col im2col(p, k.copy);
 
 #pragma omp parallel num_threads(nthreads)
   {
     std::unique_ptr<PhaseRows> phases;  // per thread
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
+    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t ab = item % ablocks, chunk = item / ablocks;
@@ -1369,14 +1869,16 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
 // items, not for the thread count. Extra memory: pieces-1 copies of the
 // weight gradient (at most 7, within a quarter of the activations or 512 KiB)
 // plus one row block per thread.
-bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
-                            WeightsView dw, int nthreads) {
-  if (gemm_preferred(isa, p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
-  const Ops k = ops(isa);
-  const DotShape ds = dot_shape(k, p.ICg, p.OCg);
+namespace {
+bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                          WeightsView dw) {
+  const ConvProblem& p = pl.p;
+  const BwdWeightsDotsPlan& q = pl.dots;
+  const int nthreads = pl.nthreads;
+  const Ops& k = pl.k;
+  const DotShape ds = q.ds;
   float* const out = static_cast<float*>(dw.data);
   const int64_t IC = p.IC(), OC = p.OC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
-  const int64_t taps = K0 * K1 * K2;
   auto out_at = [&](int64_t ic, int64_t oc, int64_t k0, int64_t k1, int64_t k2) {
     return out + ic * dw.si + oc * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
   };
@@ -1385,47 +1887,28 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
       for (int64_t k0 = 0; k0 < K0; ++k0)
         for (int64_t k1 = 0; k1 < K1; ++k1)
           for (int64_t k2 = 0; k2 < K2; ++k2) *out_at(ic, oc, k0, k1, k2) = 0.f;
-  if (p.N == 0 || p.src_spatial() == 0 || taps == 0 || IC == 0 || p.OCg == 0) return true;
+  if (q.empty) return true;
 
-  // Backward-data geometry: "in" = diff_dst rows, read at i*s - pb + k*d.
-  const Geometry g = geometry(p, false);
-  const Line L = make_line(g);  // one output phase: every tap, its slot and offset
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
-  const int64_t W = g.src[2];
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int64_t nslots = q.nslots;
+  const int64_t W = q.W;
   const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
   const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
-  const int64_t rows = p.N * g.src[0] * g.src[1];
-  const int64_t ext = L.max_off - L.min_off;
-  // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
-  // one block's buffers within ~1 MiB, enough blocks for the threads.
-  // Items for the pieces: up to 2 per piece, whatever the threads.
-  // A chunk's row (src channels + phase-split diff_dst rows of its segments)
-  // stays within 1 MiB too: on long lines the chunks were W/8 (a 2 x 2**30
-  // line: 4.3 GiB of per-thread buffers, issue #24); no benchmark layer
-  // reaches the cap.
-  constexpr int64_t kItems = 2 * kMaxReductionPieces;
-  constexpr int64_t kRowFloats = 256 * 1024;
-  const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
-  const int64_t per_pos = IC + max_seg * OC * nslots;  // buffer floats per chunk position
-  const int64_t cw_cap =
-      std::max<int64_t>(64, (kRowFloats / per_pos - ext - 15) / 16 * 16);
-  int64_t cw = std::min(round_up(W, 16), cw_cap);
-  while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
-  const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
-  const int64_t span = round_up(cw + ext, 16);
-  const int64_t row_floats = IC * cw + max_seg * OC * nslots * span;
-  int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
-  R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
-  R = std::min(R, rows);
-  while (R > 1 && ((rows + R - 1) / R) * nchunks < kItems) R = (R + 1) / 2;
-  const int64_t nblocks = (rows + R - 1) / R, items = nblocks * nchunks;
-  const int64_t grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
-  const double act_floats = static_cast<double>(p.N) * (IC * src_plane + OC * dst_plane);
-  const int P = reduction_pieces(act_floats, static_cast<double>(grad_floats), items);
+  const int64_t rows = q.rows;
+  const int64_t ext = q.ext;
+  const int64_t max_seg = q.max_seg;
+  const int64_t cw = q.cw;
+  const int64_t span = q.span;
+  const int64_t row_floats = q.row_floats;
+  const int64_t R = q.R;
+  const int64_t nchunks = q.nchunks, items = q.items;
+  const int64_t grad_floats = q.grad_floats;
+  const int P = q.pieces;
   Buf scratch = aligned(std::max<int64_t>(1, (P - 1) * grad_floats));
   std::memset(scratch.get(), 0, sizeof(float) * std::max<int64_t>(1, (P - 1) * grad_floats));
 
-#pragma omp parallel num_threads(std::max(1, std::min(nthreads, P)))
+#pragma omp parallel num_threads(q.threads)
   {
     float* buf = thread_buffer(1, R * row_floats);
     float* abuf = buf;                 // [r][ic][cw]
@@ -1525,6 +2008,17 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
             }
   }
   return true;
+}
+
+bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                            WeightsView dw) {
+  return pl.gemm ? run_bwd_weights_gemm(pl, src, dy, dw) : run_bwd_weights_dots(pl, src, dy, dw);
+}
+}  // namespace
+
+bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
+                            WeightsView dw, int nthreads) {
+  return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
 }
 
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
@@ -1689,8 +2183,11 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   return depth <= 64 || g.out[0] * g.out[1] == 1;
 }
 
-// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
-std::string describe_planar_f32(Isa, Pass, const ConvProblem&, int) { return "planar"; }
+std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  if (isa == Isa::Reference) return "planar route=reference";
+  if (pass == Pass::BackwardWeights) return describe(plan_planar_bwd_weights(isa, p, nthreads));
+  return describe(plan_planar(isa, p, pass == Pass::Forward, nthreads));
+}
 
 }  // namespace x86
 }  // namespace tct
