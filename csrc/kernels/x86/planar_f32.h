@@ -3,7 +3,8 @@
 // zero-padded, stride-phase-split input rows (planar_f32_common.cpp builds
 // them). Declarations only; the definitions live in the ISA files
 // (planar_f32_avx512.cpp, planar_f32_avx2.cpp), compiled with their own -m
-// flags. Plain C structs and functions, nothing inline shared across ISAs.
+// flags, each of which fills a PlanarF32Table (below) that the plans read.
+// Plain C structs and functions, nothing inline shared across ISAs.
 #pragma once
 
 #include <cstdint>

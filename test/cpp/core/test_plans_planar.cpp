@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -29,31 +30,27 @@ ConvProblem parse_problem(const std::string& spec) {
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   for (std::string part; std::getline(ss, part, '|');) parts.push_back(part);
-  EXPECT_EQ(parts.size(), 8u) << spec;
   ConvProblem p;
+  if (parts.size() != 8) {
+    ADD_FAILURE() << "bad problem spec: " << spec;
+    return p;
+  }
   std::istringstream head(parts[0]);
   head >> p.N >> p.G >> p.ICg >> p.OCg;
-  auto axes = [&](int i) {
+  // Per-axis fields of the last S axes, in the spec's order.
+  std::array<int64_t, kAxes>* fields[] = {&p.I, &p.K, &p.s, &p.d, &p.pb, &p.pe, &p.op};
+  int S = 0;
+  for (int f = 0; f < 7; ++f) {
     std::vector<int64_t> v;
-    std::stringstream as(parts[i]);
+    std::stringstream as(parts[f + 1]);
     for (std::string x; std::getline(as, x, 'x');) v.push_back(std::stoll(x));
-    return v;
-  };
-  const std::vector<int64_t> I = axes(1), K = axes(2), s = axes(3), d = axes(4), pb = axes(5),
-                             pe = axes(6), op = axes(7);
-  const int S = static_cast<int>(I.size());
-  p.spatial_rank = S;
-  for (int i = 0; i < S; ++i) {
-    const int a = kAxes - S + i;
-    p.I[a] = I[i];
-    p.K[a] = K[i];
-    p.s[a] = s[i];
-    p.d[a] = d[i];
-    p.pb[a] = pb[i];
-    p.pe[a] = pe[i];
-    p.op[a] = op[i];
-    p.O[a] = (I[i] - 1) * s[i] + d[i] * (K[i] - 1) + 1 + op[i] - pb[i] - pe[i];
+    S = static_cast<int>(v.size());
+    for (int i = 0; i < S; ++i) (*fields[f])[kAxes - S + i] = v[i];
   }
+  p.spatial_rank = S;
+  for (int a = kAxes - S; a < kAxes; ++a)
+    p.O[a] = forward_output_size<int64_t>(p.I[a], p.s[a], effective_kernel(p.K[a], p.d[a]),
+                                          p.pb[a], p.pe[a], p.op[a]);
   return p;
 }
 
