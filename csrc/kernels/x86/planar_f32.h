@@ -3,7 +3,8 @@
 // zero-padded, stride-phase-split input rows (planar_f32_common.cpp builds
 // them). Declarations only; the definitions live in the ISA files
 // (planar_f32_avx512.cpp, planar_f32_avx2.cpp), compiled with their own -m
-// flags. Plain C structs and functions, nothing inline shared across ISAs.
+// flags, each of which fills a PlanarF32Table (below) that the plans read.
+// Plain C structs and functions, nothing inline shared across ISAs.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +37,9 @@ struct PlanarTileArgs {
 
 using PlanarTileFn = void (*)(const PlanarTileArgs*);
 
-// The tile kernel for m rows x nv vectors, or null when that shape has none.
-// AVX-512: 16 floats per vector, m * nv <= kPlanarAvx512Accs, m <= 16, nv <= 8.
-// AVX2: 8 floats per vector, m * nv <= kPlanarAvx2Accs, m <= 12, nv <= 4.
-constexpr int kPlanarAvx512Accs = 24, kPlanarAvx512MaxM = 16, kPlanarAvx512MaxNV = 8;
-constexpr int kPlanarAvx2Accs = 12, kPlanarAvx2MaxM = 12, kPlanarAvx2MaxNV = 4;
-PlanarTileFn planar_f32_avx512_tile(int m, int nv);
-PlanarTileFn planar_f32_avx2_tile(int m, int nv);
+// Tiles of m rows x nv vectors exist for m <= kPlanarTileMaxM, nv <=
+// kPlanarTileMaxNV at most (each ISA: PlanarF32Table::tile_*).
+constexpr int kPlanarTileMaxM = 16, kPlanarTileMaxNV = 8;
 
 // Backward-weights dot tile: m src channels x n diff_dst channels, reduced
 // along rows of positions (vectorized along the rows):
@@ -56,12 +53,10 @@ struct PlanarDotArgs {
   int64_t nrows, nvec, a_stride, b_stride, out_m, out_n;
 };
 using PlanarDotFn = void (*)(const PlanarDotArgs*);
-// m <= kPlanarDotMaxM, n <= kPlanarDotMaxN; AVX2 also m * n <= kPlanarAvx2DotAccs
-// (null past it: the accumulators and one loaded vector per tile row and
-// column fill the 16 registers).
-constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4, kPlanarAvx2DotAccs = 9;
-PlanarDotFn planar_f32_avx512_dot(int m, int n);
-PlanarDotFn planar_f32_avx2_dot(int m, int n);
+// m <= kPlanarDotMaxM, n <= kPlanarDotMaxN (AVX2: also m * n <= 9, null past
+// it: the accumulators and one loaded vector per tile row and column fill the
+// 16 registers).
+constexpr int kPlanarDotMaxM = 4, kPlanarDotMaxN = 4;
 
 // GEMM tile: m rows x up to 32 columns, reduced over kc:
 //   c[i*c_stride + j] = (accumulate ? c[i*c_stride + j] : 0)
@@ -80,8 +75,6 @@ struct PlanarGemmArgs {
 };
 using PlanarGemmFn = void (*)(const PlanarGemmArgs*);
 constexpr int kPlanarGemmMaxM = 12, kPlanarGemmN = 32;
-PlanarGemmFn planar_f32_avx512_gemm(int m);  // 1 <= m <= kPlanarGemmMaxM
-PlanarGemmFn planar_f32_avx2_gemm(int m);
 
 // Depthwise rows (one channel in, one out):
 //   out[r*out_step + x] = sum_{t < ntap} w[t] * in[r*in_step + off[t] + x]
@@ -108,6 +101,72 @@ void planar_f32_avx2_split3(const float* src, int64_t n, float* d0, float* d1, f
 // within int32).
 void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, float* dst);
 void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, float* dst);
+
+using PlanarDwRowsFn = void (*)(const PlanarDwArgs*);
+using PlanarSplit2Fn = void (*)(const float* src, int64_t n, float* even, float* odd);
+using PlanarSplit3Fn = void (*)(const float* src, int64_t n, float* d0, float* d1, float* d2);
+using PlanarStridedCopyFn = void (*)(const float* src, int64_t step, int64_t n, float* dst);
+// A 16x16 block transpose (transpose.h).
+using PlanarTranspose16Fn = void (*)(const float* src, int64_t src_stride, float* dst,
+                                     int64_t dst_stride);
+
+// The thresholds of the planar rules that were measured per ISA
+// (planar_f32_common.cpp: gemm_preferred and planar_preferred, where each
+// is explained with its evidence).
+struct PlanarF32Rules {
+  // Backward-weights GEMMs over im2col chunks (gemm_preferred): at least
+  // this many src positions per image, rows of at least gemm_min_row (1x1
+  // kernels exempt), src channels x row length (1x1: x positions) of at
+  // least gemm_min_channel_run, and at least gemm_min_inside of the (tap,
+  // position) pairs inside diff_dst (0: not checked).
+  int64_t gemm_min_positions;
+  int64_t gemm_min_row;
+  int64_t gemm_min_channel_run;
+  double gemm_min_inside;
+  // planar_preferred, backward-weights: few diff_dst channels whose taps the
+  // channels-last kernel fuses go channels-last (when they do much work per
+  // element or fit in the caches); deep layers with at least
+  // deep_channels_last_macs multiply-adds per element go channels-last (0:
+  // never); depthwise layers may take the dot tiles.
+  bool fused_taps_channels_last;
+  double deep_channels_last_macs;
+  bool depthwise_dots;
+  // planar_preferred, forward / backward-data: AMD's cores of this ISA take
+  // their own rule; on the others, little work per element on lines of at
+  // least little_work_min_line with at most little_work_max_macs per
+  // element goes planar (0: the rule of narrow vectors instead).
+  bool amd_rules;
+  int64_t little_work_min_line;
+  double little_work_max_macs;
+};
+
+// The planar micro-kernels of one ISA, their geometry and the rules
+// measured with them, filled once by the ISA file. A null entry has no
+// kernel (the plans never pick one).
+struct PlanarF32Table {
+  const char* isa;  // names the kernels in the plans: planar_f32_<isa>_...
+  int vl;           // floats per vector
+  // Direct-convolution tiles tile[m][nv]: m <= tile_max_m, nv <= tile_max_nv,
+  // m * nv <= tile_accs accumulators; tiles over 4+ output channels use
+  // tile_deep_nv vectors a row (fewer where the line is shorter).
+  int tile_accs, tile_max_m, tile_max_nv, tile_deep_nv;
+  PlanarTileFn tile[kPlanarTileMaxM + 1][kPlanarTileMaxNV + 1];
+  // Dot tiles dot[m][n]; dot_by_cost: the shape with the least work over the
+  // whole result (else always the largest).
+  PlanarDotFn dot[kPlanarDotMaxM + 1][kPlanarDotMaxN + 1];
+  bool dot_by_cost;
+  PlanarGemmFn gemm[kPlanarGemmMaxM + 1];  // gemm[m], 1 <= m <= kPlanarGemmMaxM
+  PlanarDwRowsFn dw_rows;
+  PlanarSplit2Fn split2;
+  PlanarSplit3Fn split3;
+  PlanarStridedCopyFn strided_copy;
+  PlanarTranspose16Fn transpose16;
+  PlanarF32Rules rules;
+};
+
+// The table of each ISA (a static table; never null).
+const PlanarF32Table* planar_f32_table_avx512();
+const PlanarF32Table* planar_f32_table_avx2();
 
 }  // namespace x86
 }  // namespace tct

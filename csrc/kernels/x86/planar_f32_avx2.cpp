@@ -9,6 +9,7 @@
 
 #include "avx2_util.h"
 #include "planar_f32.h"
+#include "transpose.h"
 
 namespace tct {
 namespace x86 {
@@ -67,23 +68,18 @@ void tile(const PlanarTileArgs* a) {
   }
 }
 
-constexpr int kM = kPlanarAvx2MaxM, kNV = kPlanarAvx2MaxNV;
-using Table = std::array<std::array<PlanarTileFn, kNV + 1>, kM + 1>;
+// Tiles: 8 floats per vector, m * nv <= kAccs accumulators, m <= kM, nv <= kNV.
+constexpr int kAccs = 12, kM = 12, kNV = 4;
+static_assert(kM <= kPlanarTileMaxM && kNV <= kPlanarTileMaxNV, "PlanarF32Table::tile");
 
 template <int M, int NV>
-void fill(Table& t) {
-  if constexpr (M * NV <= kPlanarAvx2Accs) t[M][NV] = &tile<M, NV>;
+void fill(PlanarF32Table& t) {
+  if constexpr (M * NV <= kAccs) t.tile[M][NV] = &tile<M, NV>;
   if constexpr (NV < kNV) {
     fill<M, NV + 1>(t);
   } else if constexpr (M < kM) {
     fill<M + 1, 1>(t);
   }
-}
-
-Table make_table() {
-  Table t{};
-  fill<1, 1>(t);
-  return t;
 }
 
 // Dot tile (planar_f32.h): each 16-float unit of a row as two vectors.
@@ -116,11 +112,13 @@ void dot(const PlanarDotArgs* a) {
     for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += hsum(acc[i][j]);
 }
 
-using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
+// Dot tiles of at most kDotAccs accumulators: with one loaded vector per
+// tile row and column they fill the 16 registers.
+constexpr int kDotAccs = 9;
 
 template <int M, int N>
-void fill_dot(DotTable& t) {
-  if constexpr (M * N <= kPlanarAvx2DotAccs) t[M][N] = &dot<M, N>;
+void fill_dot(PlanarF32Table& t) {
+  if constexpr (M * N <= kDotAccs) t.dot[M][N] = &dot<M, N>;
   if constexpr (N < kPlanarDotMaxN) {
     fill_dot<M, N + 1>(t);
   } else if constexpr (M < kPlanarDotMaxM) {
@@ -205,11 +203,9 @@ void gemm_m(const PlanarGemmArgs* a) {
   gemm(a, M);
 }
 
-using GemmTable = std::array<PlanarGemmFn, kPlanarGemmMaxM + 1>;
-
 template <int M>
-void fill_gemm(GemmTable& t) {
-  t[M] = &gemm_m<M>;
+void fill_gemm(PlanarF32Table& t) {
+  t.gemm[M] = &gemm_m<M>;
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
 
@@ -325,30 +321,38 @@ void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, flo
   }
 }
 
-PlanarGemmFn planar_f32_avx2_gemm(int m) {
-  static const GemmTable table = [] {
-    GemmTable t{};
-    fill_gemm<1>(t);
-    return t;
-  }();
-  if (m < 1 || m > kPlanarGemmMaxM) return nullptr;
-  return table[m];
-}
-
-PlanarDotFn planar_f32_avx2_dot(int m, int n) {
-  static const DotTable table = [] {
-    DotTable t{};
+const PlanarF32Table* planar_f32_table_avx2() {
+  static const PlanarF32Table table = [] {
+    PlanarF32Table t{};
+    t.isa = "avx2";
+    t.vl = 8;
+    t.tile_accs = kAccs;
+    t.tile_max_m = kM;
+    t.tile_max_nv = kNV;
+    t.tile_deep_nv = 3;
+    fill<1, 1>(t);
     fill_dot<1, 1>(t);
+    t.dot_by_cost = true;  // no 4 x 4: the shape with the least work
+    fill_gemm<1>(t);
+    t.dw_rows = planar_f32_avx2_dw_rows;
+    t.split2 = planar_f32_avx2_split2;
+    t.split3 = planar_f32_avx2_split3;
+    t.strided_copy = planar_f32_avx2_strided_copy;
+    t.transpose16 = transpose_block16_avx2;
+    // Measured on Zen 3: planar_f32_common.cpp.
+    t.rules.gemm_min_positions = 16;
+    t.rules.gemm_min_row = 0;
+    t.rules.gemm_min_channel_run = 1024;
+    t.rules.gemm_min_inside = 0.75;
+    t.rules.fused_taps_channels_last = false;
+    t.rules.deep_channels_last_macs = 0;
+    t.rules.depthwise_dots = false;
+    t.rules.amd_rules = false;
+    t.rules.little_work_min_line = 0;
+    t.rules.little_work_max_macs = 0;
     return t;
   }();
-  if (m < 1 || m > kPlanarDotMaxM || n < 1 || n > kPlanarDotMaxN) return nullptr;
-  return table[m][n];
-}
-
-PlanarTileFn planar_f32_avx2_tile(int m, int nv) {
-  static const Table table = make_table();
-  if (m < 1 || m > kM || nv < 1 || nv > kNV) return nullptr;
-  return table[m][nv];
+  return &table;
 }
 
 }  // namespace x86

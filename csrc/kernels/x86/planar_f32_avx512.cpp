@@ -4,10 +4,10 @@
 // the stack on every iteration.
 #include <immintrin.h>
 
-#include <array>
 #include <cstdint>
 
 #include "planar_f32.h"
+#include "transpose.h"
 
 namespace tct {
 namespace x86 {
@@ -76,23 +76,18 @@ void tile(const PlanarTileArgs* a) {
   }
 }
 
-constexpr int kM = kPlanarAvx512MaxM, kNV = kPlanarAvx512MaxNV;
-using Table = std::array<std::array<PlanarTileFn, kNV + 1>, kM + 1>;
+// Tiles: 16 floats per vector, m * nv <= kAccs accumulators, m <= kM, nv <= kNV.
+constexpr int kAccs = 24, kM = 16, kNV = 8;
+static_assert(kM <= kPlanarTileMaxM && kNV <= kPlanarTileMaxNV, "PlanarF32Table::tile");
 
 template <int M, int NV>
-void fill(Table& t) {
-  if constexpr (M * NV <= kPlanarAvx512Accs) t[M][NV] = &tile<M, NV>;
+void fill(PlanarF32Table& t) {
+  if constexpr (M * NV <= kAccs) t.tile[M][NV] = &tile<M, NV>;
   if constexpr (NV < kNV) {
     fill<M, NV + 1>(t);
   } else if constexpr (M < kM) {
     fill<M + 1, 1>(t);
   }
-}
-
-Table make_table() {
-  Table t{};
-  fill<1, 1>(t);
-  return t;
 }
 
 template <int M, int N>
@@ -123,22 +118,14 @@ void dot(const PlanarDotArgs* a) {
     for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += _mm512_reduce_add_ps(acc[i][j]);
 }
 
-using DotTable = std::array<std::array<PlanarDotFn, kPlanarDotMaxN + 1>, kPlanarDotMaxM + 1>;
-
 template <int M, int N>
-void fill_dot(DotTable& t) {
-  t[M][N] = &dot<M, N>;
+void fill_dot(PlanarF32Table& t) {
+  t.dot[M][N] = &dot<M, N>;
   if constexpr (N < kPlanarDotMaxN) {
     fill_dot<M, N + 1>(t);
   } else if constexpr (M < kPlanarDotMaxM) {
     fill_dot<M + 1, 1>(t);
   }
-}
-
-DotTable make_dot_table() {
-  DotTable t{};
-  fill_dot<1, 1>(t);
-  return t;
 }
 
 // NV vectors per row (NV = 2: up to 32 columns; NV = 1: up to 16, where a
@@ -187,11 +174,9 @@ void gemm(const PlanarGemmArgs* a) {
     gemm_nv<M, 2>(a);
 }
 
-using GemmTable = std::array<PlanarGemmFn, kPlanarGemmMaxM + 1>;
-
 template <int M>
-void fill_gemm(GemmTable& t) {
-  t[M] = &gemm<M>;
+void fill_gemm(PlanarF32Table& t) {
+  t.gemm[M] = &gemm<M>;
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
 
@@ -298,26 +283,38 @@ void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, f
   }
 }
 
-PlanarGemmFn planar_f32_avx512_gemm(int m) {
-  static const GemmTable table = [] {
-    GemmTable t{};
+const PlanarF32Table* planar_f32_table_avx512() {
+  static const PlanarF32Table table = [] {
+    PlanarF32Table t{};
+    t.isa = "avx512";
+    t.vl = 16;
+    t.tile_accs = kAccs;
+    t.tile_max_m = kM;
+    t.tile_max_nv = kNV;
+    t.tile_deep_nv = 4;
+    fill<1, 1>(t);
+    fill_dot<1, 1>(t);
+    t.dot_by_cost = false;  // 4 x 4: 16 accumulators and 8 loads fit the 32 registers
     fill_gemm<1>(t);
+    t.dw_rows = planar_f32_avx512_dw_rows;
+    t.split2 = planar_f32_avx512_split2;
+    t.split3 = planar_f32_avx512_split3;
+    t.strided_copy = planar_f32_avx512_strided_copy;
+    t.transpose16 = transpose_block16_avx512;
+    // Measured on Sapphire Rapids (Intel) and Zen 4/5 (AMD): planar_f32_common.cpp.
+    t.rules.gemm_min_positions = 128;
+    t.rules.gemm_min_row = 48;
+    t.rules.gemm_min_channel_run = 0;
+    t.rules.gemm_min_inside = 0;
+    t.rules.fused_taps_channels_last = true;
+    t.rules.deep_channels_last_macs = 400;
+    t.rules.depthwise_dots = true;
+    t.rules.amd_rules = true;
+    t.rules.little_work_min_line = 24;
+    t.rules.little_work_max_macs = 130;
     return t;
   }();
-  if (m < 1 || m > kPlanarGemmMaxM) return nullptr;
-  return table[m];
-}
-
-PlanarDotFn planar_f32_avx512_dot(int m, int n) {
-  static const DotTable table = make_dot_table();
-  if (m < 1 || m > kPlanarDotMaxM || n < 1 || n > kPlanarDotMaxN) return nullptr;
-  return table[m][n];
-}
-
-PlanarTileFn planar_f32_avx512_tile(int m, int nv) {
-  static const Table table = make_table();
-  if (m < 1 || m > kM || nv < 1 || nv > kNV) return nullptr;
-  return table[m][nv];
+  return &table;
 }
 
 }  // namespace x86

@@ -1,32 +1,13 @@
-// Driver of the planar (NCX) f32 forward and backward-data passes.
+// Driver of the planar (NCX) f32 passes: forward and backward-data by
+// direct-convolution tiles over dense NCX tensors read and written in place,
+// the one-pixel and non-overlapping shapes as GEMMs or dot products,
+// depthwise backward-data by rows, backward-weights by im2col GEMMs or dot
+// tiles. docs/design.md ("The planar (NCX) driver") describes the
+// algorithms, the packed layouts and the extra memory.
 //
-// On dense NCX tensors the innermost spatial axis is contiguous, so these
-// passes vectorize along it instead of along channels, and read and write the
-// caller's tensors in place (no layout change of whole tensors). Both passes
-// relate the coordinates of the large tensor (dst) and the small one (src) by
-//   dst = src * s - pb + k * d          (per axis, k the kernel index)
-// and compute out[co, x] = bias + sum_{ci, k} W(co, ci, k) * in[ci, y(x, k)]:
-//   forward:       in = src,      out = dst,      y = the src coordinate
-//   backward-data: in = diff_dst, out = diff_src, y = x * s - pb + k * d
-// Outer axes (0, 1): each output row has a list of valid (k0, k1) taps and
-// their input rows ("segments"), padding taps are left out.
-// Innermost axis (2), split into stride phases so that every tap reads
-// consecutive inputs for consecutive outputs:
-//   forward: output phase r (outputs y = r + s*t, t = 0, 1, ...) uses the taps
-//     with (r + pb - k*d) divisible by s, at input t + (r + pb - k*d)/s;
-//     outputs of a phase are s apart, so tiles are written through a buffer
-//     when s > 1;
-//   backward-data: output x reads input x*s + e (e = k*d - pb), i.e. element
-//     x + floor(e/s) of input phase q = e mod s (the inputs q, q+s, ...).
-// Per work item (image, group, output row, chunk of the line), the input rows
-// of all segments and channels are copied once into a per-thread buffer,
-// zero-padded and split into the input phases the taps use; the register
-// tiles (planar_f32.h) then read them with no bounds checks. Weights are
-// packed once per call to [g][block of M output channels][k0][k1][phase][ci]
-// [tap of the phase][M].
-// A 1x1 kernel with unit strides and no pads is one long line per image.
-// Extra memory: one packed copy of the weights plus, per thread, one item's
-// input rows (kept between calls) and one tile.
+// Each call builds a plan first (plan_planar, plan_planar_bwd_weights: pure,
+// every decision, the micro-kernels from the ISA's PlanarF32Table); the
+// run_* functions only read it. describe() prints a plan in one line.
 #include <emmintrin.h>
 #include <omp.h>
 
@@ -36,10 +17,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "buffers.h"
 #include "planar_f32.h"
-#include "transpose.h"
 #include "x86.h"
 
 namespace tct {
@@ -50,25 +33,29 @@ int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1)
 int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-struct Free {
-  void operator()(float* p) const { std::free(p); }
-};
-using Buf = std::unique_ptr<float[], Free>;
+// Bytes per element of the buffers (the budgets below are in bytes).
+constexpr int64_t kFloatBytes = sizeof(float);
 
-Buf aligned(int64_t n) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
-  return Buf(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+// The micro-kernel table of an ISA; null where it has none (the entry points
+// then return false and the caller runs the reference).
+const PlanarF32Table* table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return planar_f32_table_avx512();
+    case Isa::Avx2: return planar_f32_table_avx2();
+    case Isa::Reference: return nullptr;
+  }
+  return nullptr;
 }
 
 // Per-thread buffers that grow and are kept (OpenMP threads persist), so a
 // call does not fault fresh pages in: the packed weights (slot 0, of the
 // calling thread) and the rows of a work item (slot 1).
 float* thread_buffer(int slot, int64_t n) {
-  thread_local Buf buf[2];
+  thread_local AlignedBuf<float> buf[2];
   thread_local int64_t cap[2] = {0, 0};
   if (cap[slot] < n) {
     buf[slot].reset();
-    buf[slot] = aligned(n);
+    buf[slot] = aligned_buffer<float>(n);
     cap[slot] = n;
   }
   return buf[slot].get();
@@ -210,11 +197,10 @@ int even_block(int64_t n, int m) {
   return static_cast<int>(std::max<int64_t>(1, (n + blocks - 1) / blocks));
 }
 
-TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
-  const bool avx512 = isa == Isa::Avx512;
-  const int VL = avx512 ? 16 : 8, accs = avx512 ? kPlanarAvx512Accs : kPlanarAvx2Accs;
-  const int maxm = avx512 ? kPlanarAvx512MaxM : kPlanarAvx2MaxM;
-  const int maxnv = avx512 ? kPlanarAvx512MaxNV : kPlanarAvx2MaxNV;
+TileShape choose_tile(const PlanarF32Table& tab, const Geometry& g, const Line& L) {
+  const int VL = tab.vl, accs = tab.tile_accs;
+  const int maxm = tab.tile_max_m;
+  const int maxnv = tab.tile_max_nv;
   const int need = static_cast<int>(std::min<int64_t>(maxnv, (L.max_len + VL - 1) / VL));
   const int cout = static_cast<int>(std::min<int64_t>(std::max<int64_t>(g.Cout, 1), maxm));
   int M, NV;
@@ -222,14 +208,10 @@ TileShape choose_tile(Isa isa, const Geometry& g, const Line& L) {
     M = cout;
     NV = std::max(1, std::min(need, accs / M));
   } else {
-    NV = std::max(1, std::min(need, avx512 ? 4 : 3));
+    NV = std::max(1, std::min(need, tab.tile_deep_nv));
     M = even_block(g.Cout, std::min(accs / NV, maxm));
   }
   return {M, NV, VL};
-}
-
-PlanarTileFn tile_fn(Isa isa, int m, int nv) {
-  return isa == Isa::Avx512 ? planar_f32_avx512_tile(m, nv) : planar_f32_avx2_tile(m, nv);
 }
 
 // The most valid (k0, k1) tap pairs (segments) of any output row; at least 1.
@@ -247,30 +229,9 @@ int64_t max_segments(const Geometry& g) {
 
 // A strided copy (dst[j] = src[j*step], j < n), and splits into the 2 or 3
 // phases of a row (dq[j] = src[2j + q], resp. src[3j + q], j < n).
-using StridedCopy = void (*)(const float*, int64_t, int64_t, float*);
-using Split2 = void (*)(const float*, int64_t, float*, float*);
-using Split3 = void (*)(const float*, int64_t, float*, float*, float*);
-
-// The helper kernels of an ISA (planar_f32.h, transpose.h); isa is AVX-512
-// or AVX2.
-struct Ops {
-  PlanarGemmFn (*gemm)(int m);
-  PlanarDotFn (*dot)(int m, int n);
-  StridedCopy copy;
-  Split2 split2;
-  Split3 split3;
-  void (*dw_rows)(const PlanarDwArgs*);
-  void (*transpose16)(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
-  bool avx512;
-};
-
-Ops ops(Isa isa) {
-  if (isa == Isa::Avx512)
-    return {planar_f32_avx512_gemm, planar_f32_avx512_dot, planar_f32_avx512_strided_copy,
-            planar_f32_avx512_split2, planar_f32_avx512_split3, planar_f32_avx512_dw_rows, transpose_block16_avx512, true};
-  return {planar_f32_avx2_gemm, planar_f32_avx2_dot, planar_f32_avx2_strided_copy,
-          planar_f32_avx2_split2, planar_f32_avx2_split3, planar_f32_avx2_dw_rows, transpose_block16_avx2, false};
-}
+using StridedCopy = PlanarStridedCopyFn;
+using Split2 = PlanarSplit2Fn;
+using Split3 = PlanarSplit3Fn;
 
 // The dot tile (rows x columns) that covers an M x N result best: AVX-512
 // 4 x 4; AVX2 the shape with the least work over the whole result, a tile
@@ -279,13 +240,13 @@ struct DotShape {
   int m, n;
 };
 
-DotShape dot_shape(const Ops& k, int64_t M, int64_t N) {
-  if (k.avx512) return {kPlanarDotMaxM, kPlanarDotMaxN};
+DotShape dot_shape(const PlanarF32Table& tab, int64_t M, int64_t N) {
+  if (!tab.dot_by_cost) return {kPlanarDotMaxM, kPlanarDotMaxN};
   DotShape best{1, 1};
   int64_t best_cost = -1;
   for (int m = 1; m <= kPlanarDotMaxM; ++m)
     for (int n = 1; n <= kPlanarDotMaxN; ++n) {
-      if (m * n > kPlanarAvx2DotAccs) continue;
+      if (!tab.dot[m][n]) continue;
       auto tile = [](int64_t a, int64_t b) { return std::max(a * b, a + b); };
       const int64_t fm = M / m, rm = M % m, fn = N / n, rn = N % n;
       const int64_t cost = fm * fn * tile(m, n) + (rm ? fn * tile(rm, n) : 0) +
@@ -378,7 +339,7 @@ bool iox_rows(const ConvProblem& p, const WeightsView& w) {
 // IOX order) or, taps_outer, j = t * OCg + oc: the weights themselves when
 // their strides give those rows (stride: w.si), else a copy packed once.
 struct WeightRows {
-  Buf packed;
+  AlignedBuf<float> packed;
   const float* data;
   int64_t stride;
 };
@@ -394,8 +355,8 @@ WeightRows weight_rows(const ConvProblem& p, const WeightsView& w, bool taps_out
     if (p.K[1] > 1) in_place = in_place && w.sk[1] == p.K[2] * OCg;
     if (p.K[0] > 1) in_place = in_place && w.sk[0] == p.K[1] * p.K[2] * OCg;
   }
-  if (in_place) return {Buf(), wd, w.si};
-  WeightRows r{aligned(IC * J), nullptr, J};
+  if (in_place) return {AlignedBuf<float>(), wd, w.si};
+  WeightRows r{aligned_buffer<float>(IC * J), nullptr, J};
   r.data = r.packed.get();
   std::vector<int64_t> koff(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
@@ -433,29 +394,647 @@ bool one_pixel_covering(const ConvProblem& p) {
   return J > 0 && J % 16 == 0 && one_pixel_forward(p);
 }
 
-}  // namespace
+// ---------------------------------------------------------------------------
+// Rules (measured; each comment gives the evidence).
+
+// Plane items (see plan_tiles): one image's input planes of a group, phase-
+// split and padded, fit in 64 KiB, and there are enough of them for the threads.
+bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
+  const int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  const int64_t span = round_up(chunk + (L.max_off - L.min_off), 16);
+  const int64_t floats = g.Cin * g.in[0] * g.in[1] * static_cast<int64_t>(L.slot_q.size()) * span;
+  return floats <= (64 << 10) / kFloatBytes && g.N * g.G >= 4 * nthreads;
+}
+
+// Positions per im2col chunk of the GEMMs (run_bwd_weights_gemm, run_im_gemm).
+constexpr int64_t kKc = 256;
+// Columns per reduction part of the backward-data GEMMs (run_im_gemm).
+constexpr int64_t kJp = 192;
+
+// Where the GEMMs beat both the dot tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, 2 threads): enough src channels
+// for the tiles' rows and columns for a vector, and
+//  - AVX-512 (1.2-2x): chunks of positions per image and rows long enough
+//    that the per-row gathers of the packing stay cheap (1x1 kernels pack
+//    whole runs);
+//  - AVX2 (Zen 3, 1.1-1.7x, where the channels-last tiles are narrower):
+//    enough src channels x row length to amortize the per-row gathers over
+//    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
+//    ICg * J * P multiply-adds), and 16+ positions per image.
+//    The GEMM multiplies every tap with every position (zeros where the tap
+//    falls outside diff_dst), the channels-last tiles only the pairs inside:
+//    under 3/4 inside, channels-last (AlexNet's k3 d3 on 9x9, 60 % inside:
+//    channels-last 1.2x faster).
+// The thresholds per ISA: PlanarF32Rules::gemm_* of the ISA's table.
+bool gemm_preferred(const PlanarF32Table& tab, const ConvProblem& p) {
+  const PlanarF32Rules& r = tab.rules;
+  const int64_t P = p.src_spatial(), W = p.I[2];
+  if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
+  if (p.ICg * (p.taps() == 1 ? P : W) < r.gemm_min_channel_run || P < r.gemm_min_positions)
+    return false;
+  if (p.taps() != 1 && W < r.gemm_min_row) return false;
+  return r.gemm_min_inside <= 0 || valid_tap_share(p) >= r.gemm_min_inside;
+}
+
+// Where the GEMMs beat the planar tiles and the channels-last path
+// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.05-1.35x):
+// kernels that do not overlap (K <= s on every axis: D is a permutation of
+// diff_dst, gathered once, like 1x1 and k2 s2 layers) with a reduction of at
+// most 512 columns (deeper ones run faster channels-last) and src channels
+// for the tiles' rows. Overlapping kernels gather each diff_dst element
+// several times, where the planar tiles' shifted reads win.
+bool gemm_bwd_data_preferred(const ConvProblem& p) {
+  bool disjoint = true;
+  for (int a = 0; a < kAxes; ++a) disjoint = disjoint && p.K[a] <= p.s[a];
+  const int64_t J = p.OCg * p.taps();
+  return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
+}
+
+// Whether the im2col rows of a problem are diff_dst itself (pointwise: one
+// run per chunk).
+bool im2col_identity(const ConvProblem& p) {
+  bool identity = p.taps() == 1;
+  for (int a = 0; a < kAxes; ++a)
+    identity = identity && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+  return identity;
+}
+
+// Whether the im2col taps go through phase rows (see PhaseRows): strided, the
+// taps sharing phases (K2 > s) or a stride of 3 (the three phases of a row
+// in one permute pass, several times cheaper than a gather per tap: the
+// 36 -> 4 k3 s3 layer 1.2-1.3x; stride 2 copies each tap's phase directly
+// with shuffles, 2-10 % faster than through the cache), and rows not much
+// longer than what a chunk of kKc positions reads of them (a cached row is
+// split whole: 1D signals would split their whole line per chunk and
+// channel; up to 8x for the permute splits, 2x for gathers).
+bool im2col_shares_phases(const ConvProblem& p) {
+  const bool split = p.s[2] == 2 || p.s[2] == 3;
+  return !im2col_identity(p) && p.s[2] > 1 && (p.K[2] > p.s[2] || p.s[2] == 3) &&
+         p.O[2] <= (split ? 8 : 2) * kKc * p.s[2];
+}
+
+// ---------------------------------------------------------------------------
+// Plans: every decision of a call, made once before any work (pure and
+// cheap); the run_* functions below only read them.
+
+// Forward of a one-pixel src (run_one_pixel_gemm): GEMM tiles over slices of
+// kPlanarGemmN weights columns x blocks of kPlanarGemmMaxM images.
+struct OnePixelGemmPlan {
+  bool empty = false;  // no images or no columns: nothing to write
+  int64_t slices = 0, image_blocks = 0;
+};
+
+// Backward-data of a one-pixel src (dense_backward_data_f32): dot tiles of
+// ds.m src channels x ds.n images.
+struct OnePixelDotsPlan {
+  bool fits = false;  // the problem has that shape (else the general paths run)
+  bool channels_last = false;
+  DotShape ds{1, 1};
+  int64_t mblocks = 0, nblocks = 0;
+  int nthreads = 1;
+};
+
+// Backward-data GEMMs over im2col chunks (run_im_gemm).
+struct ImGemmPlan {
+  bool empty = false;  // nothing to write
+  bool zero = false;   // no (channel, tap) columns: diff_src is zeros
+  int64_t J = 0;       // columns per group
+  int64_t kc_max = 0, per_image = 0;  // positions per chunk, chunks per image
+  int64_t ablocks = 1, AB = 0;        // blocks of src channels (rows of a block)
+  int64_t items = 0;
+  int64_t JP = 0;  // columns per reduction part
+  bool phase_rows = false;
+  int64_t buf_floats = 0;  // per thread, for the largest chunk
+};
+
+// Depthwise backward-data rows (run_dw).
+struct DwPlan {
+  Geometry g;
+  Line L;
+  bool empty = false;
+  int64_t VL = 0, nslots = 0, spread = 0;
+  int64_t xc = 0, nx = 0;  // outputs per line chunk, chunks per row
+  int64_t jn = 0, span = 0, row_floats = 0;
+  int64_t in_rows = 0, out_rows = 0, max_seg = 0, planes = 0;
+  bool whole = false;  // a plane's input rows all in the buffer
+  int64_t splits = 1, rows_per = 0;
+  int64_t buf_floats = 0;
+};
+
+// Direct-convolution tiles over output rows or whole planes (run_tiles).
+struct TilesPlan {
+  Geometry g;
+  Line L;
+  bool empty = false;
+  TileShape ts{1, 1, 16};
+  PlanarTileFn full_tile = nullptr;  // ts.M x ts.NV: most tiles
+  int64_t TW = 0;                    // tile width (positions)
+  int64_t NMB = 0;  // blocks of M output channels
+  int64_t ktaps = 0, seg_floats = 0, block_floats = 0;  // packed weights
+  bool planes = false, strided_out = false;
+  int64_t nslots = 0, max_seg = 0, ext = 0, in_rows = 0;
+  int64_t chunk = 0, nchunks = 0, rows = 0;
+  int64_t mb_groups = 1, mb_per_group = 0, items = 0;
+  int64_t span = 0, row_floats = 0, cis = 0, in_floats = 0;
+  int64_t cb = 0;  // input channels per block (kept in L1)
+  bool stream = false;
+  int64_t buf_floats = 0;  // per thread: one item's input rows (and strided outputs)
+};
+
+enum class PlanarRoute { Tiles, OnePixelGemm, OnePixelDots, ImGemm, Depthwise };
+
+// planar_f32's plan: the route and the plan of that route.
+struct PlanarPlan {
+  const PlanarF32Table* tab = nullptr;  // null: no kernels for the ISA (the reference runs)
+  ConvProblem p;
+  bool forward = true;
+  int nthreads = 1;
+  PlanarRoute route = PlanarRoute::Tiles;
+  OnePixelGemmPlan one_gemm;
+  OnePixelDotsPlan dots;
+  ImGemmPlan gemm;
+  DwPlan dw;
+  TilesPlan tiles;
+};
+
+// Backward-weights GEMMs over im2col chunks (run_bwd_weights_gemm).
+struct BwdWeightsGemmPlan {
+  bool empty = false;  // no images or positions: the result is zeros
+  int64_t J = 0, per_image = 0, chunks = 0;
+  int64_t parts = 1;                    // reduction pieces
+  int64_t npanels = 1, NC = 0, ldp = 0;  // column panels, their width, pack row stride
+  int64_t items = 0;
+  bool phase_rows = false;
+  int64_t buf_floats = 0, partial_floats = 0;
+};
+
+// Backward-weights dot tiles (run_bwd_weights_dots).
+struct BwdWeightsDotsPlan {
+  bool empty = false;  // the result is zeros
+  DotShape ds{1, 1};
+  Geometry g;
+  Line L;
+  int64_t nslots = 0, W = 0, rows = 0, ext = 0, max_seg = 0;
+  int64_t cw = 0, nchunks = 0, nvec = 0, span = 0, row_floats = 0;  // line chunks
+  int64_t R = 1, nblocks = 0, items = 0;                            // row blocks
+  int64_t grad_floats = 0;
+  int pieces = 1;
+  int threads = 1;
+};
+
+struct PlanarBwdWeightsPlan {
+  const PlanarF32Table* tab = nullptr;  // null: no kernels for the ISA (the reference runs)
+  ConvProblem p;
+  int nthreads = 1;
+  bool gemm = false;
+  BwdWeightsGemmPlan gm;
+  BwdWeightsDotsPlan dots;
+};
+
+OnePixelGemmPlan plan_one_pixel_gemm(const ConvProblem& p) {
+  OnePixelGemmPlan q;
+  const int64_t J = p.OCg * p.taps();
+  q.empty = p.N == 0 || J == 0;
+  q.slices = (J + kPlanarGemmN - 1) / kPlanarGemmN;
+  q.image_blocks = (p.N + kPlanarGemmMaxM - 1) / kPlanarGemmMaxM;
+  return q;
+}
+
+OnePixelDotsPlan plan_one_pixel_dots(const PlanarF32Table& tab, const ConvProblem& p,
+                                     bool channels_last, int nthreads) {
+  OnePixelDotsPlan q;
+  q.fits = one_pixel_covering(p) && !(channels_last && p.G != 1);
+  if (!q.fits) return q;
+  q.channels_last = channels_last;
+  q.nthreads = std::max(1, nthreads);
+  q.ds = dot_shape(tab, p.ICg, p.N);
+  q.mblocks = (p.ICg + q.ds.m - 1) / q.ds.m;
+  q.nblocks = (p.N + q.ds.n - 1) / q.ds.n;
+  return q;
+}
+
+ImGemmPlan plan_im_gemm(const ConvProblem& p, int nthreads) {
+  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
+  ImGemmPlan q;
+  const int64_t ICg = p.ICg, G = p.G, J = p.OCg * p.taps(), P = p.src_spatial();
+  q.J = J;
+  q.empty = p.N == 0 || P == 0 || p.IC() == 0;
+  if (q.empty) return q;
+  q.zero = J == 0;
+  if (q.zero) return q;
+  // Chunks of positions whose D^T stays within 512 KiB (L2).
+  q.kc_max = std::max<int64_t>(
+      SW, std::min<int64_t>(kKc, (512 << 10) / (kFloatBytes * J) / SW * SW));
+  q.per_image = (P + q.kc_max - 1) / q.kc_max;
+  // Blocks of src channels (multiples of the tile's rows) when the chunks
+  // alone give the threads too few items; each block gathers its own D^T.
+  int64_t ablocks = 1;
+  const int64_t base_items = p.N * G * q.per_image;
+  while (base_items * ablocks < 4 * nthreads && ICg / (2 * ablocks) >= MR) ablocks *= 2;
+  q.AB = round_up((ICg + ablocks - 1) / ablocks, MR);
+  q.ablocks = (ICg + q.AB - 1) / q.AB;
+  q.items = base_items * q.ablocks;
+  const int64_t parts = (J + kJp - 1) / kJp;
+  q.JP = (J + parts - 1) / parts;
+  q.phase_rows = im2col_shares_phases(p);
+  q.buf_floats = q.kc_max + (q.kc_max + SW - 1) / SW * J * SW;
+  return q;
+}
+
+DwPlan plan_dw(const PlanarF32Table& tab, const ConvProblem& p, int nthreads) {
+  DwPlan q;
+  q.g = geometry(p, false);
+  const Geometry& g = q.g;
+  const int64_t out_plane = g.out[0] * g.out[1] * g.out[2];
+  q.planes = g.N * g.G;
+  q.empty = q.planes == 0 || out_plane == 0;
+  if (q.empty) return q;
+  q.L = make_line(g);
+  const Line& L = q.L;
+  q.VL = tab.vl;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  // Long lines (1D signals): each item takes a chunk of xc outputs of its
+  // rows and copies only the inputs the chunk reads, so the buffers stay
+  // small (the whole line per thread was a copy of a 1D diff_dst) and a
+  // single plane still splits over the threads.
+  q.spread = L.max_off - L.min_off;
+  q.xc = g.out[2];
+  if (q.nslots * round_up(round_up(L.max_len, q.VL) + q.spread, 16) > (64 << 10) / kFloatBytes)
+    q.xc = std::min(g.out[2], std::max<int64_t>(
+                                  64, ((16 << 10) / kFloatBytes / q.nslots - q.spread) / 64 * 64));
+  q.nx = (g.out[2] + q.xc - 1) / q.xc;  // chunks per row
+  q.jn = round_up(std::min(L.max_len, q.xc), q.VL) + q.spread;  // floats per phase row
+  q.span = round_up(q.jn, 16);
+  q.row_floats = q.nslots * q.span;
+  q.in_rows = g.in[0] * g.in[1];
+  q.out_rows = g.out[0] * g.out[1];
+  q.max_seg = max_segments(g);
+  q.whole = q.in_rows * q.row_floats <= (64 << 10) / kFloatBytes;
+  q.splits = std::min(q.out_rows, std::max<int64_t>(1, (4 * nthreads + q.planes * q.nx - 1) /
+                                                           (q.planes * q.nx)));
+  q.rows_per = (q.out_rows + q.splits - 1) / q.splits;
+  q.buf_floats = (q.whole ? q.in_rows : q.max_seg) * q.row_floats;
+  return q;
+}
+
+// Floats of one tiles item's buffer for line chunks of `chunk` positions.
+int64_t tile_item_floats(const TilesPlan& q, int64_t chunk) {
+  const int64_t span = round_up(round_up(chunk, q.ts.VL) + q.ext, 16);
+  const int64_t rows_in = q.planes ? q.in_rows : q.max_seg;
+  return rows_in * q.g.Cin * q.nslots * span + (q.strided_out ? q.NMB * q.ts.M * chunk : 0);
+}
+
+TilesPlan plan_tiles(const PlanarF32Table& tab, const ConvProblem& p, bool forward,
+                     int nthreads) {
+  TilesPlan q;
+  q.g = geometry(p, forward);
+  const Geometry& g = q.g;
+  const int64_t out_plane = g.out[0] * g.out[1] * g.out[2];
+  q.empty = g.N == 0 || g.G * g.Cout == 0 || out_plane == 0;
+  if (q.empty) return q;
+  q.L = make_line(g);
+  const Line& L = q.L;
+  q.ts = choose_tile(tab, g, L);
+  const int M = q.ts.M, VL = q.ts.VL;
+  q.full_tile = tab.tile[M][q.ts.NV];
+  q.TW = int64_t{q.ts.NV} * VL;
+  const int64_t TW = q.TW;
+  q.NMB = (g.Cout + M - 1) / M;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  q.ktaps = 0;  // K2 (forward: every k in one phase)
+  for (int64_t r = 0; r < L.out_phases; ++r) q.ktaps += static_cast<int64_t>(L.k[r].size());
+  q.seg_floats = g.Cin * q.ktaps * M;  // weights of one (k0, k1)
+  q.block_floats = g.K[0] * g.K[1] * q.seg_floats;
+
+  // Two ways to cut the work:
+  //  - rows: an item is one output row (and chunk of the line, and group of
+  //    output channel blocks); it copies the input rows of its taps;
+  //  - planes: when an image's input channels of one group fit in 64 KiB
+  //    (depthwise and few-channel layers on small planes, where row items
+  //    would be tiny), an item is a whole (image, group): its input planes
+  //    are copied once and every output row reads them.
+  q.max_seg = max_segments(g);
+  q.strided_out = L.out_phases > 1;
+  q.ext = L.max_off - L.min_off;
+  q.in_rows = g.in[0] * g.in[1];
+  q.planes = use_planes(g, L, TW, nthreads);
+  // Chunks of the line: the input rows of one item within 256 KiB (and, for
+  // strided outputs, its result buffer too), and enough items for the threads.
+  int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
+  q.rows = g.N * g.G * g.out[0] * g.out[1];
+  const int64_t rows = q.rows;
+  if (!q.planes) {
+    while (chunk > TW && tile_item_floats(q, chunk) > (256 << 10) / kFloatBytes)
+      chunk = round_up(chunk / 2, TW);
+    while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
+      chunk = round_up(chunk / 2, TW);
+  }
+  q.chunk = chunk;
+  q.nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
+  // Few items (one image, few rows): also split the output channel blocks.
+  q.mb_groups = 1;
+  if (!q.planes && rows * q.nchunks < 4 * nthreads)
+    q.mb_groups = std::min(q.NMB, (4 * nthreads + rows * q.nchunks - 1) / (rows * q.nchunks));
+  q.mb_per_group = (q.NMB + q.mb_groups - 1) / q.mb_groups;
+  q.items = q.planes ? g.N * g.G : rows * q.nchunks * q.mb_groups;
+  q.span = round_up(round_up(chunk, VL) + q.ext, 16);  // floats per input-phase row
+  q.row_floats = q.nslots * q.span;  // one input row, all its phases
+  // Input channel stride in the buffer: rows [seg][ci][phase] or planes [ci][row][phase].
+  q.cis = q.planes ? q.in_rows * q.row_floats : q.row_floats;
+  q.in_floats = (q.planes ? 1 : q.max_seg) * g.Cin * q.cis;
+  // Channel blocks whose input rows stay in L1 (32 KiB) while all output
+  // channel blocks use them; later blocks accumulate.
+  q.cb = std::max<int64_t>(
+      1, std::min<int64_t>(g.Cin, (32 << 10) / kFloatBytes / (q.max_seg * q.row_floats)));
+  // Outputs beyond the caches, written once (one channel block pass, not
+  // through the strided-output buffer): streaming stores. Each tile writes
+  // its channels' rows one plane apart; on power-of-two planes they share
+  // cache sets with each other and with the input rows, and the read for
+  // ownership of every line evicts those (Zen 4, DCGAN 64 -> 3 channels on
+  // 64x64, backward-data: 0.6 ms or 0.9 ms depending on where the buffers
+  // fall; streamed: 0.6 ms).
+  const double out_bytes =
+      static_cast<double>(kFloatBytes) * static_cast<double>(g.N) * g.G * g.Cout * out_plane;
+  q.stream = !q.strided_out && q.cb >= g.Cin && out_bytes >= 2.0 * (1 << 20);
+  q.buf_floats = tile_item_floats(q, chunk);
+  return q;
+}
+
+PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  PlanarPlan pl;
+  pl.tab = table_for(isa);
+  pl.p = p;
+  pl.forward = forward;
+  pl.nthreads = nthreads;
+  if (!pl.tab) return pl;
+  const PlanarF32Table& tab = *pl.tab;
+  if (forward && one_pixel_forward(p)) {
+    pl.route = PlanarRoute::OnePixelGemm;
+    pl.one_gemm = plan_one_pixel_gemm(p);
+  } else if (!forward && one_pixel_covering(p)) {
+    pl.route = PlanarRoute::OnePixelDots;
+    pl.dots = plan_one_pixel_dots(tab, p, false, nthreads);
+  } else if (!forward && planar_backward_data_gemm(isa, p)) {
+    pl.route = PlanarRoute::ImGemm;
+    pl.gemm = plan_im_gemm(p, nthreads);
+  } else if (!forward && planar_depthwise_backward_data(p)) {
+    pl.route = PlanarRoute::Depthwise;
+    pl.dw = plan_dw(tab, p, nthreads);
+  } else {
+    pl.route = PlanarRoute::Tiles;
+    pl.tiles = plan_tiles(tab, p, forward, nthreads);
+  }
+  return pl;
+}
+
+BwdWeightsGemmPlan plan_bwd_weights_gemm(const ConvProblem& p, int nthreads) {
+  BwdWeightsGemmPlan q;
+  const int64_t IC = p.IC(), OC = p.OC(), G = p.G;
+  const int64_t J = p.OCg * p.taps();  // columns per group
+  const int64_t P = p.src_spatial(), Q = p.dst_spatial();
+  q.J = J;
+  q.empty = p.N == 0 || P == 0;
+  if (q.empty) return q;
+  q.per_image = (P + kKc - 1) / kKc;
+  q.chunks = p.N * q.per_image;
+  // Reduction parts (reduction_pieces: a function of the problem, not of the
+  // threads, so that the bits are the same for any thread count; a part sums
+  // its chunks in order, the parts are added in order) while the result is
+  // small next to the activations and there are chunks for them (2 per
+  // part); else panels of columns for the threads (they split the columns,
+  // not the sums).
+  const int64_t result = IC * J;
+  q.parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
+                             static_cast<double>(result), q.chunks / 2);
+  // Panels split only the columns (the same bits for any split): enough for
+  // the threads when the parts and groups are fewer.
+  int64_t npanels = std::max<int64_t>(1, (nthreads + q.parts * G - 1) / (q.parts * G));
+  npanels = std::max(npanels, (J + 255) / 256);
+  q.NC = round_up((J + npanels - 1) / npanels, 16);
+  q.npanels = (J + q.NC - 1) / q.NC;
+  // Pack rows an odd number of 64-byte lines apart: the tiles read a column
+  // slice of every row, and rows 2^k lines apart share a few L1 sets (NC =
+  // 256: 4 of 64 sets, so the slice streams from L2).
+  q.ldp = (q.NC / 16) % 2 == 1 ? q.NC : q.NC + 16;
+  q.items = q.parts * G * q.npanels;
+  q.phase_rows = im2col_shares_phases(p);
+  q.buf_floats = 16 * kKc + kKc * q.ldp;
+  q.partial_floats = (q.parts - 1) * result;
+  return q;
+}
+
+BwdWeightsDotsPlan plan_bwd_weights_dots(const PlanarF32Table& tab, const ConvProblem& p) {
+  BwdWeightsDotsPlan q;
+  q.ds = dot_shape(tab, p.ICg, p.OCg);
+  const int64_t IC = p.IC(), OC = p.OC();
+  const int64_t taps = p.taps();
+  q.empty = p.N == 0 || p.src_spatial() == 0 || taps == 0 || IC == 0 || p.OCg == 0;
+  if (q.empty) return q;
+  // Backward-data geometry: "in" = diff_dst rows, read at i*s - pb + k*d.
+  q.g = geometry(p, false);
+  const Geometry& g = q.g;
+  q.L = make_line(g);  // one output phase: every tap, its slot and offset
+  const Line& L = q.L;
+  q.nslots = static_cast<int64_t>(L.slot_q.size());
+  const int64_t W = g.src[2];
+  q.W = W;
+  const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
+  const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
+  const int64_t rows = p.N * g.src[0] * g.src[1];
+  q.rows = rows;
+  q.ext = L.max_off - L.min_off;
+  // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
+  // one block's buffers within ~1 MiB, enough blocks for the threads.
+  // Items for the pieces: up to 2 per piece, whatever the threads.
+  // A chunk's row (src channels + phase-split diff_dst rows of its segments)
+  // stays within 1 MiB too: on long lines the chunks were W/8 (a 2 x 2**30
+  // line: 4.3 GiB of per-thread buffers, issue #24); no benchmark layer
+  // reaches the cap.
+  constexpr int64_t kItems = 2 * kMaxReductionPieces;
+  constexpr int64_t kRowFloats = (1 << 20) / kFloatBytes;
+  q.max_seg = max_segments(g);  // over src rows: g.out is src here
+  const int64_t per_pos = IC + q.max_seg * OC * q.nslots;  // buffer floats per chunk position
+  const int64_t cw_cap = std::max<int64_t>(64, (kRowFloats / per_pos - q.ext - 15) / 16 * 16);
+  int64_t cw = std::min(round_up(W, 16), cw_cap);
+  while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
+  q.cw = cw;
+  q.nchunks = (W + cw - 1) / cw;
+  q.nvec = cw / 16;
+  q.span = round_up(cw + q.ext, 16);
+  q.row_floats = IC * cw + q.max_seg * OC * q.nslots * q.span;
+  int64_t R = std::max<int64_t>(1, (32 + q.nvec - 1) / q.nvec);
+  R = std::min<int64_t>(R, std::max<int64_t>(1, kRowFloats / q.row_floats));
+  R = std::min(R, rows);
+  while (R > 1 && ((rows + R - 1) / R) * q.nchunks < kItems) R = (R + 1) / 2;
+  q.R = R;
+  q.nblocks = (rows + R - 1) / R;
+  q.items = q.nblocks * q.nchunks;
+  q.grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
+  const double act_floats = static_cast<double>(p.N) * (IC * src_plane + OC * dst_plane);
+  q.pieces = reduction_pieces(act_floats, static_cast<double>(q.grad_floats), q.items);
+  return q;
+}
+
+PlanarBwdWeightsPlan plan_planar_bwd_weights(Isa isa, const ConvProblem& p, int nthreads) {
+  PlanarBwdWeightsPlan pl;
+  pl.tab = table_for(isa);
+  pl.p = p;
+  pl.nthreads = nthreads;
+  if (!pl.tab) return pl;
+  pl.gemm = gemm_preferred(*pl.tab, p);
+  if (pl.gemm) {
+    pl.gm = plan_bwd_weights_gemm(p, nthreads);
+  } else {
+    pl.dots = plan_bwd_weights_dots(*pl.tab, p);
+    pl.dots.threads = std::max(1, std::min(nthreads, pl.dots.pieces));
+  }
+  return pl;
+}
+
+// describe(): one line of `key=value` fields, stable order.
+class Fields {
+ public:
+  template <class V>
+  Fields& add(const char* key, const V& value) {
+    o_ << (o_.tellp() > 0 ? " " : "") << key << '=' << value;
+    return *this;
+  }
+  std::string str() const { return o_.str(); }
+
+ private:
+  std::ostringstream o_;
+};
+
+// The name of a micro-kernel: planar_f32_<isa>_<op>[_<a>x<b>].
+std::string kernel_name(const PlanarF32Table& tab, const char* op, int64_t a = 0, int64_t b = 0) {
+  std::string s = std::string("planar_f32_") + tab.isa + "_" + op;
+  if (a > 0) s += "_" + std::to_string(a) + "x" + std::to_string(b);
+  return s;
+}
+
+std::string describe(const PlanarPlan& pl) {
+  Fields f;
+  f.add("planar", pl.forward ? "forward" : "backward_data");
+  f.add("threads", pl.nthreads);
+  if (!pl.tab) return f.add("route", "reference").str();
+  const PlanarF32Table& tab = *pl.tab;
+  constexpr int64_t B = sizeof(float);
+  switch (pl.route) {
+    case PlanarRoute::OnePixelGemm: {
+      const OnePixelGemmPlan& q = pl.one_gemm;
+      f.add("route", "one_pixel_gemm");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("gemm", kernel_name(tab, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+      f.add("column_slices", q.slices).add("image_blocks", q.image_blocks);
+      break;
+    }
+    case PlanarRoute::OnePixelDots: {
+      const OnePixelDotsPlan& q = pl.dots;
+      f.add("route", "one_pixel_dots").add("dot", kernel_name(tab, "dot", q.ds.m, q.ds.n));
+      f.add("channel_blocks", q.mblocks).add("image_blocks", q.nblocks);
+      break;
+    }
+    case PlanarRoute::ImGemm: {
+      const ImGemmPlan& q = pl.gemm;
+      f.add("route", "im2col_gemm");
+      if (q.empty || q.zero) {
+        f.add(q.empty ? "empty" : "zero", 1);
+        break;
+      }
+      f.add("gemm", kernel_name(tab, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+      f.add("chunk", q.kc_max).add("chunks_per_image", q.per_image);
+      f.add("channel_blocks", q.ablocks).add("block_rows", q.AB).add("items", q.items);
+      f.add("part_columns", q.JP).add("phase_rows", q.phase_rows);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+    case PlanarRoute::Depthwise: {
+      const DwPlan& q = pl.dw;
+      f.add("route", "depthwise_rows");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("dw", kernel_name(tab, "dw_rows"));
+      f.add("line_chunk", q.xc).add("line_chunks", q.nx).add("span", q.span);
+      f.add("whole_planes", q.whole).add("row_splits", q.splits).add("rows_per_split", q.rows_per);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+    case PlanarRoute::Tiles: {
+      const TilesPlan& q = pl.tiles;
+      f.add("route", "tiles");
+      if (q.empty) {
+        f.add("empty", 1);
+        break;
+      }
+      f.add("tile", kernel_name(tab, "tile", q.ts.M, q.TW));
+      f.add("work", q.planes ? "planes" : "rows").add("strided_out", q.strided_out);
+      f.add("chunk", q.chunk).add("line_chunks", q.nchunks);
+      f.add("cout_blocks", q.NMB).add("cout_block_groups", q.mb_groups).add("items", q.items);
+      f.add("cin_block", q.cb).add("span", q.span).add("stream", q.stream);
+      f.add("packed_weights_bytes", q.g.G * q.NMB * q.block_floats * B);
+      f.add("scratch_bytes", q.buf_floats * B);
+      break;
+    }
+  }
+  return f.str();
+}
+
+std::string describe(const PlanarBwdWeightsPlan& pl) {
+  Fields f;
+  f.add("planar", "backward_weights");
+  f.add("threads", pl.nthreads);
+  if (!pl.tab) return f.add("route", "reference").str();
+  const PlanarF32Table& tab = *pl.tab;
+  constexpr int64_t B = sizeof(float);
+  if (pl.gemm) {
+    const BwdWeightsGemmPlan& q = pl.gm;
+    f.add("route", "im2col_gemm");
+    if (q.empty) return f.add("empty", 1).str();
+    f.add("gemm", kernel_name(tab, "gemm", kPlanarGemmMaxM, kPlanarGemmN));
+    f.add("chunk", kKc).add("chunks", q.chunks).add("pieces", q.parts);
+    f.add("panels", q.npanels).add("panel_columns", q.NC).add("pack_stride", q.ldp);
+    f.add("items", q.items).add("phase_rows", q.phase_rows);
+    f.add("scratch_bytes", q.buf_floats * B).add("partial_bytes", q.partial_floats * B);
+    return f.str();
+  }
+  const BwdWeightsDotsPlan& q = pl.dots;
+  f.add("route", "dots");
+  if (q.empty) return f.add("empty", 1).str();
+  f.add("dot", kernel_name(tab, "dot", q.ds.m, q.ds.n));
+  f.add("line_chunk", q.cw).add("line_chunks", q.nchunks).add("span", q.span);
+  f.add("row_block", q.R).add("row_blocks", q.nblocks).add("items", q.items);
+  f.add("pieces", q.pieces).add("piece_threads", q.threads);
+  f.add("scratch_bytes", q.R * q.row_floats * B);
+  f.add("partial_bytes", std::max<int64_t>(1, (q.pieces - 1) * q.grad_floats) * B);
+  return f.str();
+}
+
+// ---------------------------------------------------------------------------
+// Execution: each run_* function reads its plan (and the table it names).
 
 // Backward-data of a layer whose src is one pixel and whose kernel covers
 // diff_dst exactly (the "z -> 4x4" first layer of a generator): each output
 // is a dot product of a weights row and one image of diff_dst, contiguous in
 // (oc, tap) order (NCX) or, for one group, (tap, oc) order (NXC). Dot
 // tiles over the weights rows in that order: read in place when the weights'
-// strides give it, else packed once. False when the shapes do not fit (then
-// the general paths run).
-bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
-                             float* dx, int nthreads, bool channels_last) {
+// strides give it, else packed once.
+void run_one_pixel_dots(const PlanarF32Table& tab, const OnePixelDotsPlan& q,
+                        const ConvProblem& p, const float* dy, WeightsView w, float* dx) {
   const int64_t T = p.taps(), J = p.OCg * T;
-  if (!one_pixel_covering(p) || (channels_last && p.G != 1)) return false;
-  nthreads = std::max(1, nthreads);
-  const Ops k = ops(isa);
-  const DotShape ds = dot_shape(k, p.ICg, p.N);
+  const int nthreads = q.nthreads;
+  const DotShape ds = q.ds;
   const int64_t IC = p.IC(), OC = p.OC();
   // Column j of a weights row: NCX j = oc * T + t, NXC j = t * OCg + oc.
-  const WeightRows rows = weight_rows(p, w, channels_last, nthreads);
+  const WeightRows rows = weight_rows(p, w, q.channels_last, nthreads);
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
-  const int64_t mblocks = (p.ICg + ds.m - 1) / ds.m;
-  const int64_t nblocks = (p.N + ds.n - 1) / ds.n;
+  const int64_t mblocks = q.mblocks;
+  const int64_t nblocks = q.nblocks;
 #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
   for (int64_t gi = 0; gi < p.G; ++gi)
     for (int64_t mb = 0; mb < mblocks; ++mb)
@@ -470,12 +1049,9 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, Wei
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < nn; ++j) o[i + j * IC] = 0.f;
         PlanarDotArgs args{&arow, &brow, o, 1, J / 16, a_stride, OC * T, 1, IC};
-        k.dot(m, nn)(&args);
+        tab.dot[m][nn](&args);
       }
-  return true;
 }
-
-namespace {
 
 // Forward of a one-pixel src whose kernel covers dst exactly
 // (one_pixel_forward): per image
@@ -483,17 +1059,19 @@ namespace {
 // a GEMM whose columns (oc, tap) are the weights' IOX rows and dst's NCX
 // order. GEMM tiles (planar_f32.h: up to 12 images x 32 columns),
 // the weights read in place when IOX-dense, else packed once.
-
-bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
-                   const float* bias, float* dst, int nthreads) {
+bool run_one_pixel_gemm(const PlanarPlan& pl, const float* src, WeightsView w,
+                        const float* bias, float* dst) {
+  const ConvProblem& p = pl.p;
+  const OnePixelGemmPlan& q = pl.one_gemm;
+  const int nthreads = pl.nthreads;
   const int64_t T = p.taps(), J = p.OCg * T, IC = p.IC(), OC = p.OC(), ICg = p.ICg;
-  if (p.N == 0 || J == 0) return true;
+  if (q.empty) return true;
   const WeightRows rows = weight_rows(p, w, false, nthreads);
   const float* const A = rows.data;
   const int64_t w_stride = rows.stride;
-  const Ops k = ops(isa);
+  const PlanarF32Table& tab = *pl.tab;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;
-  const int64_t slices = (J + SW - 1) / SW, nblocks = (p.N + MR - 1) / MR;
+  const int64_t slices = q.slices, nblocks = q.image_blocks;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
   for (int64_t gi = 0; gi < p.G; ++gi)
     for (int64_t sl = 0; sl < slices; ++sl) {
@@ -516,205 +1094,218 @@ bool dense_forward(Isa isa, const ConvProblem& p, const float* src, WeightsView 
         }
         args.a = src + n0 * IC + gi * ICg;
         args.c = c;
-        k.gemm(m)(&args);
+        tab.gemm[m](&args);
       }
     }
   return true;
 }
-
-// Plane items (see planar_f32): one image's input planes of a group, phase-
-// split and padded, fit in 64 KiB, and there are enough of them for the threads.
-bool use_planes(const Geometry& g, const Line& L, int64_t TW, int nthreads) {
-  const int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
-  const int64_t span = round_up(chunk + (L.max_off - L.min_off), 16);
-  const int64_t floats = g.Cin * g.in[0] * g.in[1] * static_cast<int64_t>(L.slot_q.size()) * span;
-  return floats <= 16 * 1024 && g.N * g.G >= 4 * nthreads;
-}
-
-}  // namespace
-
-namespace {
-bool gemm_bwd_data_preferred(const ConvProblem& p);
-bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                   int nthreads);
 
 // Depthwise backward-data (one channel per group on both sides), a strided
 // convolution of each diff_dst plane. An item (a plane, split into ranges of
 // output rows when there are fewer than 4 per thread) copies the input rows
 // its outputs read into the per-thread buffer (copy_phase_row: zero-padded,
-// split into the input phases of axis 2), then Ops::dw_rows sums every valid
-// tap's weight times its phase row. When the whole plane's rows fit in 64 KiB
-// each is copied once per item, and runs of output rows whose taps are all
-// inside (on axes 0 and 1) go in one call: their taps sit at the same offsets
-// from a base row that steps by s1 rows. Larger planes copy each output row's
-// rows (one per valid (k0, k1) pair) for that row alone. Extra memory: per
-// thread one buffer and the tap tables.
-bool dw_backward_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                      int nthreads) {
-  const Geometry g = geometry(p, false);
-  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-  const int64_t planes = g.N * g.G;
-  if (planes == 0 || out_plane == 0) return true;
-  const Ops k = ops(isa);
-  const Line L = make_line(g);
-  const int64_t VL = k.avx512 ? 16 : 8;
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
-  // Long lines (1D signals): each item takes a chunk of xc outputs of its
-  // rows and copies only the inputs the chunk reads, so the buffers stay
-  // small (the whole line per thread was a copy of a 1D diff_dst) and a
-  // single plane still splits over the threads.
-  const int64_t spread = L.max_off - L.min_off;
-  int64_t xc = g.out[2];
-  if (nslots * round_up(round_up(L.max_len, VL) + spread, 16) > 16 * 1024)
-    xc = std::min(g.out[2], std::max<int64_t>(64, (4096 / nslots - spread) / 64 * 64));
-  const int64_t nx = (g.out[2] + xc - 1) / xc;  // chunks per row
-  const int64_t jn = round_up(std::min(L.max_len, xc), VL) + spread;  // floats per phase row
-  const int64_t span = round_up(jn, 16), row_floats = nslots * span;
-  const int64_t in_rows = g.in[0] * g.in[1], out_rows = g.out[0] * g.out[1];
-  const int64_t max_seg = max_segments(g);
-  const bool whole = in_rows * row_floats <= 16 * 1024;
-  const int64_t splits =
-      std::min(out_rows, std::max<int64_t>(1, (4 * nthreads + planes * nx - 1) / (planes * nx)));
-  const int64_t rows_per = (out_rows + splits - 1) / splits;
-  const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
-  const int64_t K0 = g.K[0], K1 = g.K[1], T2 = static_cast<int64_t>(L.k[0].size());
-  std::vector<int64_t> t2_in(static_cast<size_t>(T2));  // axis-2 tap -> offset in a buffer row
-  for (int64_t t = 0; t < T2; ++t) t2_in[t] = L.slot[0][t] * span + L.off[0][t] - L.min_off;
-  // Interior output coordinates of axis 1 (every tap inside): [lo1, hi1).
-  int64_t lo1 = g.out[1], hi1 = g.out[1];
-  for (int64_t o = 0; o < g.out[1]; ++o)
-    if (taps1[o].n == K1) {
-      if (lo1 == g.out[1]) lo1 = o;
-      hi1 = o + 1;
-    }
-  // Taps of an interior row, in (k0, k1, axis-2 tap) order: offsets from the
-  // buffer row of its (k0, k1) = (0, 0) input.
-  std::vector<int64_t> run_off;
-  for (int64_t k0 = 0; k0 < K0; ++k0)
-    for (int64_t k1 = 0; k1 < K1; ++k1)
-      for (int64_t t = 0; t < T2; ++t)
-        run_off.push_back((k0 * g.d[0] * g.in[1] + k1 * g.d[1]) * row_floats + t2_in[t]);
-  const float* const wsrc = static_cast<const float*>(w.data);
+// split into the input phases of axis 2), then the table's dw_rows sums every
+// valid tap's weight times its phase row. When the whole plane's rows fit in
+// 64 KiB each is copied once per item, and runs of output rows whose taps are
+// all inside (on axes 0 and 1) go in one call: their taps sit at the same
+// offsets from a base row that steps by s1 rows. Larger planes copy each
+// output row's rows (one per valid (k0, k1) pair) for that row alone. Extra
+// memory: per thread one buffer and the tap tables.
 
-#pragma omp parallel num_threads(nthreads)
-  {
-    float* const buf = thread_buffer(1, (whole ? in_rows : max_seg) * row_floats);
-    const size_t ntaps = static_cast<size_t>(std::max<int64_t>(1, K0 * K1 * T2));
-    std::vector<int64_t> off(ntaps);
-    std::vector<float> wt(ntaps), wrun(ntaps);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < planes * splits * nx; ++item) {
-      const int64_t xi = item % nx, pp = item / nx;
-      const int64_t plane = pp / splits, part = pp % splits;  // plane = n * G + group
-      const int64_t x0 = xi * xc, xn = std::min(xc, g.out[2] - x0);  // outputs of the chunk
-      const float* const in_img = dy + plane * in_plane;
-      float* const out_img = dx + plane * out_plane;
-      const float* const wc = wsrc + (plane % g.G) * w.si;  // W(ic = group, oc = 0, k)
-      auto weight = [&](int64_t k0, int64_t k1, int64_t t) {
-        return wc[k0 * w.sk[0] + k1 * w.sk[1] + L.k[0][t] * w.sk[2]];
-      };
-      for (int64_t k0 = 0, i = 0; k0 < K0; ++k0)
-        for (int64_t k1 = 0; k1 < K1; ++k1)
-          for (int64_t t = 0; t < T2; ++t, ++i) wrun[i] = weight(k0, k1, t);
-      auto copy = [&](int64_t row, float* rb) {
-        copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), nslots,
-                        L.min_off + x0, jn, rb, span, k.copy, k.split2, k.split3);
-      };
-      const int64_t r0 = part * rows_per, r1 = std::min(out_rows, r0 + rows_per);
-      if (whole) {  // every input row the item's outputs can read: a box of axes 0 and 1
-        auto box = [&](int a, int64_t o_first, int64_t o_last, int64_t& lo, int64_t& hi) {
-          lo = std::max<int64_t>(0, o_first * g.s[a] - g.pb[a]);
-          hi = std::min(g.in[a] - 1, o_last * g.s[a] - g.pb[a] + (g.K[a] - 1) * g.d[a]);
-        };
-        const int64_t o0a = r0 / g.out[1], o0b = (r1 - 1) / g.out[1];
-        int64_t lo0, hi0, lo1_in = 0, hi1_in = g.in[1] - 1;
-        box(0, o0a, o0b, lo0, hi0);
-        if (o0a == o0b) box(1, r0 % g.out[1], (r1 - 1) % g.out[1], lo1_in, hi1_in);
-        for (int64_t i0 = lo0; i0 <= hi0; ++i0)
-          for (int64_t i1 = lo1_in; i1 <= hi1_in; ++i1) {
-            const int64_t row = i0 * g.in[1] + i1;
-            copy(row, buf + row * row_floats);
-          }
-      }
-      // Buffer row of input row `row` (whole: its own, copied above; else
-      // slot `seg`, copied now).
-      auto row_in = [&](int64_t row, int64_t seg) {
-        if (whole) return buf + row * row_floats;
-        float* rb = buf + seg * row_floats;
-        copy(row, rb);
-        return rb;
-      };
-      PlanarDwArgs args;
-      args.in = buf;
-      args.out_step = g.out[2];
-      args.n = xn;
-      for (int64_t r = r0; r < r1;) {
-        const int64_t o0 = r / g.out[1], o1 = r % g.out[1];
-        const OuterTaps &a = taps0[o0], &b = taps1[o1];
-        args.out = out_img + r * g.out[2] + x0;
-        if (whole && a.n == K0 && o1 >= lo1 && o1 < hi1) {  // a run of interior rows
-          const int64_t nrows = std::min(hi1, o1 + (r1 - r)) - o1;
-          args.in = buf + (a.i[0] * g.in[1] + b.i[0]) * row_floats;
-          args.in_step = g.s[1] * row_floats;
-          args.off = run_off.data();
-          args.w = wrun.data();
-          args.ntap = K0 * K1 * T2;
-          args.rows = nrows;
-          k.dw_rows(&args);
-          r += nrows;
-          continue;
-        }
-        int64_t n = 0, seg = 0;  // one row: its valid (k0, k1) pairs
-        for (int i = 0; i < a.n; ++i)
-          for (int j = 0; j < b.n; ++j, ++seg) {
-            const float* rb = row_in(a.i[i] * g.in[1] + b.i[j], seg);
-            for (int64_t t = 0; t < T2; ++t, ++n) {
-              off[n] = (rb - buf) + t2_in[t];
-              wt[n] = weight(a.k[i], b.k[j], t);
-            }
-          }
-        args.in = buf;
-        args.in_step = 0;
-        args.off = off.data();
-        args.w = wt.data();
-        args.ntap = n;
-        args.rows = 1;
-        k.dw_rows(&args);
-        ++r;
-      }
+// The tables of one depthwise call (shared by the threads).
+struct DwCall {
+  DwCall(const DwPlan& q_, const PlanarF32Table& tab_, const float* dy_, WeightsView w_,
+         float* dx_)
+      : q(q_), tab(tab_), dy(dy_), w(w_), dx(dx_) {}
+  const DwPlan& q;
+  const PlanarF32Table& tab;
+  const float* dy;
+  WeightsView w;
+  float* dx;
+  int64_t in_plane = 0, out_plane = 0, K0 = 1, K1 = 1, T2 = 0;
+  int64_t lo1 = 0, hi1 = 0;  // interior output coordinates of axis 1 (every tap inside)
+  std::vector<OuterTaps> taps0, taps1;
+  std::vector<int64_t> t2_in;    // axis-2 tap -> offset in a buffer row
+  std::vector<int64_t> run_off;  // taps of an interior row, from its (0, 0) input row
+};
+
+DwCall dw_call(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+  const DwPlan& q = pl.dw;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  DwCall c(q, *pl.tab, dy, w, dx);
+  c.in_plane = g.in[0] * g.in[1] * g.in[2];
+  c.out_plane = g.out[0] * g.out[1] * g.out[2];
+  c.taps0 = outer_tap_table(g, 0);
+  c.taps1 = outer_tap_table(g, 1);
+  c.K0 = g.K[0];
+  c.K1 = g.K[1];
+  c.T2 = static_cast<int64_t>(L.k[0].size());
+  c.t2_in.resize(static_cast<size_t>(c.T2));
+  for (int64_t t = 0; t < c.T2; ++t) c.t2_in[t] = L.slot[0][t] * q.span + L.off[0][t] - L.min_off;
+  c.lo1 = g.out[1];
+  c.hi1 = g.out[1];
+  for (int64_t o = 0; o < g.out[1]; ++o)
+    if (c.taps1[o].n == c.K1) {
+      if (c.lo1 == g.out[1]) c.lo1 = o;
+      c.hi1 = o + 1;
     }
+  // In (k0, k1, axis-2 tap) order.
+  for (int64_t k0 = 0; k0 < c.K0; ++k0)
+    for (int64_t k1 = 0; k1 < c.K1; ++k1)
+      for (int64_t t = 0; t < c.T2; ++t)
+        c.run_off.push_back((k0 * g.d[0] * g.in[1] + k1 * g.d[1]) * q.row_floats + c.t2_in[t]);
+  return c;
+}
+
+// A thread's buffer and tap lists.
+struct DwThread {
+  float* buf;
+  std::vector<int64_t> off;
+  std::vector<float> wt, wrun;
+};
+
+// Whole planes: every input row the outputs [r0, r1) can read (a box of axes
+// 0 and 1), columns [x0, ...) of a chunk, each into its own buffer row.
+void dw_copy_box(const DwCall& c, const float* in_img, int64_t x0, int64_t r0, int64_t r1,
+                 float* buf) {
+  const DwPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  auto box = [&](int a, int64_t o_first, int64_t o_last, int64_t& lo, int64_t& hi) {
+    lo = std::max<int64_t>(0, o_first * g.s[a] - g.pb[a]);
+    hi = std::min(g.in[a] - 1, o_last * g.s[a] - g.pb[a] + (g.K[a] - 1) * g.d[a]);
+  };
+  const int64_t o0a = r0 / g.out[1], o0b = (r1 - 1) / g.out[1];
+  int64_t lo0, hi0, lo1_in = 0, hi1_in = g.in[1] - 1;
+  box(0, o0a, o0b, lo0, hi0);
+  if (o0a == o0b) box(1, r0 % g.out[1], (r1 - 1) % g.out[1], lo1_in, hi1_in);
+  for (int64_t i0 = lo0; i0 <= hi0; ++i0)
+    for (int64_t i1 = lo1_in; i1 <= hi1_in; ++i1) {
+      const int64_t row = i0 * g.in[1] + i1;
+      copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots,
+                      L.min_off + x0, q.jn, buf + row * q.row_floats, q.span,
+                      c.tab.strided_copy, c.tab.split2, c.tab.split3);
+    }
+}
+
+// One item: a chunk of the line of a range of output rows of one plane.
+void dw_item(const DwCall& c, DwThread& th, int64_t item) {
+  const DwPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const WeightsView& w = c.w;
+  const int64_t nx = q.nx, xc = q.xc, row_floats = q.row_floats, K0 = c.K0, K1 = c.K1, T2 = c.T2;
+  const bool whole = q.whole;
+  float* const buf = th.buf;
+  const int64_t xi = item % nx, pp = item / nx;
+  const int64_t plane = pp / q.splits, part = pp % q.splits;  // plane = n * G + group
+  const int64_t x0 = xi * xc, xn = std::min(xc, g.out[2] - x0);  // outputs of the chunk
+  const float* const in_img = c.dy + plane * c.in_plane;
+  float* const out_img = c.dx + plane * c.out_plane;
+  const float* const wc =
+      static_cast<const float*>(w.data) + (plane % g.G) * w.si;  // W(ic = group, oc = 0, k)
+  auto weight = [&](int64_t k0, int64_t k1, int64_t t) {
+    return wc[k0 * w.sk[0] + k1 * w.sk[1] + L.k[0][t] * w.sk[2]];
+  };
+  for (int64_t k0 = 0, i = 0; k0 < K0; ++k0)
+    for (int64_t k1 = 0; k1 < K1; ++k1)
+      for (int64_t t = 0; t < T2; ++t, ++i) th.wrun[i] = weight(k0, k1, t);
+  const int64_t r0 = part * q.rows_per, r1 = std::min(q.out_rows, r0 + q.rows_per);
+  if (whole) dw_copy_box(c, in_img, x0, r0, r1, buf);
+  // Buffer row of input row `row` (whole: its own, copied above; else slot
+  // `seg`, copied now).
+  auto row_in = [&](int64_t row, int64_t seg) {
+    if (whole) return buf + row * row_floats;
+    float* rb = buf + seg * row_floats;
+    copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots,
+                    L.min_off + x0, q.jn, rb, q.span, c.tab.strided_copy, c.tab.split2,
+                    c.tab.split3);
+    return rb;
+  };
+  PlanarDwArgs args;
+  args.in = buf;
+  args.out_step = g.out[2];
+  args.n = xn;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t o0 = r / g.out[1], o1 = r % g.out[1];
+    const OuterTaps &a = c.taps0[o0], &b = c.taps1[o1];
+    args.out = out_img + r * g.out[2] + x0;
+    if (whole && a.n == K0 && o1 >= c.lo1 && o1 < c.hi1) {  // a run of interior rows
+      const int64_t nrows = std::min(c.hi1, o1 + (r1 - r)) - o1;
+      args.in = buf + (a.i[0] * g.in[1] + b.i[0]) * row_floats;
+      args.in_step = g.s[1] * row_floats;
+      args.off = c.run_off.data();
+      args.w = th.wrun.data();
+      args.ntap = K0 * K1 * T2;
+      args.rows = nrows;
+      c.tab.dw_rows(&args);
+      r += nrows;
+      continue;
+    }
+    int64_t n = 0, seg = 0;  // one row: its valid (k0, k1) pairs
+    for (int i = 0; i < a.n; ++i)
+      for (int j = 0; j < b.n; ++j, ++seg) {
+        const float* rb = row_in(a.i[i] * g.in[1] + b.i[j], seg);
+        for (int64_t t = 0; t < T2; ++t, ++n) {
+          th.off[n] = (rb - buf) + c.t2_in[t];
+          th.wt[n] = weight(a.k[i], b.k[j], t);
+        }
+      }
+    args.in = buf;
+    args.in_step = 0;
+    args.off = th.off.data();
+    args.w = th.wt.data();
+    args.ntap = n;
+    args.rows = 1;
+    c.tab.dw_rows(&args);
+    ++r;
+  }
+}
+
+bool run_dw(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+  const DwPlan& q = pl.dw;
+  if (q.empty) return true;
+  const DwCall c = dw_call(pl, dy, w, dx);
+#pragma omp parallel num_threads(pl.nthreads)
+  {
+    const size_t ntaps = static_cast<size_t>(std::max<int64_t>(1, c.K0 * c.K1 * c.T2));
+    DwThread th{thread_buffer(1, q.buf_floats), std::vector<int64_t>(ntaps),
+                std::vector<float>(ntaps), std::vector<float>(ntaps)};
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < q.planes * q.splits * q.nx; ++item) dw_item(c, th, item);
   }
   return true;
 }
-}  // namespace
 
-bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
-                const float* bias, float* out, int nthreads) {
-  if (forward && one_pixel_forward(p)) return dense_forward(isa, p, in, w, bias, out, nthreads);
-  if (!forward && dense_backward_data_f32(isa, p, in, w, out, nthreads, false)) return true;
-  if (!forward && planar_backward_data_gemm(isa, p)) return gemm_bwd_data(isa, p, in, w, out, nthreads);
-  if (!forward && planar_depthwise_backward_data(p)) return dw_backward_data(isa, p, in, w, out, nthreads);
-  const Geometry g = geometry(p, forward);
-  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-  if (g.N == 0 || g.G * g.Cout == 0 || out_plane == 0) return true;
-  const Line L = make_line(g);
-  const TileShape ts = choose_tile(isa, g, L);
-  const int M = ts.M, VL = ts.VL;
-  const int64_t TW = int64_t{ts.NV} * VL;  // tile width (positions)
-  const PlanarTileFn full_tile = tile_fn(isa, M, ts.NV);  // looked up once: most tiles
-  const int64_t NMB = (g.Cout + M - 1) / M;
-  const int64_t K0 = g.K[0], K1 = g.K[1];
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
+// Forward and backward-data by direct-convolution tiles (planar_f32.h).
+// Both passes relate the coordinates of the large tensor (dst) and the small
+// one (src) by dst = src * s - pb + k * d (per axis) and compute
+// out[co, x] = bias + sum_{ci, k} W(co, ci, k) * in[ci, y(x, k)]; a work item
+// copies the input rows of its taps (phase-split, zero-padded) into a
+// per-thread buffer and the tiles read them with no bounds checks
+// (docs/design.md). Weights are packed once per call to
+// [g][block of M output channels][k0][k1][phase][ci][tap of the phase][M].
 
-  // Pack the weights: [g][mb][k0][k1][phase r][ci][tap of r][M], zero past
-  // Cout: a phase's taps of one channel are consecutive.
-  std::vector<int64_t> phase_base(L.out_phases + 1, 0);  // first tap of each phase
+// First packed tap of each output phase (and the total after the last).
+std::vector<int64_t> phase_bases(const Line& L) {
+  std::vector<int64_t> phase_base(L.out_phases + 1, 0);
   for (int64_t r = 0; r < L.out_phases; ++r)
     phase_base[r + 1] = phase_base[r] + static_cast<int64_t>(L.k[r].size());
-  const int64_t ktaps = phase_base[L.out_phases];  // K2 (forward: every k in one phase)
-  const int64_t seg_floats = g.Cin * ktaps * M;     // weights of one (k0, k1)
-  const int64_t block_floats = K0 * K1 * seg_floats;
-  float* const wp = thread_buffer(0, g.G * NMB * block_floats);
+  return phase_base;
+}
+
+// Packs the weights into wp: [g][mb][k0][k1][phase r][ci][tap of r][M], zero
+// past Cout: a phase's taps of one channel are consecutive.
+void pack_tile_weights(const PlanarPlan& pl, const std::vector<int64_t>& phase_base,
+                       WeightsView w, float* wp) {
+  const ConvProblem& p = pl.p;
+  const bool forward = pl.forward;
+  const TilesPlan& q = pl.tiles;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int64_t M = q.ts.M, NMB = q.NMB, K0 = g.K[0], K1 = g.K[1];
+  const int64_t seg_floats = q.seg_floats, block_floats = q.block_floats;
   const float* wsrc = static_cast<const float*>(w.data);
   const int64_t taps = K0 * K1 * g.K[2];
   // tap index k2 -> (phase, position in the phase); -1: no output reads the tap
@@ -724,7 +1315,7 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
       k2_phase[L.k[r][t]] = r;
       k2_pos[L.k[r][t]] = static_cast<int64_t>(t);
     }
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(pl.nthreads)
   {
     std::vector<float> tmp(static_cast<size_t>(taps * M));  // [tap][m] of one input channel
 #pragma omp for collapse(2) schedule(static)
@@ -758,209 +1349,205 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
         }
       }
   }
-
-  // Two ways to cut the work:
-  //  - rows: an item is one output row (and chunk of the line, and group of
-  //    output channel blocks); it copies the input rows of its taps;
-  //  - planes: when an image's input channels of one group fit in 64 KiB
-  //    (depthwise and few-channel layers on small planes, where row items
-  //    would be tiny), an item is a whole (image, group): its input planes
-  //    are copied once and every output row reads them.
-  const int64_t max_seg = max_segments(g);
-  const bool strided_out = L.out_phases > 1;
-  const int64_t ext = L.max_off - L.min_off;
-  const int64_t in_rows = g.in[0] * g.in[1];
-  auto span_of = [&](int64_t chunk) { return round_up(round_up(chunk, VL) + ext, 16); };
-  const bool planes = use_planes(g, L, TW, nthreads);
-  // Chunks of the line: the input rows of one item within 256 KiB (and, for
-  // strided outputs, its result buffer too), and enough items for the threads.
-  auto item_floats = [&](int64_t chunk) {
-    const int64_t rows_in = planes ? in_rows : max_seg;
-    return rows_in * g.Cin * nslots * span_of(chunk) + (strided_out ? NMB * M * chunk : 0);
-  };
-  int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
-  const int64_t rows = g.N * g.G * g.out[0] * g.out[1];
-  if (!planes) {
-    while (chunk > TW && item_floats(chunk) > 64 * 1024) chunk = round_up(chunk / 2, TW);
-    while (chunk > TW && rows * ((L.max_len + chunk - 1) / chunk) < 4 * nthreads)
-      chunk = round_up(chunk / 2, TW);
-  }
-  const int64_t nchunks = (std::max<int64_t>(L.max_len, 1) + chunk - 1) / chunk;
-  // Few items (one image, few rows): also split the output channel blocks.
-  int64_t mb_groups = 1;
-  if (!planes && rows * nchunks < 4 * nthreads)
-    mb_groups = std::min(NMB, (4 * nthreads + rows * nchunks - 1) / (rows * nchunks));
-  const int64_t mb_per_group = (NMB + mb_groups - 1) / mb_groups;
-  const int64_t items = planes ? g.N * g.G : rows * nchunks * mb_groups;
-  const int64_t span = span_of(chunk);  // floats per input-phase row
-  const int64_t row_floats = nslots * span;  // one input row, all its phases
-  // Input channel stride in the buffer: rows [seg][ci][phase] or planes [ci][row][phase].
-  const int64_t cis = planes ? in_rows * row_floats : row_floats;
-  const int64_t in_floats = (planes ? 1 : max_seg) * g.Cin * cis;
-  // Channel blocks whose input rows stay in L1 (32 KiB) while all output
-  // channel blocks use them; later blocks accumulate.
-  const int64_t cb = std::max<int64_t>(1, std::min<int64_t>(g.Cin, 8192 / (max_seg * row_floats)));
-  // Outputs beyond the caches, written once (one channel block pass, not
-  // through the strided-output buffer): streaming stores. Each tile writes
-  // its channels' rows one plane apart; on power-of-two planes they share
-  // cache sets with each other and with the input rows, and the read for
-  // ownership of every line evicts those (Zen 4, DCGAN 64 -> 3 channels on
-  // 64x64, backward-data: 0.6 ms or 0.9 ms depending on where the buffers
-  // fall; streamed: 0.6 ms).
-  const bool stream = !strided_out && cb >= g.Cin &&
-                      4.0 * static_cast<double>(g.N) * g.G * g.Cout * out_plane >= 2.0 * (1 << 20);
-
-  // Per-phase tap tables (shared): input offset (slot * span + off) and weights offset.
-  std::vector<std::vector<int64_t>> tap_in(L.out_phases), tap_w(L.out_phases);
-  for (int64_t r = 0; r < L.out_phases; ++r)
-    for (size_t t = 0; t < L.k[r].size(); ++t) {
-      tap_in[r].push_back(L.slot[r][t] * span + L.off[r][t] - L.min_off);
-      tap_w[r].push_back(static_cast<int64_t>(t) * M);
-    }
-  const int64_t s2 = g.s[2];
-  const std::vector<OuterTaps> taps0 = outer_tap_table(g, 0), taps1 = outer_tap_table(g, 1);
-  const StridedCopy gather = ops(isa).copy;
-  const Split2 split2 = ops(isa).split2;
-  const Split3 split3 = ops(isa).split3;
-
-#pragma omp parallel num_threads(nthreads)
-  {
-    float* buf = thread_buffer(1, item_floats(chunk));
-    float* obuf = buf + in_floats;  // strided outputs: [channel][chunk] of one phase
-    std::vector<int64_t> seg_in(max_seg), seg_w(max_seg);
-
-    // Output row (o0, o1), positions [t0, t1) of each phase, channel blocks
-    // [mb0, mb1), of image n and group gi; in_row(i0, i1) is the buffer
-    // offset of an input row (copying it first in row mode).
-    auto compute_row = [&](int64_t n, int64_t gi, int64_t o0, int64_t o1, int64_t t0,
-                           int64_t t1, int64_t mb0, int64_t mb1, auto&& in_row) {
-      const OuterTaps& t0s = taps0[o0];
-      const OuterTaps& t1s = taps1[o1];
-      int64_t nseg = 0;
-      for (int a = 0; a < t0s.n; ++a)
-        for (int b = 0; b < t1s.n; ++b, ++nseg) {
-          seg_in[nseg] = in_row(t0s.i[a], t1s.i[b], nseg);
-          seg_w[nseg] = (t0s.k[a] * K1 + t1s.k[b]) * seg_floats;
-        }
-      PlanarTileArgs args;
-      args.in = buf;
-      args.seg_in = seg_in.data();
-      args.seg_w = seg_w.data();
-      args.nseg = nseg;
-      args.c_in_stride = cis;
-      const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
-      float* out_img = out + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
-      for (int64_t r = 0; r < L.out_phases; ++r) {
-        const int64_t tend = std::min(t1, L.len[r]);
-        if (tend <= t0) continue;
-        args.tap_in = tap_in[r].data();
-        args.tap_w = tap_w[r].data();
-        args.ntap = static_cast<int64_t>(tap_in[r].size());
-        args.c_w_stride = args.ntap * M;
-        for (int64_t c0 = 0; c0 < std::max<int64_t>(g.Cin, 1); c0 += cb) {
-          args.cin = std::min(cb, g.Cin - c0);
-          args.accumulate = c0 > 0;
-          for (int64_t mb = mb0; mb < mb1; ++mb) {
-            const int m = static_cast<int>(std::min<int64_t>(M, g.Cout - mb * M));
-            args.w = wp + (gi * NMB + mb) * block_floats + phase_base[r] * g.Cin * M +
-                     c0 * args.c_w_stride;
-            args.bias = bias && c0 == 0 ? bias + gi * g.Cout + mb * M : nullptr;
-            args.stream = stream;
-            for (int64_t u0 = t0; u0 < tend; u0 += TW) {
-              const int64_t nx = std::min(TW, tend - u0);
-              args.in_off = u0 - t0 + c0 * cis;
-              args.nx = nx;
-              if (strided_out) {
-                args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
-                args.out_stride = chunk;
-              } else {
-                args.out = out_img + mb * M * out_plane + u0;
-                args.out_stride = out_plane;
-              }
-              (m == M && nx == TW ? full_tile
-                                  : tile_fn(isa, m, static_cast<int>((nx + VL - 1) / VL)))(&args);
-            }
-          }
-        }
-        if (strided_out) {  // phase r's outputs are s2 apart
-          const int64_t co0 = mb0 * M, co1 = std::min(g.Cout, mb1 * M);
-          for (int64_t co = co0; co < co1; ++co) {
-            float* o = out_img + co * out_plane + r + s2 * t0;
-            const float* t = obuf + (co - co0) * chunk;
-            for (int64_t x = 0; x < tend - t0; ++x) o[s2 * x] = t[x];
-          }
-        }
-      }
-    };
-
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      if (planes) {
-        const int64_t gi = item % g.G, n = item / g.G;
-        const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
-        const int64_t jn = round_up(L.max_len, VL) + ext;
-        for (int64_t ci = 0; ci < g.Cin; ++ci)
-          for (int64_t row = 0; row < in_rows; ++row)
-            copy_phase_rows(in_img + ci * in_plane + row * g.in[2], g.in[2], L.in_step,
-                            L.slot_q.data(), nslots, L.min_off, jn,
-                            buf + ci * cis + row * row_floats, span, gather, split2, split3);
-        auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
-          return (i0 * g.in[1] + i1) * row_floats;
-        };
-        for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-          for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-            compute_row(n, gi, o0, o1, 0, L.max_len, 0, NMB, plane_row);
-        continue;
-      }
-      int64_t rest = item;
-      const int64_t mg = rest % mb_groups;
-      rest /= mb_groups;
-      const int64_t ch = rest % nchunks;
-      rest /= nchunks;
-      const int64_t o1 = rest % g.out[1];
-      rest /= g.out[1];
-      const int64_t o0 = rest % g.out[0];
-      rest /= g.out[0];
-      const int64_t gi = rest % g.G;
-      const int64_t n = rest / g.G;
-      const int64_t t0 = ch * chunk, t1 = std::min(L.max_len, t0 + chunk);
-      const int64_t mb0 = mg * mb_per_group, mb1 = std::min(NMB, mb0 + mb_per_group);
-      if (mb0 >= mb1) continue;
-      // Copy the input rows of the row's segments: [seg][ci][phase][span].
-      const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, VL) + ext;
-      const float* in_img = in + (n * g.G + gi) * g.Cin * in_plane;
-      auto copy_row = [&](int64_t i0, int64_t i1, int64_t sidx) {
-        const int64_t off = sidx * g.Cin * cis;
-        const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
-        for (int64_t ci = 0; ci < g.Cin; ++ci)
-          copy_phase_rows(src_row + ci * in_plane, g.in[2], L.in_step, L.slot_q.data(), nslots,
-                          jlo, jn, buf + off + ci * cis, span, gather, split2, split3);
-        return off;
-      };
-      compute_row(n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
-    }
-    if (stream) _mm_sfence();  // the streamed outputs, before the region's barrier
-  }
-
-  return true;
 }
 
-// Backward-weights on dense NCX tensors (AVX-512, AVX2) as GEMMs over im2col
-// chunks of diff_dst:
-//   diff_W(g*ICg+a, b, k) = sum_{n, p} src[n, g*ICg+a, p] * D[n, p, (b, k)]
-//   D[n, p, (b, k)] = diff_dst[n, g*OCg+b, p*s - pb + k*d]  (per axis; 0 outside)
-// over the src positions p of each image (contiguous in NCX). The columns
-// j = b*taps + k are the weights' own IOX order. Per chunk of kKc positions
-// an item packs its columns of D transposed ([position][column], gathered
-// rows then 16x16 block transposes) and runs the GEMM tiles (planar_f32.h)
-// over 32-column slices of the pack, which stay in L1, against the src rows
-// read in place. Work is split over the reduction (each part sums its chunks
-// into its own copy of the result: extra memory parts-1 copies, used when the
-// result is small) and over panels of columns (each panel's owner writes it
-// alone). Extra memory: one pack per thread, the partial sums, and the
-// result in [ic][column] order when the weights' layout has another.
-namespace {
-constexpr int64_t kKc = 256;
+// The tables of one tiles call (shared by the threads).
+struct TilesCall {
+  TilesCall(const TilesPlan& q_, const PlanarF32Table& tab_, const float* in_, const float* bias_,
+            float* out_, const float* wp_)
+      : q(q_), tab(tab_), in(in_), bias(bias_), out(out_), wp(wp_) {}
+  const TilesPlan& q;
+  const PlanarF32Table& tab;
+  const float* in;
+  const float* bias;
+  float* out;
+  const float* wp;  // packed weights
+  int64_t in_plane = 0, out_plane = 0;
+  std::vector<int64_t> phase_base;
+  // Per output phase: input offset (slot * span + off) and weights offset of each tap.
+  std::vector<std::vector<int64_t>> tap_in, tap_w;
+  std::vector<OuterTaps> taps0, taps1;
+};
+
+// A thread's item buffer and segment lists.
+struct TilesThread {
+  float* buf;
+  float* obuf;  // strided outputs: [channel][chunk] of one phase
+  std::vector<int64_t> seg_in, seg_w;
+};
+
+// Output row (o0, o1), positions [t0, t1) of each phase, channel blocks
+// [mb0, mb1), of image n and group gi; in_row(i0, i1, seg) is the buffer
+// offset of an input row (copying it first in row mode).
+template <class InRow>
+void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int64_t o0,
+                 int64_t o1, int64_t t0, int64_t t1, int64_t mb0, int64_t mb1, InRow&& in_row) {
+  const TilesPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int M = q.ts.M, VL = q.ts.VL;
+  const int64_t TW = q.TW, NMB = q.NMB, K1 = g.K[1], seg_floats = q.seg_floats;
+  const int64_t block_floats = q.block_floats, cis = q.cis, cb = q.cb, chunk = q.chunk;
+  const int64_t out_plane = c.out_plane, s2 = g.s[2];
+  const bool strided_out = q.strided_out, stream = q.stream;
+  const PlanarTileFn full_tile = q.full_tile;
+  const float* const bias = c.bias;
+  float* const obuf = th.obuf;
+  const OuterTaps& t0s = c.taps0[o0];
+  const OuterTaps& t1s = c.taps1[o1];
+  int64_t nseg = 0;
+  for (int a = 0; a < t0s.n; ++a)
+    for (int b = 0; b < t1s.n; ++b, ++nseg) {
+      th.seg_in[nseg] = in_row(t0s.i[a], t1s.i[b], nseg);
+      th.seg_w[nseg] = (t0s.k[a] * K1 + t1s.k[b]) * seg_floats;
+    }
+  PlanarTileArgs args;
+  args.in = th.buf;
+  args.seg_in = th.seg_in.data();
+  args.seg_w = th.seg_w.data();
+  args.nseg = nseg;
+  args.c_in_stride = cis;
+  const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
+  float* out_img = c.out + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
+  for (int64_t r = 0; r < L.out_phases; ++r) {
+    const int64_t tend = std::min(t1, L.len[r]);
+    if (tend <= t0) continue;
+    args.tap_in = c.tap_in[r].data();
+    args.tap_w = c.tap_w[r].data();
+    args.ntap = static_cast<int64_t>(c.tap_in[r].size());
+    args.c_w_stride = args.ntap * M;
+    for (int64_t c0 = 0; c0 < std::max<int64_t>(g.Cin, 1); c0 += cb) {
+      args.cin = std::min(cb, g.Cin - c0);
+      args.accumulate = c0 > 0;
+      for (int64_t mb = mb0; mb < mb1; ++mb) {
+        const int m = static_cast<int>(std::min<int64_t>(M, g.Cout - mb * M));
+        args.w = c.wp + (gi * NMB + mb) * block_floats + c.phase_base[r] * g.Cin * M +
+                 c0 * args.c_w_stride;
+        args.bias = bias && c0 == 0 ? bias + gi * g.Cout + mb * M : nullptr;
+        args.stream = stream;
+        for (int64_t u0 = t0; u0 < tend; u0 += TW) {
+          const int64_t nx = std::min(TW, tend - u0);
+          args.in_off = u0 - t0 + c0 * cis;
+          args.nx = nx;
+          if (strided_out) {
+            args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
+            args.out_stride = chunk;
+          } else {
+            args.out = out_img + mb * M * out_plane + u0;
+            args.out_stride = out_plane;
+          }
+          (m == M && nx == TW ? full_tile
+                              : c.tab.tile[m][static_cast<int>((nx + VL - 1) / VL)])(&args);
+        }
+      }
+    }
+    if (strided_out) {  // phase r's outputs are s2 apart
+      const int64_t co0 = mb0 * M, co1 = std::min(g.Cout, mb1 * M);
+      for (int64_t co = co0; co < co1; ++co) {
+        float* o = out_img + co * out_plane + r + s2 * t0;
+        const float* t = obuf + (co - co0) * chunk;
+        for (int64_t x = 0; x < tend - t0; ++x) o[s2 * x] = t[x];
+      }
+    }
+  }
+}
+
+// A plane item: one (image, group); its input planes are copied once
+// ([ci][row][phase]) and every output row reads them.
+void plane_item(const TilesCall& c, TilesThread& th, int64_t item) {
+  const TilesPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int64_t row_floats = q.row_floats;
+  const int64_t gi = item % g.G, n = item / g.G;
+  const float* in_img = c.in + (n * g.G + gi) * g.Cin * c.in_plane;
+  const int64_t jn = round_up(L.max_len, q.ts.VL) + q.ext;
+  for (int64_t ci = 0; ci < g.Cin; ++ci)
+    for (int64_t row = 0; row < q.in_rows; ++row)
+      copy_phase_rows(in_img + ci * c.in_plane + row * g.in[2], g.in[2], L.in_step,
+                      L.slot_q.data(), q.nslots, L.min_off, jn,
+                      th.buf + ci * q.cis + row * row_floats, q.span, c.tab.strided_copy,
+                      c.tab.split2, c.tab.split3);
+  auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
+    return (i0 * g.in[1] + i1) * row_floats;
+  };
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      compute_row(c, th, n, gi, o0, o1, 0, L.max_len, 0, q.NMB, plane_row);
+}
+
+// A row item: one output row, chunk of the line and group of output channel
+// blocks; it copies the input rows of the row's segments: [seg][ci][phase][span].
+void row_item(const TilesCall& c, TilesThread& th, int64_t item) {
+  const TilesPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int64_t cis = q.cis;
+  int64_t rest = item;
+  const int64_t mg = rest % q.mb_groups;
+  rest /= q.mb_groups;
+  const int64_t ch = rest % q.nchunks;
+  rest /= q.nchunks;
+  const int64_t o1 = rest % g.out[1];
+  rest /= g.out[1];
+  const int64_t o0 = rest % g.out[0];
+  rest /= g.out[0];
+  const int64_t gi = rest % g.G;
+  const int64_t n = rest / g.G;
+  const int64_t t0 = ch * q.chunk, t1 = std::min(L.max_len, t0 + q.chunk);
+  const int64_t mb0 = mg * q.mb_per_group, mb1 = std::min(q.NMB, mb0 + q.mb_per_group);
+  if (mb0 >= mb1) return;
+  const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, q.ts.VL) + q.ext;
+  const float* in_img = c.in + (n * g.G + gi) * g.Cin * c.in_plane;
+  auto copy_row = [&](int64_t i0, int64_t i1, int64_t sidx) {
+    const int64_t off = sidx * g.Cin * cis;
+    const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
+    for (int64_t ci = 0; ci < g.Cin; ++ci)
+      copy_phase_rows(src_row + ci * c.in_plane, g.in[2], L.in_step, L.slot_q.data(), q.nslots,
+                      jlo, jn, th.buf + off + ci * cis, q.span, c.tab.strided_copy,
+                      c.tab.split2, c.tab.split3);
+    return off;
+  };
+  compute_row(c, th, n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
+}
+
+bool run_tiles(const PlanarPlan& pl, const float* in, WeightsView w, const float* bias,
+               float* out) {
+  const TilesPlan& q = pl.tiles;
+  if (q.empty) return true;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  float* const wp = thread_buffer(0, g.G * q.NMB * q.block_floats);
+  TilesCall c(q, *pl.tab, in, bias, out, wp);
+  c.in_plane = g.in[0] * g.in[1] * g.in[2];
+  c.out_plane = g.out[0] * g.out[1] * g.out[2];
+  c.phase_base = phase_bases(L);
+  pack_tile_weights(pl, c.phase_base, w, wp);
+  c.tap_in.resize(L.out_phases);
+  c.tap_w.resize(L.out_phases);
+  for (int64_t r = 0; r < L.out_phases; ++r)
+    for (size_t t = 0; t < L.k[r].size(); ++t) {
+      c.tap_in[r].push_back(L.slot[r][t] * q.span + L.off[r][t] - L.min_off);
+      c.tap_w[r].push_back(static_cast<int64_t>(t) * q.ts.M);
+    }
+  c.taps0 = outer_tap_table(g, 0);
+  c.taps1 = outer_tap_table(g, 1);
+#pragma omp parallel num_threads(pl.nthreads)
+  {
+    float* buf = thread_buffer(1, q.buf_floats);
+    TilesThread th{buf, buf + q.in_floats, std::vector<int64_t>(q.max_seg),
+                   std::vector<int64_t>(q.max_seg)};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < q.items; ++item) {
+      if (q.planes)
+        plane_item(c, th, item);
+      else
+        row_item(c, th, item);
+    }
+    if (q.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
+  }
+  return true;
+}
 
 // Rows of the im2col matrix of diff_dst used by the backward GEMMs: for src
 // position q of an image and column j = (b, t), D[q][j] = diff_dst plane b at
@@ -972,8 +1559,8 @@ constexpr int64_t kKc = 256;
 // A small direct-mapped cache of one work item (rows keyed by address).
 class PhaseRows {
  public:
-  PhaseRows(int64_t len, int64_t step, const Ops& k)
-      : len_(len), step_(step), nq_((len + step - 1) / step), k_(k),
+  PhaseRows(int64_t len, int64_t step, const PlanarF32Table& tab)
+      : len_(len), step_(step), nq_((len + step - 1) / step), tab_(tab),
         buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
         keys_(kEntries, nullptr), qs_(static_cast<size_t>(step)) {
     for (int64_t r = 0; r < step; ++r) qs_[r] = r;
@@ -988,8 +1575,8 @@ class PhaseRows {
         (kEntries - 1);
     float* entry = buf_.data() + slot * step_ * nq_;
     if (keys_[slot] != row) {
-      copy_phase_rows(row, len_, step_, qs_.data(), step_, 0, nq_, entry, nq_, k_.copy, k_.split2,
-                      k_.split3);
+      copy_phase_rows(row, len_, step_, qs_.data(), step_, 0, nq_, entry, nq_, tab_.strided_copy,
+                      tab_.split2, tab_.split3);
       keys_[slot] = row;
     }
     const float* ph = entry + q * nq_;  // zero past the phase's last element
@@ -1006,7 +1593,7 @@ class PhaseRows {
  private:
   static constexpr int64_t kEntries = 32;  // a power of 2
   int64_t len_, step_, nq_;
-  Ops k_;
+  const PlanarF32Table& tab_;
   std::vector<float> buf_;
   std::vector<const float*> keys_;
   std::vector<int64_t> qs_;  // 0 .. step-1
@@ -1021,28 +1608,12 @@ class Im2col {
           const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
           pos_[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
         }
-    identity_ = p.taps() == 1;
-    for (int a = 0; a < kAxes; ++a)
-      identity_ = identity_ && p.s[a] == 1 && p.pb[a] == 0 && p.O[a] == p.I[a];
+    identity_ = im2col_identity(p);
     for (int64_t t = 0; t < p.taps(); ++t) {
       const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
       const int64_t e = k2 * p.d[2] - p.pb[2];
       taps_.push_back({k0 * p.I[0], k1 * p.I[1], floor_mod(e, p.s[2]), floor_div(e, p.s[2])});
     }
-  }
-
-  // Whether the taps go through phase rows (see PhaseRows): strided, the
-  // taps sharing phases (K2 > s) or a stride of 3 (the three phases of a row
-  // in one permute pass, several times cheaper than a gather per tap: the
-  // 36 -> 4 k3 s3 layer 1.2-1.3x; stride 2 copies each tap's phase directly
-  // with shuffles, 2-10 % faster than through the cache), and rows not much
-  // longer than what a chunk of kKc positions reads of them (a cached row is
-  // split whole: 1D signals would split their whole line per chunk and
-  // channel; up to 8x for the permute splits, 2x for gathers).
-  bool shares_phases() const {
-    const bool split = p_.s[2] == 2 || p_.s[2] == 3;
-    return !identity_ && p_.s[2] > 1 && (p_.K[2] > p_.s[2] || p_.s[2] == 3) &&
-           p_.O[2] <= (split ? 8 : 2) * kKc * p_.s[2];
   }
 
   // Position p0 of an image as src coordinates (computed once per chunk).
@@ -1102,158 +1673,8 @@ class Im2col {
   bool identity_ = false;
 };
 
-// Where the GEMMs beat both the dot tiles and the channels-last path
-// (interleaved A/B on the benchmark layers, 2 threads): enough src channels
-// for the tiles' rows and columns for a vector, and
-//  - AVX-512 (1.2-2x): chunks of positions per image and rows long enough
-//    that the per-row gathers of the packing stay cheap (1x1 kernels pack
-//    whole runs);
-//  - AVX2 (Zen 3, 1.1-1.7x, where the channels-last tiles are narrower):
-//    enough src channels x row length to amortize the per-row gathers over
-//    the GEMM rows (the packing costs ~J * P / W row copies, the GEMM
-//    ICg * J * P multiply-adds), and 16+ positions per image.
-//    The GEMM multiplies every tap with every position (zeros where the tap
-//    falls outside diff_dst), the channels-last tiles only the pairs inside:
-//    under 3/4 inside, channels-last (AlexNet's k3 d3 on 9x9, 60 % inside:
-//    channels-last 1.2x faster).
-bool gemm_preferred(Isa isa, const ConvProblem& p) {
-  const int64_t P = p.src_spatial(), W = p.I[2];
-  if (p.ICg < 8 || p.OCg * p.taps() < 16) return false;
-  if (isa != Isa::Avx512) {
-    if (p.ICg * (p.taps() == 1 ? P : W) < 1024 || P < 16) return false;
-    double inside = 1;  // share of (tap, src position) pairs inside diff_dst
-    for (int a = 0; a < kAxes; ++a) {
-      int64_t n = 0;
-      for (int64_t k = 0; k < p.K[a]; ++k) {
-        const auto [lo, hi] = p.tap_src_range(a, k);
-        n += hi - lo;
-      }
-      inside *= static_cast<double>(n) / std::max<int64_t>(1, p.K[a] * p.I[a]);
-    }
-    return inside >= 0.75;
-  }
-  return P >= 128 && (p.taps() == 1 || W >= 48);
-}
-
-bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const float* dy,
-                      WeightsView dw, int nthreads) {
-  const Ops k = ops(isa);
-  const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
-  const int64_t J = OCg * T;  // columns per group
-  const int64_t P = p.src_spatial(), Q = p.dst_spatial();
-  float* const out = static_cast<float*>(dw.data);
-  auto out_at = [&](int64_t ic, int64_t j) {
-    const int64_t b = j / T, t = j % T;
-    const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
-    return out + ic * dw.si + b * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
-  };
-  // The result in [ic][j] rows: the weights themselves when they are IOX-dense per ic.
-  const bool direct = iox_rows(p, dw);
-  const int64_t c_stride = direct ? dw.si : J;
-  if (p.N == 0 || P == 0) {
-    for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = 0.f;
-    return true;
-  }
-  const int64_t per_image = (P + kKc - 1) / kKc, chunks = p.N * per_image;
-  // Reduction parts (reduction_pieces: a function of the problem, not of the
-  // threads, so that the bits are the same for any thread count; a part sums
-  // its chunks in order, the parts are added in order) while the result is
-  // small next to the activations and there are chunks for them (2 per
-  // part); else panels of columns for the threads (they split the columns,
-  // not the sums).
-  const int64_t result = IC * J;
-  const int64_t parts = reduction_pieces(static_cast<double>(p.N) * (IC * P + OC * Q),
-                                         static_cast<double>(result), chunks / 2);
-  // Panels split only the columns (the same bits for any split): enough for
-  // the threads when the parts and groups are fewer.
-  int64_t npanels = std::max<int64_t>(1, (nthreads + parts * G - 1) / (parts * G));
-  npanels = std::max(npanels, (J + 255) / 256);
-  const int64_t NC = round_up((J + npanels - 1) / npanels, 16);
-  npanels = (J + NC - 1) / NC;
-  // Pack rows an odd number of 64-byte lines apart: the tiles read a column
-  // slice of every row, and rows 2^k lines apart share a few L1 sets (NC =
-  // 256: 4 of 64 sets, so the slice streams from L2).
-  const int64_t ldp = (NC / 16) % 2 == 1 ? NC : NC + 16;
-  const int64_t items = parts * G * npanels;
-  Buf scratch = direct ? Buf() : aligned(result);
-  float* const C = direct ? out : scratch.get();
-  Buf partial = aligned((parts - 1) * result);
-
-  const Im2col im2col(p, k.copy);
-
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t part = item / (G * npanels), rest = item % (G * npanels);
-    const int64_t gi = rest / npanels, j0p = (rest % npanels) * NC;
-    const int64_t nc = std::min(NC, J - j0p);
-    const int64_t c_lo = part * chunks / parts, c_hi = (part + 1) * chunks / parts;
-    float* const target = part == 0 ? C : partial.get() + (part - 1) * result;
-    const int64_t t_stride = part == 0 ? c_stride : J;  // partial sums: [ic][j]
-    float* const tmp = thread_buffer(1, 16 * kKc + kKc * ldp);  // [16 columns][kKc]
-    float* const pack = tmp + 16 * kKc;                         // [kKc][ldp]
-    if (c_lo >= c_hi) {  // nothing to sum: this part's columns are zero
-      for (int64_t a = 0; a < ICg; ++a)
-        std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
-      continue;
-    }
-    std::unique_ptr<PhaseRows> phases;
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
-    for (int64_t ch = c_lo; ch < c_hi; ++ch) {
-      const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
-      const int64_t kc = std::min(kKc, P - p0);
-      const Im2col::Start st = im2col.start(p0);
-      // Pack columns j0p .. j0p+nc of positions p0 .. p0+kc.
-      for (int64_t c0 = 0; c0 < nc; c0 += 16) {
-        for (int64_t c = 0; c < 16; ++c) {
-          float* row = tmp + c * kKc;
-          const int64_t j = j0p + c0 + c;
-          if (c0 + c >= nc) {
-            std::memset(row, 0, sizeof(float) * kKc);
-            continue;
-          }
-          im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases.get());
-        }
-        for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
-          k.transpose16(tmp + r0, kKc, pack + r0 * ldp + c0, ldp);
-      }
-      // GEMM tiles: 32-column slices of the pack x all src channels of the group.
-      PlanarGemmArgs args;
-      args.kc = kc;
-      args.a_stride = P;
-      args.b_stride = ldp;
-      args.c_stride = t_stride;
-      args.accumulate = ch > c_lo;
-      for (int64_t js = 0; js < nc; js += kPlanarGemmN) {
-        args.b = pack + js;
-        args.n = std::min<int64_t>(kPlanarGemmN, nc - js);
-        for (int64_t a0 = 0; a0 < ICg; a0 += kPlanarGemmMaxM) {
-          const int m = static_cast<int>(std::min<int64_t>(kPlanarGemmMaxM, ICg - a0));
-          const int64_t ic = gi * ICg + a0;
-          args.a = src + (n * IC + ic) * P + p0;
-          args.c = target + ic * t_stride + j0p + js;
-          k.gemm(m)(&args);
-        }
-      }
-    }
-  }
-  // Sum the parts into the result (parallel over channels), then write the
-  // weights' layout when the result went through [ic][j] scratch.
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (int64_t ic = 0; ic < IC; ++ic) {
-    float* c = C + ic * c_stride;
-    for (int64_t r = 1; r < parts; ++r) {
-      const float* s2 = partial.get() + (r - 1) * result + ic * J;
-      for (int64_t j = 0; j < J; ++j) c[j] += s2[j];
-    }
-    if (!direct)
-      for (int64_t j = 0; j < J; ++j) *out_at(ic, j) = c[j];
-  }
-  return true;
-}
-
-// Backward-data on dense NCX tensors (AVX-512, AVX2) as GEMMs over the same im2col
-// chunks of diff_dst (for the layers of gemm_bwd_data_preferred):
+// Backward-data on dense NCX tensors as GEMMs over the same im2col chunks of
+// diff_dst (for the layers of gemm_bwd_data_preferred):
 //   diff_src[n, g*ICg+a, q] = sum_j W(g*ICg+a, j) * D[n, q, j],  j = (b, k)
 // Per item (image, group, chunk of src positions, block of src channels) the
 // chunk's rows of D^T are gathered once into slices of 32 positions
@@ -1262,59 +1683,64 @@ bool gemm_bwd_weights(Isa isa, const ConvProblem& p, const float* src, const flo
 // parts of at most kJp columns, against the weights rows (read in place when
 // they are IOX-dense, else packed once to [ic][j]), writing diff_src in place.
 // Extra memory: one chunk of D^T per thread, and the packed weights.
-constexpr int64_t kJp = 192;
 
-// Where the GEMMs beat the planar tiles and the channels-last path
-// (interleaved A/B on the benchmark layers, AVX-512, 2 threads: 1.05-1.35x):
-// kernels that do not overlap (K <= s on every axis: D is a permutation of
-// diff_dst, gathered once, like 1x1 and k2 s2 layers) with a reduction of at
-// most 512 columns (deeper ones run faster channels-last) and src channels
-// for the tiles' rows. Overlapping kernels gather each diff_dst element
-// several times, where the planar tiles' shifted reads win.
-bool gemm_bwd_data_preferred(const ConvProblem& p) {
-  bool disjoint = true;
-  for (int a = 0; a < kAxes; ++a) disjoint = disjoint && p.K[a] <= p.s[a];
-  const int64_t J = p.OCg * p.taps();
-  return disjoint && p.ICg >= 32 && J >= 32 && J <= 512 && p.src_spatial() >= 64;
+// GEMM tiles of one item: src channels [a_lo, a_hi) of group gi, positions
+// p0 .. p0 + kc of image n, over the slices of pack ([slice][j][32]).
+void im_gemm_slices(const PlanarPlan& pl, const float* A, int64_t a_stride, const float* pack,
+                    int64_t n, int64_t gi, int64_t p0, int64_t kc, int64_t a_lo, int64_t a_hi,
+                    float* dx) {
+  const ConvProblem& p = pl.p;
+  const ImGemmPlan& q = pl.gemm;
+  const PlanarF32Table& tab = *pl.tab;
+  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
+  const int64_t IC = p.IC(), ICg = p.ICg, P = p.src_spatial(), J = q.J, JP = q.JP;
+  const int64_t nslices = (kc + SW - 1) / SW;
+  PlanarGemmArgs args;
+  args.a_stride = a_stride;
+  args.b_stride = SW;
+  args.c_stride = P;
+  for (int64_t sl = 0; sl < nslices; ++sl) {
+    args.n = std::min<int64_t>(SW, kc - sl * SW);
+    for (int64_t j0 = 0; j0 < J; j0 += JP) {
+      args.kc = std::min(JP, J - j0);
+      args.b = pack + (sl * J + j0) * SW;
+      args.accumulate = j0 > 0;
+      for (int64_t a0 = a_lo; a0 < a_hi; a0 += MR) {
+        const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
+        const int64_t ic = gi * ICg + a0;
+        args.a = A + ic * a_stride + j0;
+        args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
+        tab.gemm[m](&args);
+      }
+    }
+  }
 }
 
-bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w, float* dx,
-                   int nthreads) {
-  const Ops k = ops(isa);
+bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+  const ConvProblem& p = pl.p;
+  const ImGemmPlan& q = pl.gemm;
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
-  const int64_t J = OCg * T;
-  constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
+  const int64_t J = q.J;
+  constexpr int64_t SW = kPlanarGemmN;  // slice width
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
-  if (p.N == 0 || P == 0 || IC == 0) return true;
-  if (J == 0) {
+  if (q.empty) return true;
+  if (q.zero) {
     std::memset(dx, 0, sizeof(float) * p.N * IC * P);
     return true;
   }
   // The weights as [ic][j] rows (in place when IOX-dense per ic).
-  const WeightRows rows = weight_rows(p, w, false, nthreads);
+  const WeightRows rows = weight_rows(p, w, false, pl.nthreads);
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
-  // Chunks of positions whose D^T stays within 512 KiB (L2).
-  const int64_t kc_max = std::max<int64_t>(
-      SW, std::min<int64_t>(kKc, (512 << 10) / (4 * J) / SW * SW));
-  const int64_t per_image = (P + kc_max - 1) / kc_max;
-  // Blocks of src channels (multiples of the tile's rows) when the chunks
-  // alone give the threads too few items; each block gathers its own D^T.
-  int64_t ablocks = 1;
-  const int64_t base_items = p.N * G * per_image;
-  while (base_items * ablocks < 4 * nthreads && ICg / (2 * ablocks) >= MR) ablocks *= 2;
-  const int64_t AB = round_up((ICg + ablocks - 1) / ablocks, MR);
-  ablocks = (ICg + AB - 1) / AB;
-  const int64_t items = base_items * ablocks;
-  const int64_t parts = (J + kJp - 1) / kJp, JP = (J + parts - 1) / parts;
-  const Im2col im2col(p, k.copy);
+  const int64_t kc_max = q.kc_max, per_image = q.per_image, ablocks = q.ablocks, AB = q.AB;
+  const Im2col im2col(p, pl.tab->strided_copy);
 
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(pl.nthreads)
   {
     std::unique_ptr<PhaseRows> phases;  // per thread
-    if (im2col.shares_phases()) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], k);
+    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], *pl.tab);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int64_t item = 0; item < q.items; ++item) {
       const int64_t ab = item % ablocks, chunk = item / ablocks;
       const int64_t n = chunk / (G * per_image), gi = (chunk / per_image) % G;
       const int64_t p0 = (chunk % per_image) * kc_max, kc = std::min(kc_max, P - p0);
@@ -1329,32 +1755,152 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
                       sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
       }
       const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
-      PlanarGemmArgs args;
-      args.a_stride = a_stride;
-      args.b_stride = SW;
-      args.c_stride = P;
-      for (int64_t sl = 0; sl < nslices; ++sl) {
-        args.n = std::min<int64_t>(SW, kc - sl * SW);
-        for (int64_t j0 = 0; j0 < J; j0 += JP) {
-          args.kc = std::min(JP, J - j0);
-          args.b = pack + (sl * J + j0) * SW;
-          args.accumulate = j0 > 0;
-          for (int64_t a0 = a_lo; a0 < a_hi; a0 += MR) {
-            const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
-            const int64_t ic = gi * ICg + a0;
-            args.a = A + ic * a_stride + j0;
-            args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
-            k.gemm(m)(&args);
-          }
-        }
-      }
+      im_gemm_slices(pl, A, a_stride, pack, n, gi, p0, kc, a_lo, a_hi, dx);
     }
   }
   return true;
 }
-}  // namespace
 
-// Backward-weights on dense NCX tensors (AVX-512, AVX2):
+// Backward-weights on dense NCX tensors as GEMMs over im2col chunks of
+// diff_dst:
+//   diff_W(g*ICg+a, b, k) = sum_{n, p} src[n, g*ICg+a, p] * D[n, p, (b, k)]
+//   D[n, p, (b, k)] = diff_dst[n, g*OCg+b, p*s - pb + k*d]  (per axis; 0 outside)
+// over the src positions p of each image (contiguous in NCX). The columns
+// j = b*taps + k are the weights' own IOX order. Per chunk of kKc positions
+// an item packs its columns of D transposed ([position][column], gathered
+// rows then 16x16 block transposes) and runs the GEMM tiles (planar_f32.h)
+// over 32-column slices of the pack, which stay in L1, against the src rows
+// read in place. Work is split over the reduction (each part sums its chunks
+// into its own copy of the result: extra memory parts-1 copies, used when the
+// result is small) and over panels of columns (each panel's owner writes it
+// alone). Extra memory: one pack per thread, the partial sums, and the
+// result in [ic][column] order when the weights' layout has another.
+
+// The gradient element of src channel ic and column j = (oc, tap).
+float* grad_at(const ConvProblem& p, const WeightsView& dw, int64_t ic, int64_t j) {
+  const int64_t T = p.taps(), b = j / T, t = j % T;
+  const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
+  return static_cast<float*>(dw.data) + ic * dw.si + b * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] +
+         k2 * dw.sk[2];
+}
+
+// Packs columns j0p .. j0p+nc of D for positions st.p0 .. st.p0+kc of image n
+// and group gi, transposed: pack[position][column] (rows ldp apart), through
+// tmp ([16 columns][kKc]).
+void pack_im2col_columns(const PlanarBwdWeightsPlan& pl, const Im2col& im2col,
+                         PhaseRows* phases, const float* dy, int64_t n, int64_t gi,
+                         const Im2col::Start& st, int64_t kc, int64_t j0p, int64_t nc,
+                         float* tmp, float* pack) {
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OC(), OCg = p.OCg, T = p.taps(), Q = p.dst_spatial(), ldp = pl.gm.ldp;
+  for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+    for (int64_t c = 0; c < 16; ++c) {
+      float* row = tmp + c * kKc;
+      const int64_t j = j0p + c0 + c;
+      if (c0 + c >= nc) {
+        std::memset(row, 0, sizeof(float) * kKc);
+        continue;
+      }
+      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases);
+    }
+    for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
+      pl.tab->transpose16(tmp + r0, kKc, pack + r0 * ldp + c0, ldp);
+  }
+}
+
+// GEMM tiles of one chunk: 32-column slices of the pack x all src channels
+// of group gi, into target's [ic][j] rows (t_stride apart).
+void chunk_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* pack, int64_t n,
+                int64_t gi, int64_t p0, int64_t kc, int64_t j0p, int64_t nc, bool accumulate,
+                float* target, int64_t t_stride) {
+  const ConvProblem& p = pl.p;
+  const PlanarF32Table& tab = *pl.tab;
+  const int64_t IC = p.IC(), ICg = p.ICg, P = p.src_spatial();
+  PlanarGemmArgs args;
+  args.kc = kc;
+  args.a_stride = P;
+  args.b_stride = pl.gm.ldp;
+  args.c_stride = t_stride;
+  args.accumulate = accumulate;
+  for (int64_t js = 0; js < nc; js += kPlanarGemmN) {
+    args.b = pack + js;
+    args.n = std::min<int64_t>(kPlanarGemmN, nc - js);
+    for (int64_t a0 = 0; a0 < ICg; a0 += kPlanarGemmMaxM) {
+      const int m = static_cast<int>(std::min<int64_t>(kPlanarGemmMaxM, ICg - a0));
+      const int64_t ic = gi * ICg + a0;
+      args.a = src + (n * IC + ic) * P + p0;
+      args.c = target + ic * t_stride + j0p + js;
+      tab.gemm[m](&args);
+    }
+  }
+}
+
+bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                          WeightsView dw) {
+  const ConvProblem& p = pl.p;
+  const BwdWeightsGemmPlan& q = pl.gm;
+  const int nthreads = pl.nthreads;
+  const int64_t IC = p.IC(), ICg = p.ICg, G = p.G;
+  const int64_t J = q.J;  // columns per group
+  const int64_t P = p.src_spatial();
+  float* const out = static_cast<float*>(dw.data);
+  // The result in [ic][j] rows: the weights themselves when they are IOX-dense per ic.
+  const bool direct = iox_rows(p, dw);
+  const int64_t c_stride = direct ? dw.si : J;
+  if (q.empty) {
+    for (int64_t ic = 0; ic < IC; ++ic)
+      for (int64_t j = 0; j < J; ++j) *grad_at(p, dw, ic, j) = 0.f;
+    return true;
+  }
+  const int64_t per_image = q.per_image, chunks = q.chunks, parts = q.parts;
+  const int64_t npanels = q.npanels, NC = q.NC, ldp = q.ldp;
+  const int64_t result = IC * J;
+  AlignedBuf<float> scratch = direct ? AlignedBuf<float>() : aligned_buffer<float>(result);
+  float* const C = direct ? out : scratch.get();
+  AlignedBuf<float> partial = aligned_buffer<float>(q.partial_floats);
+  const Im2col im2col(p, pl.tab->strided_copy);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (int64_t item = 0; item < q.items; ++item) {
+    const int64_t part = item / (G * npanels), rest = item % (G * npanels);
+    const int64_t gi = rest / npanels, j0p = (rest % npanels) * NC;
+    const int64_t nc = std::min(NC, J - j0p);
+    const int64_t c_lo = part * chunks / parts, c_hi = (part + 1) * chunks / parts;
+    float* const target = part == 0 ? C : partial.get() + (part - 1) * result;
+    const int64_t t_stride = part == 0 ? c_stride : J;  // partial sums: [ic][j]
+    float* const tmp = thread_buffer(1, 16 * kKc + kKc * ldp);  // [16 columns][kKc]
+    float* const pack = tmp + 16 * kKc;                         // [kKc][ldp]
+    if (c_lo >= c_hi) {  // nothing to sum: this part's columns are zero
+      for (int64_t a = 0; a < ICg; ++a)
+        std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
+      continue;
+    }
+    std::unique_ptr<PhaseRows> phases;
+    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], *pl.tab);
+    for (int64_t ch = c_lo; ch < c_hi; ++ch) {
+      const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
+      const int64_t kc = std::min(kKc, P - p0);
+      const Im2col::Start st = im2col.start(p0);
+      pack_im2col_columns(pl, im2col, phases.get(), dy, n, gi, st, kc, j0p, nc, tmp, pack);
+      chunk_gemm(pl, src, pack, n, gi, p0, kc, j0p, nc, ch > c_lo, target, t_stride);
+    }
+  }
+  // Sum the parts into the result (parallel over channels), then write the
+  // weights' layout when the result went through [ic][j] scratch.
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t ic = 0; ic < IC; ++ic) {
+    float* c = C + ic * c_stride;
+    for (int64_t r = 1; r < parts; ++r) {
+      const float* s2 = partial.get() + (r - 1) * result + ic * J;
+      for (int64_t j = 0; j < J; ++j) c[j] += s2[j];
+    }
+    if (!direct)
+      for (int64_t j = 0; j < J; ++j) *grad_at(p, dw, ic, j) = c[j];
+  }
+  return true;
+}
+
+// Backward-weights on dense NCX tensors (dot tiles):
 //   diff_W(g*ICg+a, b, k) = sum_{n, i} src[n, g*ICg+a, i] * diff_dst[n, g*OCg+b, i*s - pb + k*d]
 // Dot-product tiles (planar_f32.h) reduce along the innermost axis: per block
 // of src rows (and chunk of the line), the src rows are copied zero-padded and
@@ -1369,150 +1915,167 @@ bool gemm_bwd_data(Isa isa, const ConvProblem& p, const float* dy, WeightsView w
 // items, not for the thread count. Extra memory: pieces-1 copies of the
 // weight gradient (at most 7, within a quarter of the activations or 512 KiB)
 // plus one row block per thread.
-bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
-                            WeightsView dw, int nthreads) {
-  if (gemm_preferred(isa, p)) return gemm_bwd_weights(isa, p, src, dy, dw, nthreads);  // else dot tiles
-  const Ops k = ops(isa);
-  const DotShape ds = dot_shape(k, p.ICg, p.OCg);
-  float* const out = static_cast<float*>(dw.data);
+// The inputs of one dot-tiles call (shared by the threads).
+struct DotsCall {
+  const BwdWeightsDotsPlan& q;
+  const PlanarF32Table& tab;
+  const ConvProblem& p;
+  const float* src;
+  const float* dy;
+  WeightsView dw;
+  float* scratch;  // pieces 1 .. P-1: [piece][k][ic][oc]
+};
+
+// A thread's buffers: src rows [r][ic][cw], phase-split diff_dst rows
+// [r][seg][oc][slot][span], each block row's segment of every (k0, k1)
+// (-1: none), and the row pointers of one tile.
+struct DotsThread {
+  float* abuf;
+  float* bbuf;
+  std::vector<int64_t> k0s, i0s, k1s, i1s, seg_of;
+  std::vector<const float*> pa, pb;
+};
+
+// Copies the rows of block rows [r0, r0 + nr), line chunk [x0, x0 + xn): the
+// src rows zero past the line, the diff_dst rows of their valid outer taps
+// phase-split and padded.
+void dots_fill_block(const DotsCall& c, DotsThread& th, int64_t r0, int64_t nr, int64_t x0,
+                     int64_t xn) {
+  const BwdWeightsDotsPlan& q = c.q;
+  const Geometry& g = q.g;
+  const Line& L = q.L;
+  const int64_t IC = c.p.IC(), OC = c.p.OC(), K0 = c.p.K[0], K1 = c.p.K[1];
+  const int64_t W = q.W, cw = q.cw, nslots = q.nslots, span = q.span, max_seg = q.max_seg;
+  const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
+  const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
+  const int64_t jlo = x0 + L.min_off, jn = cw + q.ext;
+  std::fill(th.seg_of.begin(), th.seg_of.end(), -1);
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    const int64_t i1 = row % g.src[1], i0 = (row / g.src[1]) % g.src[0],
+                  n = row / (g.src[1] * g.src[0]);
+    const float* srow = c.src + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
+    for (int64_t ch = 0; ch < IC; ++ch) {
+      float* d = th.abuf + (r * IC + ch) * cw;
+      std::memcpy(d, srow + ch * src_plane, sizeof(float) * xn);
+      std::memset(d + xn, 0, sizeof(float) * (cw - xn));
+    }
+    const int n0 = outer_taps(g, 0, i0, th.k0s.data(), th.i0s.data());
+    const int n1 = outer_taps(g, 1, i1, th.k1s.data(), th.i1s.data());
+    int64_t seg = 0;
+    for (int a = 0; a < n0; ++a)
+      for (int b = 0; b < n1; ++b, ++seg) {
+        th.seg_of[(r * K0 + th.k0s[a]) * K1 + th.k1s[b]] = seg;
+        const float* drow =
+            c.dy + n * OC * dst_plane + (th.i0s[a] * g.dst[1] + th.i1s[b]) * g.dst[2];
+        for (int64_t ch = 0; ch < OC; ++ch)
+          copy_phase_rows(drow + ch * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots,
+                          jlo, jn, th.bbuf + ((r * max_seg + seg) * OC + ch) * nslots * span,
+                          span, c.tab.strided_copy, c.tab.split2, c.tab.split3);
+      }
+  }
+}
+
+// The dot tiles of one block (nr rows, xn positions) into piece t's sums:
+// per tap, group, ds.m src channels x ds.n diff_dst channels.
+void dots_block_tiles(const DotsCall& c, DotsThread& th, int t, int64_t nr, int64_t xn) {
+  const BwdWeightsDotsPlan& q = c.q;
+  const ConvProblem& p = c.p;
+  const Line& L = q.L;
+  const DotShape ds = q.ds;
+  const WeightsView& dw = c.dw;
   const int64_t IC = p.IC(), OC = p.OC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
-  const int64_t taps = K0 * K1 * K2;
+  const int64_t cw = q.cw, nslots = q.nslots, span = q.span, max_seg = q.max_seg;
+  PlanarDotArgs args;
+  args.a = th.pa.data();
+  args.b = th.pb.data();
+  args.nvec = (xn + 15) / 16;
+  args.a_stride = cw;
+  args.b_stride = nslots * span;
+  for (int64_t k0 = 0; k0 < K0; ++k0)
+    for (int64_t k1 = 0; k1 < K1; ++k1)
+      for (size_t tk = 0; tk < L.k[0].size(); ++tk) {
+        const int64_t k2 = L.k[0][tk];
+        const int64_t boff = L.slot[0][tk] * span + L.off[0][tk] - L.min_off;
+        for (int64_t gi = 0; gi < p.G; ++gi)
+          for (int64_t a0 = 0; a0 < p.ICg; a0 += ds.m)
+            for (int64_t b0 = 0; b0 < p.OCg; b0 += ds.n) {
+              const int m = static_cast<int>(std::min<int64_t>(ds.m, p.ICg - a0));
+              const int nn = static_cast<int>(std::min<int64_t>(ds.n, p.OCg - b0));
+              int64_t cnt = 0;
+              for (int64_t r = 0; r < nr; ++r) {
+                const int64_t seg = th.seg_of[(r * K0 + k0) * K1 + k1];
+                if (seg < 0) continue;
+                th.pa[cnt] = th.abuf + (r * IC + gi * p.ICg + a0) * cw;
+                th.pb[cnt] =
+                    th.bbuf + ((r * max_seg + seg) * OC + gi * p.OCg + b0) * nslots * span + boff;
+                ++cnt;
+              }
+              if (cnt == 0) continue;
+              args.nrows = cnt;
+              const int64_t ic = gi * p.ICg + a0;
+              if (t == 0) {
+                args.out = static_cast<float*>(dw.data) + ic * dw.si + b0 * dw.so +
+                           k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
+                args.out_m = dw.si;
+                args.out_n = dw.so;
+              } else {
+                args.out = c.scratch + (t - 1) * q.grad_floats +
+                           (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg + b0;
+                args.out_m = p.OCg;
+                args.out_n = 1;
+              }
+              c.tab.dot[m][nn](&args);
+            }
+      }
+}
+
+bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                          WeightsView dw) {
+  const ConvProblem& p = pl.p;
+  const BwdWeightsDotsPlan& q = pl.dots;
+  const int64_t IC = p.IC(), K0 = p.K[0], K1 = p.K[1], K2 = p.K[2];
   auto out_at = [&](int64_t ic, int64_t oc, int64_t k0, int64_t k1, int64_t k2) {
-    return out + ic * dw.si + oc * dw.so + k0 * dw.sk[0] + k1 * dw.sk[1] + k2 * dw.sk[2];
+    return static_cast<float*>(dw.data) + ic * dw.si + oc * dw.so + k0 * dw.sk[0] +
+           k1 * dw.sk[1] + k2 * dw.sk[2];
   };
   for (int64_t ic = 0; ic < IC; ++ic)
     for (int64_t oc = 0; oc < p.OCg; ++oc)
       for (int64_t k0 = 0; k0 < K0; ++k0)
         for (int64_t k1 = 0; k1 < K1; ++k1)
           for (int64_t k2 = 0; k2 < K2; ++k2) *out_at(ic, oc, k0, k1, k2) = 0.f;
-  if (p.N == 0 || p.src_spatial() == 0 || taps == 0 || IC == 0 || p.OCg == 0) return true;
-
-  // Backward-data geometry: "in" = diff_dst rows, read at i*s - pb + k*d.
-  const Geometry g = geometry(p, false);
-  const Line L = make_line(g);  // one output phase: every tap, its slot and offset
-  const int64_t nslots = static_cast<int64_t>(L.slot_q.size());
-  const int64_t W = g.src[2];
-  const int64_t src_plane = g.src[0] * g.src[1] * g.src[2];
-  const int64_t dst_plane = g.dst[0] * g.dst[1] * g.dst[2];
-  const int64_t rows = p.N * g.src[0] * g.src[1];
-  const int64_t ext = L.max_off - L.min_off;
-  // Line chunks (whole vectors) and row blocks: ~32 vectors per tile call,
-  // one block's buffers within ~1 MiB, enough blocks for the threads.
-  // Items for the pieces: up to 2 per piece, whatever the threads.
-  // A chunk's row (src channels + phase-split diff_dst rows of its segments)
-  // stays within 1 MiB too: on long lines the chunks were W/8 (a 2 x 2**30
-  // line: 4.3 GiB of per-thread buffers, issue #24); no benchmark layer
-  // reaches the cap.
-  constexpr int64_t kItems = 2 * kMaxReductionPieces;
-  constexpr int64_t kRowFloats = 256 * 1024;
-  const int64_t max_seg = max_segments(g);  // over src rows: g.out is src here
-  const int64_t per_pos = IC + max_seg * OC * nslots;  // buffer floats per chunk position
-  const int64_t cw_cap =
-      std::max<int64_t>(64, (kRowFloats / per_pos - ext - 15) / 16 * 16);
-  int64_t cw = std::min(round_up(W, 16), cw_cap);
-  while (cw > 64 && rows * ((W + cw - 1) / cw) < kItems) cw = round_up(cw / 2, 16);
-  const int64_t nchunks = (W + cw - 1) / cw, nvec = cw / 16;
-  const int64_t span = round_up(cw + ext, 16);
-  const int64_t row_floats = IC * cw + max_seg * OC * nslots * span;
-  int64_t R = std::max<int64_t>(1, (32 + nvec - 1) / nvec);
-  R = std::min<int64_t>(R, std::max<int64_t>(1, (256 * 1024) / row_floats));
-  R = std::min(R, rows);
-  while (R > 1 && ((rows + R - 1) / R) * nchunks < kItems) R = (R + 1) / 2;
-  const int64_t nblocks = (rows + R - 1) / R, items = nblocks * nchunks;
-  const int64_t grad_floats = taps * IC * p.OCg;  // scratch layout [k][ic][oc]
-  const double act_floats = static_cast<double>(p.N) * (IC * src_plane + OC * dst_plane);
-  const int P = reduction_pieces(act_floats, static_cast<double>(grad_floats), items);
-  Buf scratch = aligned(std::max<int64_t>(1, (P - 1) * grad_floats));
+  if (q.empty) return true;
+  const int64_t R = q.R, nchunks = q.nchunks, items = q.items, grad_floats = q.grad_floats;
+  const int P = q.pieces;
+  AlignedBuf<float> scratch = aligned_buffer<float>(std::max<int64_t>(1, (P - 1) * grad_floats));
   std::memset(scratch.get(), 0, sizeof(float) * std::max<int64_t>(1, (P - 1) * grad_floats));
+  const DotsCall c{q, *pl.tab, p, src, dy, dw, scratch.get()};
 
-#pragma omp parallel num_threads(std::max(1, std::min(nthreads, P)))
+#pragma omp parallel num_threads(q.threads)
   {
-    float* buf = thread_buffer(1, R * row_floats);
-    float* abuf = buf;                 // [r][ic][cw]
-    float* bbuf = buf + R * IC * cw;   // [r][seg][oc][slot][span]
-    std::vector<int64_t> k0s(K0), i0s(K0), k1s(K1), i1s(K1);
-    // Per block row: its segments' (k0, k1) and whether present.
-    std::vector<int64_t> seg_of(R * K0 * K1);
-    std::vector<const float*> pa(R), pb(R);
+    float* buf = thread_buffer(1, R * q.row_floats);
+    DotsThread th{buf,
+                  buf + R * IC * q.cw,
+                  std::vector<int64_t>(K0),
+                  std::vector<int64_t>(K0),
+                  std::vector<int64_t>(K1),
+                  std::vector<int64_t>(K1),
+                  std::vector<int64_t>(R * K0 * K1),
+                  std::vector<const float*>(R),
+                  std::vector<const float*>(R)};
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < P; ++t)  // piece t: items [t*items/P, (t+1)*items/P), in order
-    for (int64_t item = t * items / P; item < (t + 1) * items / P; ++item) {
-      const int64_t blk = item / nchunks, ch = item % nchunks;
-      const int64_t r0 = blk * R, nr = std::min(R, rows - r0);
-      const int64_t x0 = ch * cw, xn = std::min(cw, W - x0);
-      const int64_t jlo = x0 + L.min_off, jn = cw + ext;
-      std::fill(seg_of.begin(), seg_of.end(), -1);
-      for (int64_t r = 0; r < nr; ++r) {
-        const int64_t row = r0 + r;
-        const int64_t i1 = row % g.src[1], i0 = (row / g.src[1]) % g.src[0],
-                      n = row / (g.src[1] * g.src[0]);
-        // src rows, zero past the line.
-        const float* srow = src + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
-        for (int64_t c = 0; c < IC; ++c) {
-          float* d = abuf + (r * IC + c) * cw;
-          std::memcpy(d, srow + c * src_plane, sizeof(float) * xn);
-          std::memset(d + xn, 0, sizeof(float) * (cw - xn));
-        }
-        // diff_dst rows of the valid outer taps, phase-split and padded.
-        const int n0 = outer_taps(g, 0, i0, k0s.data(), i0s.data());
-        const int n1 = outer_taps(g, 1, i1, k1s.data(), i1s.data());
-        int64_t seg = 0;
-        for (int a = 0; a < n0; ++a)
-          for (int b = 0; b < n1; ++b, ++seg) {
-            seg_of[(r * K0 + k0s[a]) * K1 + k1s[b]] = seg;
-            const float* drow = dy + n * OC * dst_plane + (i0s[a] * g.dst[1] + i1s[b]) * g.dst[2];
-            for (int64_t c = 0; c < OC; ++c)
-              copy_phase_rows(drow + c * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots,
-                              jlo, jn, bbuf + ((r * max_seg + seg) * OC + c) * nslots * span,
-                              span, k.copy, k.split2, k.split3);
-          }
+      for (int64_t item = t * items / P; item < (t + 1) * items / P; ++item) {
+        const int64_t blk = item / nchunks, ch = item % nchunks;
+        const int64_t r0 = blk * R, nr = std::min(R, q.rows - r0);
+        const int64_t x0 = ch * q.cw, xn = std::min(q.cw, q.W - x0);
+        dots_fill_block(c, th, r0, nr, x0, xn);
+        dots_block_tiles(c, th, t, nr, xn);
       }
-      // Tiles: per tap, group, 4 src channels x 4 diff_dst channels.
-      PlanarDotArgs args;
-      args.a = pa.data();
-      args.b = pb.data();
-      args.nvec = (xn + 15) / 16;
-      args.a_stride = cw;
-      args.b_stride = nslots * span;
-      for (int64_t k0 = 0; k0 < K0; ++k0)
-        for (int64_t k1 = 0; k1 < K1; ++k1)
-          for (size_t tk = 0; tk < L.k[0].size(); ++tk) {
-            const int64_t k2 = L.k[0][tk];
-            const int64_t boff = L.slot[0][tk] * span + L.off[0][tk] - L.min_off;
-            for (int64_t gi = 0; gi < p.G; ++gi)
-              for (int64_t a0 = 0; a0 < p.ICg; a0 += ds.m)
-                for (int64_t b0 = 0; b0 < p.OCg; b0 += ds.n) {
-                  const int m = static_cast<int>(std::min<int64_t>(ds.m, p.ICg - a0));
-                  const int nn = static_cast<int>(std::min<int64_t>(ds.n, p.OCg - b0));
-                  int64_t cnt = 0;
-                  for (int64_t r = 0; r < nr; ++r) {
-                    const int64_t seg = seg_of[(r * K0 + k0) * K1 + k1];
-                    if (seg < 0) continue;
-                    pa[cnt] = abuf + (r * IC + gi * p.ICg + a0) * cw;
-                    pb[cnt] = bbuf + ((r * max_seg + seg) * OC + gi * p.OCg + b0) * nslots * span + boff;
-                    ++cnt;
-                  }
-                  if (cnt == 0) continue;
-                  args.nrows = cnt;
-                  const int64_t ic = gi * p.ICg + a0;
-                  if (t == 0) {
-                    args.out = out_at(ic, b0, k0, k1, k2);
-                    args.out_m = dw.si;
-                    args.out_n = dw.so;
-                  } else {
-                    args.out = scratch.get() + (t - 1) * grad_floats +
-                               (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg + b0;
-                    args.out_m = p.OCg;
-                    args.out_n = 1;
-                  }
-                  k.dot(m, nn)(&args);
-                }
-          }
-    }
   }
   // Add the other pieces' sums into the result, in piece order.
   if (P > 1) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+#pragma omp parallel for num_threads(pl.nthreads) schedule(static)
     for (int64_t ic = 0; ic < IC; ++ic)
       for (int64_t k0 = 0; k0 < K0; ++k0)
         for (int64_t k1 = 0; k1 < K1; ++k1)
@@ -1527,14 +2090,67 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   return true;
 }
 
+bool run_planar(const PlanarPlan& pl, const float* in, WeightsView w, const float* bias,
+                float* out) {
+  if (!pl.tab) return false;
+  switch (pl.route) {
+    case PlanarRoute::OnePixelGemm: return run_one_pixel_gemm(pl, in, w, bias, out);
+    case PlanarRoute::OnePixelDots:
+      run_one_pixel_dots(*pl.tab, pl.dots, pl.p, in, w, out);
+      return true;
+    case PlanarRoute::ImGemm: return run_im_gemm(pl, in, w, out);
+    case PlanarRoute::Depthwise: return run_dw(pl, in, w, out);
+    case PlanarRoute::Tiles: return run_tiles(pl, in, w, bias, out);
+  }
+  return false;
+}
+
+bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+                            WeightsView dw) {
+  if (!pl.tab) return false;
+  return pl.gemm ? run_bwd_weights_gemm(pl, src, dy, dw) : run_bwd_weights_dots(pl, src, dy, dw);
+}
+
+}  // namespace
+
+bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* dy, WeightsView w,
+                             float* dx, int nthreads, bool channels_last) {
+  const PlanarF32Table* tab = table_for(isa);
+  if (!tab) return false;
+  const OnePixelDotsPlan q = plan_one_pixel_dots(*tab, p, channels_last, nthreads);
+  if (!q.fits) return false;  // the general paths run
+  run_one_pixel_dots(*tab, q, p, dy, w, dx);
+  return true;
+}
+
+bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
+                const float* bias, float* out, int nthreads) {
+  return run_planar(plan_planar(isa, p, forward, nthreads), in, w, bias, out);
+}
+
+bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
+                            WeightsView dw, int nthreads) {
+  return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
+}
+
+std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  if (pass == Pass::BackwardWeights) return describe(plan_planar_bwd_weights(isa, p, nthreads));
+  return describe(plan_planar(isa, p, pass == Pass::Forward, nthreads));
+}
+
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  const PlanarF32Table* tab = table_for(isa);
+  if (!tab) return false;
   const Geometry g = geometry(p, forward);
   const Line L = make_line(g);
-  const TileShape ts = choose_tile(isa, g, L);
+  const TileShape ts = choose_tile(*tab, g, L);
   return use_planes(g, L, int64_t{ts.NV} * ts.VL, nthreads);
 }
 
-bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p) { return gemm_preferred(isa, p); }
+bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p) {
+  const PlanarF32Table* tab = table_for(isa);
+  return tab && gemm_preferred(*tab, p);
+}
 
 bool planar_backward_data_gemm(Isa /*isa*/, const ConvProblem& p) {
   return !one_pixel_covering(p) && gemm_bwd_data_preferred(p);
@@ -1559,6 +2175,7 @@ double valid_tap_share(const ConvProblem& p) {
 }
 
 namespace {
+
 // Activation elements (src and dst, every image) and multiply-adds per element.
 double activation_elements(const ConvProblem& p) {
   return p.N * (static_cast<double>(p.IC()) * p.src_spatial() +
@@ -1573,56 +2190,42 @@ double macs_per_element(const ConvProblem& p) {
 bool planar_by_work(const ConvProblem& p, const Line& L, int64_t min_len, double max_macs) {
   return L.max_len >= min_len && macs_per_element(p) <= max_macs;
 }
-}  // namespace
 
-// Measured on the benchmark layers (interleaved A/B runs, AVX-512 on
-// Sapphire Rapids, 2 threads): the planar kernels win where the channels-last
-// ones are weak or the layout changes dominate: long lines with few channels
-// on one side (RGB layers: 1.2-4x; depthwise layers on planes of 32x32 and
-// more: 1.1-1.8x), or little work per activation element (1x1 strided, 2x2
-// stride-2 upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle,
-// and the channels-last GEMM tiles are faster) and anything on lines shorter
-// than one vector stay channels-last. On AMD's AVX-512 cores the planar
-// tiles lose more to the channels-last ones. The rule below was measured on
-// Zen 4 (512-bit ops as two halves: the planar tiles, which load one vector
-// per FMA row, suffer most; the figures below are Zen 4's); Zen 5 takes it
-// too (ncx_paths.py there: the Sapphire Rapids rule's picks lost 1.15-1.45x
-// on 4 benchmark passes, this rule's on 1, HiFi-GAN 128 -> 64 k4 s2 bwd_d,
-// 1.15x): the forward as on Sapphire Rapids but depthwise and
-// deep work-per-element layers channels-last (1.1-1.5x), the backward-data as
-// on AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x); one
-// group of at most 24 (forward) or 64 (backward-data) channels with little
-// work per element, and backward-data whose channels-last tiles would mostly
-// multiply zeros, planar (the rules below).
-bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
-  if (pass == Pass::BackwardWeights) {
-    // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
-    // which pay a horizontal sum per tile and row block: they win (1.05-2x)
-    // only on long lines with few channels on one side and few taps (RGB /
-    // few-channel layers), where the channels-last tiles are weak.
-    // AVX-512: few diff_dst channels, whose innermost taps the channels-last
-    // kernel fuses into one tile, beat the im2col GEMMs where the layout
-    // changes are cheap: much work per element or activations within the
-    // caches (AlexNet's 96 -> 3 k11 s4 1.15x, 1D 64 -> 3 k7 s2 1.2-1.35x;
-    // the 36 -> 4 k3 s3 on 360x640, 18 multiply-adds per element over 66 MB,
-    // stays planar: 1.7x).
-    if (isa == Isa::Avx512 && p.OCg <= 4 && p.ICg >= 16 && innermost_taps_fusable(p) &&
-        (macs_per_element(p) >= 64 || 4 * activation_elements(p) <= 4.0 * (1 << 20)))
-      return false;
-    // AVX-512, deep layers with 400+ multiply-adds per activation element
-    // (512 -> 256 k16 s8 on 1D lines: 819): the layout changes are a small
-    // share, and the channels-last tiles beat the im2col GEMMs (HiFi-GAN
-    // and the vocoder 1.04-1.14x on Zen 5, ncx_paths.py, three runs).
-    if (isa == Isa::Avx512 && p.ICg >= 64 && p.OCg >= 64 && macs_per_element(p) >= 400)
-      return false;
-    if (gemm_preferred(isa, p)) return true;
-    const int64_t line = geometry(p, false).src[2];
-    // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last
-    // depthwise tiles are 1.5x faster).
-    if (isa != Isa::Avx512 && p.ICg == 1 && p.OCg == 1) return false;
-    return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
-  }
-  const bool forward = pass == Pass::Forward;
+// planar_preferred for backward-weights.
+bool planar_preferred_bwd_weights(const PlanarF32Table& tab, const ConvProblem& p) {
+  const PlanarF32Rules& r = tab.rules;
+  // GEMMs over im2col chunks (gemm_preferred: 1.2-2x). Else the dot tiles,
+  // which pay a horizontal sum per tile and row block: they win (1.05-2x)
+  // only on long lines with few channels on one side and few taps (RGB /
+  // few-channel layers), where the channels-last tiles are weak.
+  // AVX-512: few diff_dst channels, whose innermost taps the channels-last
+  // kernel fuses into one tile, beat the im2col GEMMs where the layout
+  // changes are cheap: much work per element or activations within the
+  // caches (AlexNet's 96 -> 3 k11 s4 1.15x, 1D 64 -> 3 k7 s2 1.2-1.35x;
+  // the 36 -> 4 k3 s3 on 360x640, 18 multiply-adds per element over 66 MB,
+  // stays planar: 1.7x).
+  if (r.fused_taps_channels_last && p.OCg <= 4 && p.ICg >= 16 && innermost_taps_fusable(p) &&
+      (macs_per_element(p) >= 64 || kFloatBytes * activation_elements(p) <= 4.0 * (1 << 20)))
+    return false;
+  // AVX-512, deep layers with 400+ multiply-adds per activation element
+  // (512 -> 256 k16 s8 on 1D lines: 819): the layout changes are a small
+  // share, and the channels-last tiles beat the im2col GEMMs (HiFi-GAN
+  // and the vocoder 1.04-1.14x on Zen 5, ncx_paths.py, three runs).
+  if (r.deep_channels_last_macs > 0 && p.ICg >= 64 && p.OCg >= 64 &&
+      macs_per_element(p) >= r.deep_channels_last_macs)
+    return false;
+  if (gemm_preferred(tab, p)) return true;
+  const int64_t line = geometry(p, false).src[2];
+  // AVX2: not depthwise (1 x 1 dot tiles are load-bound; the channels-last
+  // depthwise tiles are 1.5x faster).
+  if (!r.depthwise_dots && p.ICg == 1 && p.OCg == 1) return false;
+  return std::min(p.ICg, p.OCg) <= 4 && p.taps() <= 16 && line >= 64;
+}
+
+// planar_preferred for forward and backward-data (amd: an AMD core, whose
+// rule differs where the table says so).
+bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const ConvProblem& p,
+                                   bool forward, bool amd) {
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
@@ -1636,10 +2239,10 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   // 4a's 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
   bool plain_1x1 = p.taps() == 1;
   for (int a = 0; a < kAxes; ++a) plain_1x1 = plain_1x1 && p.s[a] == 1;
+  const bool amd512 = tab.rules.amd_rules && amd;
   if (!forward && planar_backward_data_gemm(isa, p) &&
-      !(isa == Isa::Avx512 && amd && p.OCg * p.taps() >= 256 && !plain_1x1))
+      !(amd512 && p.OCg * p.taps() >= 256 && !plain_1x1))
     return true;
-  const bool amd512 = isa == Isa::Avx512 && amd;
   // AMD AVX-512, backward-data whose channels-last tiles would mostly
   // multiply zeros: lanes of padded columns times taps outside diff_dst
   // (cropping pads, small images). benchdnn's 3D ic-tail problem (17 columns
@@ -1670,8 +2273,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
       return true;
   }
   if (amd512 && forward) return std::min(g.Cin, g.Cout) <= 4 && !depthwise;
-  if (isa == Isa::Avx512 && !amd)
-    return std::min(g.Cin, g.Cout) <= 4 || planar_by_work(p, L, 24, 130);
+  if (!amd512 && tab.rules.little_work_max_macs > 0)
+    return std::min(g.Cin, g.Cout) <= 4 ||
+           planar_by_work(p, L, tab.rules.little_work_min_line, tab.rules.little_work_max_macs);
   // AVX2 (Zen 3): the channels-last tiles plus the layout changes win on
   // every deeper layer of the benchmark (1.1-2x), on the forward of
   // depthwise layers (1.2-1.4x; their backward-data rows, on lines of 16+,
@@ -1688,9 +2292,34 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
   for (int a = 0; a < kAxes; ++a) depth *= (p.K[a] + p.s[a] - 1) / p.s[a];
   return depth <= 64 || g.out[0] * g.out[1] == 1;
 }
+}  // namespace
 
-// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
-std::string describe_planar_f32(Isa, Pass, const ConvProblem&, int) { return "planar"; }
+// Measured on the benchmark layers (interleaved A/B runs, AVX-512 on
+// Sapphire Rapids, 2 threads): the planar kernels win where the channels-last
+// ones are weak or the layout changes dominate: long lines with few channels
+// on one side (RGB layers: 1.2-4x; depthwise layers on planes of 32x32 and
+// more: 1.1-1.8x), or little work per activation element (1x1 strided, 2x2
+// stride-2 upsampling: 1.05-1.4x). Deep layers on short lines (lanes idle,
+// and the channels-last GEMM tiles are faster) and anything on lines shorter
+// than one vector stay channels-last. On AMD's AVX-512 cores the planar
+// tiles lose more to the channels-last ones. The rule below was measured on
+// Zen 4 (512-bit ops as two halves: the planar tiles, which load one vector
+// per FMA row, suffer most; the figures below are Zen 4's); Zen 5 takes it
+// too (ncx_paths.py there: the Sapphire Rapids rule's picks lost 1.15-1.45x
+// on 4 benchmark passes, this rule's on 1, HiFi-GAN 128 -> 64 k4 s2 bwd_d,
+// 1.15x): the forward as on Sapphire Rapids but depthwise and
+// deep work-per-element layers channels-last (1.1-1.5x), the backward-data as
+// on AVX2 (AlexNet's 96 <- 3 channels, k11 s4 on lines of 55: 1.2x); one
+// group of at most 24 (forward) or 64 (backward-data) channels with little
+// work per element, and backward-data whose channels-last tiles would mostly
+// multiply zeros, planar (the rules below). What differs per ISA (and on
+// AMD's cores) is in the table: PlanarF32Rules.
+bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd) {
+  const PlanarF32Table* tab = table_for(isa);
+  if (!tab) return false;
+  if (pass == Pass::BackwardWeights) return planar_preferred_bwd_weights(*tab, p);
+  return planar_preferred_fwd_bwd_data(isa, *tab, p, pass == Pass::Forward, amd);
+}
 
 }  // namespace x86
 }  // namespace tct
