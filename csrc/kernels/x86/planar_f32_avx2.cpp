@@ -9,122 +9,23 @@
 
 #include "avx2_util.h"
 #include "planar_f32.h"
+#include "planar_f32_tiles.h"
 #include "transpose.h"
+#include "vec_avx2.h"
 
 namespace tct {
 namespace x86 {
 namespace {
 
-template <int M, int NV>
-void tile(const PlanarTileArgs* a) {
-  __m256 acc[M][NV];
-  const int64_t nx = a->nx;
-  #pragma GCC unroll 32
-  for (int r = 0; r < M; ++r) {
-    if (a->accumulate) {
-      const float* o = a->out + r * a->out_stride;
-      #pragma GCC unroll 32
-      for (int v = 0; v < NV; ++v) {
-        const int64_t left = nx - 8 * v;
-        acc[r][v] = left >= 8 ? _mm256_loadu_ps(o + 8 * v) : _mm256_maskload_ps(o + 8 * v, first_lanes(left));
-      }
-      continue;
-    }
-    const __m256 b = a->bias ? _mm256_set1_ps(a->bias[r]) : _mm256_setzero_ps();
-    #pragma GCC unroll 32
-    for (int v = 0; v < NV; ++v) acc[r][v] = b;
-  }
-  const int64_t cin = a->cin, ntap = a->ntap, cis = a->c_in_stride, cws = a->c_w_stride;
-  for (int64_t s = 0; s < a->nseg; ++s) {
-    const float* ib = a->in + a->in_off + a->seg_in[s];
-    const float* wb = a->w + a->seg_w[s];
-    for (int64_t c = 0; c < cin; ++c, ib += cis, wb += cws) {
-      for (int64_t t = 0; t < ntap; ++t) {
-        const float* ip = ib + a->tap_in[t];
-        const float* wp = wb + a->tap_w[t];
-        __m256 x[NV];
-        #pragma GCC unroll 32
-        for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(ip + 8 * v);
-        #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) {
-          const __m256 b = _mm256_set1_ps(wp[r]);
-          #pragma GCC unroll 32
-          for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(b, x[v], acc[r][v]);
-        }
-      }
-    }
-  }
-  #pragma GCC unroll 32
-  for (int r = 0; r < M; ++r) {
-    float* o = a->out + r * a->out_stride;
-    #pragma GCC unroll 32
-    for (int v = 0; v < NV; ++v) {
-      const int64_t left = nx - 8 * v;
-      if (left >= 8 && a->stream && (reinterpret_cast<uintptr_t>(o + 8 * v) & 31) == 0)
-        _mm256_stream_ps(o + 8 * v, acc[r][v]);
-      else
-        store_first_lanes(o + 8 * v, acc[r][v], left);
-    }
-  }
-}
+using V = VecAvx2;
 
 // Tiles: 8 floats per vector, m * nv <= kAccs accumulators, m <= kM, nv <= kNV.
 constexpr int kAccs = 12, kM = 12, kNV = 4;
 static_assert(kM <= kPlanarTileMaxM && kNV <= kPlanarTileMaxNV, "PlanarF32Table::tile");
 
-template <int M, int NV>
-void fill(PlanarF32Table& t) {
-  if constexpr (M * NV <= kAccs) t.tile[M][NV] = &tile<M, NV>;
-  if constexpr (NV < kNV) {
-    fill<M, NV + 1>(t);
-  } else if constexpr (M < kM) {
-    fill<M + 1, 1>(t);
-  }
-}
-
-// Dot tile (planar_f32.h): each 16-float unit of a row as two vectors.
-template <int M, int N>
-void dot(const PlanarDotArgs* a) {
-  __m256 acc[M][N];
-  #pragma GCC unroll 32
-  for (int i = 0; i < M; ++i)
-    #pragma GCC unroll 32
-    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
-  const int64_t as = a->a_stride, bs = a->b_stride, nf = a->nvec * 16;
-  for (int64_t r = 0; r < a->nrows; ++r) {
-    const float* pa = a->a[r];
-    const float* pb = a->b[r];
-    for (int64_t x = 0; x < nf; x += 8) {
-      __m256 u[M], v[N];
-      #pragma GCC unroll 32
-      for (int i = 0; i < M; ++i) u[i] = _mm256_loadu_ps(pa + i * as + x);
-      #pragma GCC unroll 32
-      for (int j = 0; j < N; ++j) v[j] = _mm256_loadu_ps(pb + j * bs + x);
-      #pragma GCC unroll 32
-      for (int i = 0; i < M; ++i)
-        #pragma GCC unroll 32
-        for (int j = 0; j < N; ++j) acc[i][j] = _mm256_fmadd_ps(u[i], v[j], acc[i][j]);
-    }
-  }
-  #pragma GCC unroll 32
-  for (int i = 0; i < M; ++i)
-    #pragma GCC unroll 32
-    for (int j = 0; j < N; ++j) a->out[i * a->out_m + j * a->out_n] += hsum(acc[i][j]);
-}
-
 // Dot tiles of at most kDotAccs accumulators: with one loaded vector per
 // tile row and column they fill the 16 registers.
 constexpr int kDotAccs = 9;
-
-template <int M, int N>
-void fill_dot(PlanarF32Table& t) {
-  if constexpr (M * N <= kDotAccs) t.dot[M][N] = &dot<M, N>;
-  if constexpr (N < kPlanarDotMaxN) {
-    fill_dot<M, N + 1>(t);
-  } else if constexpr (M < kPlanarDotMaxM) {
-    fill_dot<M + 1, 1>(t);
-  }
-}
 
 // GEMM (planar_f32.h) as sub-tiles of R <= 6 rows x NV <= 2 vectors (16
 // columns): 2R accumulators, NV B vectors and a broadcast in the 16 ymm
@@ -209,41 +110,9 @@ void fill_gemm(PlanarF32Table& t) {
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
 
-// NV vectors of one depthwise row from x (the last one stored in its first
-// `last` lanes).
-template <int NV>
-void dw_chunk(const float* in, const int64_t* off, const float* w, int64_t ntap, float* out,
-              int64_t last) {
-  __m256 acc[NV];
-  #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
-  for (int64_t t = 0; t < ntap; ++t) {
-    const __m256 b = _mm256_broadcast_ss(w + t);
-    const float* ip = in + off[t];
-    #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(ip + 8 * v), acc[v]);
-  }
-  #pragma GCC unroll 8
-  for (int v = 0; v < NV - 1; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
-  store_first_lanes(out + 8 * (NV - 1), acc[NV - 1], last);
-}
-
 }  // namespace
 
-void planar_f32_avx2_dw_rows(const PlanarDwArgs* a) {
-  const int64_t n = a->n, ntap = a->ntap;
-  for (int64_t r = 0; r < a->rows; ++r) {
-    const float* in = a->in + r * a->in_step;
-    float* out = a->out + r * a->out_step;
-    int64_t x = 0;
-    for (; x + 32 <= n; x += 32) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, 8);
-    const int64_t rest = n - x;
-    if (rest > 24) dw_chunk<4>(in + x, a->off, a->w, ntap, out + x, rest - 24);
-    else if (rest > 16) dw_chunk<3>(in + x, a->off, a->w, ntap, out + x, rest - 16);
-    else if (rest > 8) dw_chunk<2>(in + x, a->off, a->w, ntap, out + x, rest - 8);
-    else if (rest > 0) dw_chunk<1>(in + x, a->off, a->w, ntap, out + x, rest);
-  }
-}
+void planar_f32_avx2_dw_rows(const PlanarDwArgs* a) { planar_dw_rows<V>(a); }
 
 void planar_f32_avx2_split2(const float* src, int64_t n, float* even, float* odd) {
   int64_t j = 0;
@@ -330,8 +199,8 @@ const PlanarF32Table* planar_f32_table_avx2() {
     t.tile_max_m = kM;
     t.tile_max_nv = kNV;
     t.tile_deep_nv = 3;
-    fill<1, 1>(t);
-    fill_dot<1, 1>(t);
+    fill_planar_tiles<V, kAccs, kM, kNV>(t);
+    fill_planar_dots<V, kDotAccs>(t);
     t.dot_by_cost = true;  // no 4 x 4: the shape with the least work
     fill_gemm<1>(t);
     t.dw_rows = planar_f32_avx2_dw_rows;

@@ -43,6 +43,9 @@ struct VecAvx2 {
   static inline void stream(float* p, Reg v) { _mm256_stream_ps(p, v); }
   // Column tails are never streamed (a vector is half a line).
   static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool) { store_part(p, v, k, n); }
+  static inline float hsum(Reg v) { return ::tct::x86::hsum(v); }
+  // Planar tiles stream a full vector aligned to 32 bytes (half a line).
+  static constexpr uintptr_t kStreamAlign = 32;
   static inline void hsum4(Reg v0, Reg v1, Reg v2, Reg v3, float* out) {
     out[0] = hsum(v0);
     out[1] = hsum(v1);

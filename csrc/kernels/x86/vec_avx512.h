@@ -57,6 +57,10 @@ struct VecAvx512 {
       store_part(p, v, k, n);
   }
   // out[0..4) = the lane sums of v0..v3.
+  // The lane sum of v.
+  static inline float hsum(Reg v) { return _mm512_reduce_add_ps(v); }
+  // Planar tiles stream a full vector when it is a whole aligned line.
+  static constexpr uintptr_t kStreamAlign = 64;
   static inline void hsum4(Reg v0, Reg v1, Reg v2, Reg v3, float* out) {
     const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
                                      _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
