@@ -41,7 +41,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iomanip>
 #include <memory>
+#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -52,19 +54,10 @@ namespace tct {
 namespace x86 {
 namespace {
 
+using bww::BwdWeightsPlan;
+using bww::Item;
 using bww::Pix;
 using bww::TileArgs;
-
-// One accumulator tile of the weight gradient.
-struct Item {
-  int64_t tap, g, m0, n0;
-  int rows, cols;
-  double cost;
-  int groups = 1;  // grouped kernel: consecutive groups g.. in one vector
-  int64_t mj = 0;  // GEMM: index of the m-block
-  int64_t mj_end = 0;  // GEMM: > mj + 1: the item is m-blocks mj .. mj_end - 1 (m0, rows: mj's)
-  int fk = 1;      // GEMM with fused taps: taps tap .. tap+fk-1 (see kf below)
-};
 
 // Where the tiles of one pixel partition accumulate: element (tap, g, m, n)
 // lives at base + tap_off[tap] + g*g_stride + m*m_stride + n.
@@ -125,6 +118,15 @@ double split_items(const std::vector<Item>& items, int parts, std::vector<int64_
 // Splits n into k nearly equal parts; returns the start of part j.
 int64_t part_start(int64_t n, int64_t k, int64_t j) { return n / k * j + std::min(j, n % k); }
 
+
+const bww::BwdWeightsF32Table* table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return bww::bwd_weights_f32_table_avx512();
+    case Isa::Avx2: return bww::bwd_weights_f32_table_avx2();
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 int reduction_pieces(double act_floats, double grad_floats, int64_t units) {
@@ -139,20 +141,31 @@ bool innermost_taps_fusable(const ConvProblem& p) {
   return p.G == 1 && p.d[2] == 1 && p.K[2] > 1 && p.ICg * p.OCg < 128 * 128;
 }
 
-bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
-                          WeightsView diff_w, int nthreads) {
-  if (isa != Isa::Avx512 && isa != Isa::Avx2) return false;
+namespace bww {
+
+BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
+                                int nthreads) {
+  BwdWeightsPlan pl;
+  pl.tab = table_for(isa);
+  pl.p = p;
+  if (!pl.tab) return pl;  // Route::Reference
+  const BwdWeightsF32Table& tab = *pl.tab;
   const int nt = std::max(1, nthreads);
+  pl.nt = nt;
   const int64_t G = p.G, ICg = p.ICg, OCg = p.OCg, IC = p.IC(), OC = p.OC();
   const int64_t taps = p.taps();
-  if (G <= 0 || ICg <= 0 || OCg <= 0 || taps <= 0) return true;  // no element to write
-  float* out = static_cast<float*>(diff_w.data);
+  pl.taps = taps;
+  pl.route = BwdWeightsPlan::Route::Empty;
+  if (G <= 0 || ICg <= 0 || OCg <= 0 || taps <= 0) return pl;  // no element to write
   const int64_t si = diff_w.si, so = diff_w.so;
+  pl.si = si, pl.so = so;
 
   // Output offset of each tap, and per axis the box of src positions whose
   // tapped dst position lies inside diff_dst: lo <= i < hi.
-  std::vector<int64_t> koff(taps);
-  std::vector<int64_t> lo[kAxes], hi[kAxes];
+  std::vector<int64_t>& koff = pl.koff;
+  koff.resize(taps);
+  std::vector<int64_t>* lo = pl.lo;
+  std::vector<int64_t>* hi = pl.hi;
   for (int ax = 0; ax < kAxes; ++ax) {
     lo[ax].resize(p.K[ax]);
     hi[ax].resize(p.K[ax]);
@@ -167,18 +180,18 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
                     (hi[1][k1] - lo[1][k1]) * (hi[2][k2] - lo[2][k2]);
     all_pixels += tap_pixels[t];
   }
+  pl.all_pixels = all_pixels;
   if (all_pixels == 0) {  // N == 0, or no tap ever inside diff_dst: all zeros
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t ic = 0; ic < IC; ++ic)
-      for (int64_t b = 0; b < OCg; ++b)
-        for (int64_t t = 0; t < taps; ++t) out[ic * si + b * so + koff[t]] = 0.f;
-    return true;
+    pl.route = BwdWeightsPlan::Route::Zeros;
+    return pl;
   }
+  pl.route = BwdWeightsPlan::Route::Tiles;
 
   // Share of the (tap, src pixel) pairs whose tapped position is inside:
   // near 1 when every tap covers (almost) every pixel (1D with long rows,
   // kernels that tile the output, 1x1).
   const int64_t F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
+  pl.F = F;
   const bool low_waste = all_pixels >= 0.98 * static_cast<double>(taps) * F;
   // Mg * Ng from which tiles use packed panels; with shared A panels (below)
   // from 64 x 64 (U-Net k2 s2 128->64: 1.15-1.25x; 64 x 32 gains nothing).
@@ -190,17 +203,11 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // 1.05x on Zen 5, interleaved A/B.
   const bool share_ok =
       low_waste || (ICg * OCg >= kWide && all_pixels >= 0.85 * static_cast<double>(taps) * F);
+  pl.low_waste = low_waste, pl.share_ok = share_ok;
 
-  const bool avx512 = isa == Isa::Avx512;
-  const int lanes = avx512 ? bww::kAvx512Lanes : bww::kAvx2Lanes;
-  const int max_vecs = avx512 ? bww::kAvx512MaxVecs : bww::kAvx2MaxVecs;
-  const int* rows_of = avx512 ? bww::kAvx512Rows : bww::kAvx2Rows;
-  void (*gemm_tile)(const TileArgs&) = avx512 ? bww::gemm_tile_avx512 : bww::gemm_tile_avx2;
-  void (*dw_tile)(const TileArgs&) = avx512 ? bww::dw_tile_avx512 : bww::dw_tile_avx2;
-  void (*pack)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*) =
-      avx512 ? bww::pack_avx512 : bww::pack_avx2;
-  void (*grouped_tile)(const TileArgs&) =
-      avx512 ? bww::grouped_tile_avx512 : bww::grouped_tile_avx2;
+  const int lanes = tab.lanes;
+  const int max_vecs = tab.max_vecs;
+  const int* rows_of = tab.rows;
 
   // Shape of the GEMMs. vec_b: n = diff_dst channel b, m = src channel a
   // (A = src); else n = a, m = b (A = diff_dst). Depthwise (ICg == OCg == 1):
@@ -215,7 +222,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // on AVX-512) channels of each of several groups, the other side at most
   // as many; the plain GEMM would leave most lanes idle.
   auto grouped_ok = [&](int64_t m, int64_t n) {
-    return G > 1 && (n == 2 || n == 4 || (n == 8 && avx512)) && m <= n;
+    return G > 1 && (n == 2 || n == 4 || n == 8) && n <= tab.grouped_max_cols && m <= n;
   };
   bool vec_b = true, direct = false, grouped = false;
   if (depthwise) {
@@ -250,6 +257,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // Packed panels (see the pixel block size below).
   const bool packed =
       !depthwise && !grouped && Mg * Ng >= (low_waste && vec_b ? kWideShared : kWide);
+  pl.kernel = depthwise ? BwdWeightsPlan::Kernel::Depthwise
+              : grouped ? BwdWeightsPlan::Kernel::Grouped
+                        : BwdWeightsPlan::Kernel::Gemm;
+  pl.vec_b = vec_b, pl.direct = direct, pl.Mg = Mg, pl.Ng = Ng, pl.packed = packed;
 
   // Work items. GEMM: tap-major; within a tap the m-blocks of one n-block
   // are adjacent, so the B panel of that n-block stays in L1 across them.
@@ -285,11 +296,10 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   const int64_t mblocks = (Mg + rows_main - 1) / rows_main;
   std::vector<int64_t> m_starts(static_cast<size_t>(mblocks + 1));  // m-blocks of nearly equal size
   for (int64_t j = 0; j <= mblocks; ++j) m_starts[j] = part_start(Mg, mblocks, j);
-  std::vector<Item> items;
+  std::vector<Item>& items = pl.items;
   int max_cols = 0;
   if (depthwise) {
-    const int64_t width =
-        static_cast<int64_t>(lanes) * (avx512 ? bww::kAvx512DwVecs : bww::kAvx2DwVecs);
+    const int64_t width = static_cast<int64_t>(lanes) * tab.dw_vecs;
     for (int64_t c0 = 0; c0 < G; c0 += width) {
       const int cols = static_cast<int>(std::min(width, G - c0));
       for (int64_t t = 0; t < taps; ++t)
@@ -298,7 +308,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     }
   } else if (grouped) {
     const int64_t per_vec = lanes / Ng;
-    const int64_t per_call = per_vec * (avx512 ? (Mg <= 4 ? 4 : 2) : 1);
+    const int64_t per_call = per_vec * (Mg <= 4 ? tab.grouped_vecs_few_rows : tab.grouped_vecs);
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t g0 = 0; g0 < G; g0 += per_call) {
         const int64_t ng = std::min(per_call, G - g0);
@@ -331,6 +341,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     const int64_t nblocks_n = (Ng + int64_t{gemm_vecs} * lanes - 1) / (int64_t{gemm_vecs} * lanes);
     const int64_t tiles = taps * G * nblocks_n * mblocks;
     const int64_t mper = packed ? std::clamp<int64_t>(tiles / (64 * int64_t{nt}), 1, mblocks) : 1;
+    pl.mper = mper;
     items.reserve(static_cast<size_t>(taps * G * nblocks_n * ((mblocks + mper - 1) / mper)));
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t g = 0; g < G; ++g)
@@ -375,7 +386,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   // Depthwise: the block's src and tapped diff_dst rows of one channel block.
   // AVX2 (Zen 3, 1-7 %): the B rows of up to four n-blocks, so that the
   // block's src rows stay in L1 across the n-blocks of a tap.
-  const int64_t b_width = avx512 ? max_cols : std::min<int64_t>(Ng, 4 * max_cols);
+  const int64_t b_width =
+      tab.l1_b_blocks > 1 ? std::min<int64_t>(Ng, int64_t{tab.l1_b_blocks} * max_cols) : max_cols;
   int64_t block = depthwise ? 16384 / (4 * max_cols) : 24576 / (64 + 4 * b_width);
   block = std::clamp<int64_t>(block, 16, 1024);
   // Packed GEMM, for wide layers: per pixel block and tap, the A side of
@@ -463,15 +475,165 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       }
   }
 
+
+  pl.kf = kf, pl.gemm_vecs = gemm_vecs, pl.rows_main = rows_main, pl.mblocks = mblocks;
+  pl.m_starts = m_starts;
+  pl.max_cols = max_cols;
+  pl.P = P, pl.per_part = per_part;
+  pl.taps_inner = taps_inner, pl.run_mb = run_mb, pl.local = local;
+  pl.local_shared_a = local_shared_a, pl.local_stream = local_stream;
+  pl.ln_cols = ln_cols, pl.local_rows = local_rows;
+
   // Targets: partition 0 writes the output (direct) or scratch 0.
   // Scratch: per copy the taps' planes of G*Mg*Ng floats, each padded by a
   // line so that the final pass's reads of one row of every tap (planes a
   // multiple of 4 KiB apart, e.g. 512 KiB) do not all fall in one cache set.
-  const int64_t plane = kf > 1 ? G * Mg * Ng : (G * Mg * Ng + 15) / 16 * 16 + 16;
-  const int64_t wstride = taps * plane;  // floats per scratch copy
+  pl.plane = kf > 1 ? G * Mg * Ng : (G * Mg * Ng + 15) / 16 * 16 + 16;
+  pl.wstride = taps * pl.plane;  // floats per scratch copy
+  pl.nbuf = local ? 0 : direct ? P - 1 : P;
+
+  // Tasks: (pixel partition, chunk of items), claimed dynamically, so that a
+  // thread that starts late (shared machine) or runs slow takes fewer. Two
+  // chunks per thread of a partition keep the tail short; each chunk re-reads
+  // the partition's pixels, so a partition of one thread is one chunk.
+  const int nchunks = local           ? static_cast<int>(items.size())
+                      : per_part == 1 ? 1
+                                      : static_cast<int>(std::max<int64_t>(
+                                            1, std::min<int64_t>(items.size(), 2 * per_part)));
+  std::vector<int64_t>& chunk = pl.chunk;
+  split_items(items, nchunks, chunk);
+  pl.nchunks = nchunks;
+  pl.ntasks = static_cast<int64_t>(P) * nchunks;
+  // Per thread: a pixel list per tap (of its chunk's tap span) of a block.
+  int64_t max_span = 1;
+  for (int c = 0; c < nchunks; ++c) {
+    int64_t lo_t = taps, hi_t = -1;
+    for (int64_t i = chunk[c]; i < chunk[c + 1]; ++i)
+      lo_t = std::min(lo_t, items[i].tap), hi_t = std::max(hi_t, items[i].tap);
+    max_span = std::max(max_span, hi_t - lo_t + 1);
+  }
+  if (local) max_span = taps;  // an item runs every tap
+  pl.max_span = max_span;
+  // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts);
+  // capped by the taps, not by the chunk's span (the chunks follow the
+  // threads, the blocks must not: they set the order of the sums).
+  block = std::min(block, std::max<int64_t>(16, 65536 / taps));
+  pl.block = block;
+  pl.pack_floats =
+      !packed          ? 0
+      : local_shared_a ? block * ldb_max
+                       : block * (Mg + ldb_max) + mblocks * bww::kPanelSlack;
+  pl.shared_a_floats = local_shared_a ? block * Mg + mblocks * bww::kPanelSlack : 0;
+  pl.local_floats = local ? taps * local_rows * ln_cols : 0;
+  pl.gbuf_floats = grouped ? 4 * lanes * lanes : 0;
+
+  pl.a_is_src = vec_b || depthwise;
+  pl.a_len = pl.a_is_src ? IC : OC;  // floats of an A pixel row
+  pl.shared_a = packed && pl.a_is_src && share_ok;
+  pl.src_step = IC, pl.dst_step = p.s[2] * OC;
+  pl.a_gstride = pl.a_is_src ? ICg : OCg, pl.b_gstride = pl.a_is_src ? OCg : ICg;
+  pl.prefetch = !depthwise;
+
+  // The final pass over the pieces' copies.
+  if (local || !(P > 1 || !direct)) {
+    pl.final = BwdWeightsPlan::Final::None;
+  } else if (taps_inner) {
+    pl.final = BwdWeightsPlan::Final::Transpose;
+    const int64_t on = vec_b ? so : si, om = vec_b ? si : so;
+    pl.final_stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // output beyond 2 L2s and more
+    // Walk the output in its order (the dim of larger stride outer):
+    // across the far rows it would take a TLB miss per run of taps.
+    pl.final_n_outer = std::abs(on) > std::abs(om);
+  } else {
+    pl.final = BwdWeightsPlan::Final::Sum;
+    const int64_t om = vec_b ? si : so, on = vec_b ? so : si;  // output strides of m, n
+    // Dims 0 = tap, 1 = m, 2 = n, sorted by output stride: ord[0] innermost.
+    const int64_t tap_stride = taps > 1 ? std::abs(koff[1] - koff[0]) : 0;
+    const int64_t dim_stride[3] = {tap_stride, std::abs(om), std::abs(on)};
+    int* ord = pl.final_ord;
+    std::sort(ord, ord + 3, [&](int x, int y) { return dim_stride[x] < dim_stride[y]; });
+  }
+  return pl;
+}
+
+int64_t BwdWeightsPlan::scratch_bytes() const {
+  return static_cast<int64_t>(sizeof(float)) * nbuf * wstride;
+}
+
+int64_t BwdWeightsPlan::shared_bytes() const {
+  return static_cast<int64_t>(sizeof(float)) * shared_a_floats +
+         (local_shared_a ? static_cast<int64_t>(sizeof(Pix)) * F : 0);
+}
+
+int64_t BwdWeightsPlan::per_thread_bytes() const {
+  if (route != Route::Tiles) return 0;
+  const int64_t pix = max_span * block + (kf > 1 ? (kf + 1) * block : 0);
+  return static_cast<int64_t>(sizeof(Pix)) * pix +
+         static_cast<int64_t>(sizeof(float)) * (pack_floats + local_floats + gbuf_floats) +
+         (packed ? mblocks : 0) + static_cast<int64_t>(sizeof(int64_t)) * (taps + 1) +
+         static_cast<int64_t>(5 * sizeof(int64_t)) * block;
+}
+
+
+
+bool run_bwd_weights(const BwdWeightsPlan& pl, const float* src, const float* diff_dst,
+                     float* out) {
+  using Route = BwdWeightsPlan::Route;
+  if (pl.route == Route::Reference) return false;
+  if (pl.route == Route::Empty) return true;
+  const ConvProblem& p = pl.p;
+  const BwdWeightsF32Table& tab = *pl.tab;
+  const int nt = pl.nt;
+  const int64_t G = p.G, ICg = p.ICg, OCg = p.OCg, IC = p.IC(), OC = p.OC();
+  const int64_t taps = pl.taps;
+  const int64_t si = pl.si, so = pl.so;
+  const std::vector<int64_t>& koff = pl.koff;
+  const std::vector<int64_t>* lo = pl.lo;
+  const std::vector<int64_t>* hi = pl.hi;
+  if (pl.route == Route::Zeros) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t ic = 0; ic < IC; ++ic)
+      for (int64_t b = 0; b < OCg; ++b)
+        for (int64_t t = 0; t < taps; ++t) out[ic * si + b * so + koff[t]] = 0.f;
+    return true;
+  }
+  const int64_t F = pl.F;
+  const int lanes = tab.lanes;
+  void (*gemm_tile)(const TileArgs&) = tab.gemm;
+  void (*dw_tile)(const TileArgs&) = tab.dw;
+  void (*pack)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*) = tab.pack;
+  void (*grouped_tile)(const TileArgs&) = tab.grouped;
+  void (*pack_panels)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
+                      float*) = tab.pack_panels;
+  const bool depthwise = pl.kernel == BwdWeightsPlan::Kernel::Depthwise;
+  const bool grouped = pl.kernel == BwdWeightsPlan::Kernel::Grouped;
+  auto vecs = [&](int64_t c) { return (c + lanes - 1) / lanes; };
+  const bool vec_b = pl.vec_b, direct = pl.direct, packed = pl.packed;
+  const int64_t Mg = pl.Mg, Ng = pl.Ng;
+  const int kf = pl.kf;
+  const int64_t mblocks = pl.mblocks;
+  const std::vector<int64_t>& m_starts = pl.m_starts;
+  const std::vector<Item>& items = pl.items;
+  const int P = pl.P;
+  const int64_t block = pl.block;
+  const int64_t ldb_max = static_cast<int64_t>(pl.gemm_vecs) * lanes;
+  const bool taps_inner = pl.taps_inner, local = pl.local, local_shared_a = pl.local_shared_a;
+  const bool local_stream = pl.local_stream;
+  const int64_t ln_cols = pl.ln_cols;
+  const int64_t plane = pl.plane, wstride = pl.wstride;
+  const int nbuf = pl.nbuf;
+  const std::vector<int64_t>& chunk = pl.chunk;
+  const int64_t ntasks = pl.ntasks, max_span = pl.max_span;
+  const int64_t pack_floats = pl.pack_floats, local_floats = pl.local_floats;
+  const bool a_is_src = pl.a_is_src, shared_a = pl.shared_a;
+  const int64_t a_len = pl.a_len, a_gstride = pl.a_gstride, b_gstride = pl.b_gstride;
+  const int64_t src_step = pl.src_step, dst_step = pl.dst_step;
+  (void)taps_inner;
+
+
+  // Targets: partition 0 writes the output (direct) or scratch 0.
   std::vector<int64_t> scratch_off(taps);
   for (int64_t t = 0; t < taps; ++t) scratch_off[t] = t * plane;
-  const int nbuf = local ? 0 : direct ? P - 1 : P;
   std::unique_ptr<float, FreeDeleter> scratch;
   if (nbuf > 0) {
     scratch.reset(alloc_floats(static_cast<size_t>(nbuf * wstride)));
@@ -488,48 +650,15 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     }
   }
 
-  // Tasks: (pixel partition, chunk of items), claimed dynamically, so that a
-  // thread that starts late (shared machine) or runs slow takes fewer. Two
-  // chunks per thread of a partition keep the tail short; each chunk re-reads
-  // the partition's pixels, so a partition of one thread is one chunk.
-  const int nchunks = local           ? static_cast<int>(items.size())
-                      : per_part == 1 ? 1
-                                      : static_cast<int>(std::max<int64_t>(
-                                            1, std::min<int64_t>(items.size(), 2 * per_part)));
-  std::vector<int64_t> chunk;
-  split_items(items, nchunks, chunk);
-  const int64_t ntasks = static_cast<int64_t>(P) * nchunks;
-  // Per thread: a pixel list per tap (of its chunk's tap span) of a block.
-  int64_t max_span = 1;
-  for (int c = 0; c < nchunks; ++c) {
-    int64_t lo_t = taps, hi_t = -1;
-    for (int64_t i = chunk[c]; i < chunk[c + 1]; ++i)
-      lo_t = std::min(lo_t, items[i].tap), hi_t = std::max(hi_t, items[i].tap);
-    max_span = std::max(max_span, hi_t - lo_t + 1);
-  }
-  if (local) max_span = taps;  // an item runs every tap
-  // At most ~1 MiB of pixel lists per thread (many taps, tiny channel counts);
-  // capped by the taps, not by the chunk's span (the chunks follow the
-  // threads, the blocks must not: they set the order of the sums).
-  block = std::min(block, std::max<int64_t>(16, 65536 / taps));
   std::vector<Pix> pix_all(static_cast<size_t>(nt * max_span * block));
   std::vector<Pix> fpix_all(kf > 1 ? static_cast<size_t>(nt) * (kf + 1) * block : 0);
-  // A panels: one per m-block (bww::pack_panels_avx2's layout; AVX-512 packs
-  // each m-block when its first tile needs it).
-  void (*pack_panels)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
-                      float*) = avx512 ? nullptr : bww::pack_panels_avx2;
-  const size_t pack_floats =
-      !packed          ? 0
-      : local_shared_a ? static_cast<size_t>(block * ldb_max)
-                       : static_cast<size_t>(block * (Mg + ldb_max) + mblocks * bww::kPanelSlack);
   // Local n-blocks of one group: the A panels of all m-blocks (the block is
   // every pixel, in flat order), packed once before the tiles.
   std::unique_ptr<float, FreeDeleter> shared_ap;
   std::vector<Pix> a_rows;
   if (local_shared_a) {
     shared_ap.reset(static_cast<float*>(std::aligned_alloc(
-        64, (static_cast<size_t>(block * Mg + mblocks * bww::kPanelSlack) * sizeof(float) + 63) /
-                64 * 64)));
+        64, (static_cast<size_t>(pl.shared_a_floats) * sizeof(float) + 63) / 64 * 64)));
     if (!shared_ap) return false;
     a_rows.resize(static_cast<size_t>(F));
     for (int64_t f = 0; f < F; ++f) a_rows[f] = {src + f * IC, nullptr};
@@ -541,7 +670,6 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     if (!pack_all) return false;
   }
   std::vector<char> a_done_all(packed ? static_cast<size_t>(nt * mblocks) : 0);
-  const size_t local_floats = local ? static_cast<size_t>(taps * local_rows * ln_cols) : 0;
   // Local n-blocks: the group whose A panels a thread holds (one pixel block,
   // so they stay valid from one item to the next), -1 for none.
   std::vector<int64_t> local_a_g(static_cast<size_t>(nt), -1);
@@ -552,18 +680,13 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
     if (!local_all) return false;
   }
 
-  std::vector<float> gbufs(grouped ? static_cast<size_t>(nt) * 4 * lanes * lanes : 0);
+  std::vector<float> gbufs(static_cast<size_t>(nt * pl.gbuf_floats));
   std::vector<int64_t> pix_count(static_cast<size_t>(taps) * nt);
   struct Seg {
     int64_t n, i0, i1, x0, x1;
   };
   std::vector<Seg> segs_all(static_cast<size_t>(nt) * block);
 
-  const bool a_is_src = vec_b || depthwise;
-  const int64_t a_len = a_is_src ? IC : OC;  // floats of an A pixel row
-  const bool shared_a = packed && a_is_src && share_ok;
-  const int64_t src_step = IC, dst_step = p.s[2] * OC;
-  const int64_t a_gstride = a_is_src ? ICg : OCg, b_gstride = a_is_src ? OCg : ICg;
   const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2];
   const int64_t O0 = p.O[0], O1 = p.O[1], O2 = p.O[2];
 
@@ -596,7 +719,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           std::memset(c + r * tg.m_stride, 0, sizeof(float) * items[i].cols);
       }
     }
-    float* gbuf = gbufs.data() + static_cast<size_t>(tid) * 4 * lanes * lanes;
+    float* gbuf = gbufs.data() + static_cast<size_t>(tid) * pl.gbuf_floats;
     const int64_t f_end = part_start(F, P, part + 1);
     Pix* pix = pix_all.data() + static_cast<size_t>(tid) * max_span * block;
     int64_t* count = pix_count.data() + static_cast<size_t>(tid) * taps;
@@ -770,8 +893,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
         }
       }
       // Out in the output's order: per row m, 16 channels x all taps at a time.
-      void (*transpose)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool) =
-          avx512 ? bww::transpose_taps_avx512 : bww::transpose_taps_avx2;
+      auto transpose = tab.transpose_taps;
       float* o = out + item.g * ICg * si;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t n = 0; n < item.cols; n += 16)
@@ -802,7 +924,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       // of every line would otherwise wait on memory.
       const char* pf[2] = {nullptr, nullptr};
       const char* pf_end[2] = {nullptr, nullptr};
-      if (!depthwise && f < f_end) {
+      if (pl.prefetch && f < f_end) {
         const int64_t g0 = f, g1 = std::min(f_end, f + block) - 1;
         pf[0] = reinterpret_cast<const char*>(src + g0 * IC);
         pf_end[0] = reinterpret_cast<const char*>(src + (g1 + 1) * IC);
@@ -929,8 +1051,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       work(tid, static_cast<int>(k % P), chunk[c], chunk[c + 1]);
     }
     if (local) {
-      if (local_stream) (avx512 ? bww::store_fence_avx512 : bww::store_fence_avx2)();
-    } else if (P > 1 || !direct) {
+      if (local_stream) tab.store_fence();
+    } else if (pl.final != BwdWeightsPlan::Final::None) {
 #pragma omp barrier
       // Sum the partitions into the output, in tiles of 16 m x 16 n x 16
       // taps, through a buffer in L1: the scratch is read in runs of 16
@@ -939,17 +1061,14 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
       // large stride (IOX: 16 ic rows 16 KiB apart) maps a tile's output
       // lines to one L1 set; row by row, one float per output line per tap.
       constexpr int kTb = 16;
-      if (taps_inner) {
+      if (pl.final == BwdWeightsPlan::Final::Transpose) {
         // Per (g, m) and 16 n: the 16 scratch rows of a chunk of 16 taps
         // (one line each) transposed in registers into 16 runs of taps.
         const int64_t ntl = (Ng + kTb - 1) / kTb;
         const int64_t on = vec_b ? so : si, om = vec_b ? si : so;
-        void (*transpose)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool) =
-            avx512 ? bww::transpose_taps_avx512 : bww::transpose_taps_avx2;
-        const bool stream = 4.0 * wsize >= 8.0 * 1024 * 1024;  // output beyond 2 L2s and more
-        // Walk the output in its order (the dim of larger stride outer):
-        // across the far rows it would take a TLB miss per run of taps.
-        const bool n_outer = std::abs(on) > std::abs(om);
+        auto transpose = tab.transpose_taps;
+        const bool stream = pl.final_stream;
+        const bool n_outer = pl.final_n_outer;
 #pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < G * Mg * ntl; ++r) {
           const int64_t g = r / (Mg * ntl);
@@ -959,16 +1078,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
           transpose(scr + (g * Mg + m) * Ng + n0, plane, wstride, nbuf, taps, nn,
                     out + g * ICg * si + m * om + n0 * on, on, stream);
         }
-        (avx512 ? bww::store_fence_avx512 : bww::store_fence_avx2)();  // then the region's barrier
+        tab.store_fence();  // then the region's barrier
       } else {
         const int64_t mt = (Mg + kTb - 1) / kTb, ntl = (Ng + kTb - 1) / kTb;
         const int64_t tt = (taps + kTb - 1) / kTb;
         const int64_t om = vec_b ? si : so, on = vec_b ? so : si;  // output strides of m, n
-        // Dims 0 = tap, 1 = m, 2 = n, sorted by output stride: ord[0] innermost.
-        const int64_t tap_stride = taps > 1 ? std::abs(koff[1] - koff[0]) : 0;
-        const int64_t dim_stride[3] = {tap_stride, std::abs(om), std::abs(on)};
-        int ord[3] = {0, 1, 2};
-        std::sort(ord, ord + 3, [&](int x, int y) { return dim_stride[x] < dim_stride[y]; });
+        const int* ord = pl.final_ord;  // dims 0 = tap, 1 = m, 2 = n, innermost first
         int64_t lstride[3];  // strides of the dims in the buffer
         lstride[ord[0]] = 1, lstride[ord[1]] = kTb, lstride[ord[2]] = kTb * kTb;
   #pragma omp for schedule(static)
@@ -1015,8 +1130,85 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
   return true;
 }
 
-// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
-std::string describe_bwd_weights_f32(Isa, const ConvProblem&, int) { return "bwd_weights"; }
+
+std::string describe(const BwdWeightsPlan& pl) {
+  using Route = BwdWeightsPlan::Route;
+  std::ostringstream o;
+  o << "route=";
+  switch (pl.route) {
+    case Route::Reference: return "route=reference";
+    case Route::Empty: return "route=empty";
+    case Route::Zeros: o << "zeros threads=" << pl.nt; return o.str();
+    case Route::Tiles: break;
+  }
+  const BwdWeightsF32Table& tab = *pl.tab;
+  const char* kernel = pl.kernel == BwdWeightsPlan::Kernel::Depthwise ? "dw"
+                       : pl.kernel == BwdWeightsPlan::Kernel::Grouped ? "grouped"
+                                                                      : "gemm";
+  // The widest tile: rows x columns.
+  int64_t mr = 0, nr = 0;
+  switch (pl.kernel) {
+    case BwdWeightsPlan::Kernel::Depthwise: mr = 1, nr = int64_t{tab.lanes} * tab.dw_vecs; break;
+    case BwdWeightsPlan::Kernel::Grouped: mr = pl.Mg, nr = pl.Ng; break;
+    case BwdWeightsPlan::Kernel::Gemm:
+      mr = pl.kf > 1 ? pl.kf * pl.Mg : pl.rows_main;
+      nr = int64_t{pl.kf > 1 ? 2 : pl.gemm_vecs} * tab.lanes;
+      break;
+  }
+  // The items and their split into chunks, as one number (FNV-1a).
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](int64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  for (const Item& it : pl.items) {
+    mix(it.tap), mix(it.g), mix(it.m0), mix(it.n0), mix(it.rows), mix(it.cols), mix(it.groups);
+    mix(it.mj), mix(it.mj_end), mix(it.fk);
+  }
+  for (int64_t c : pl.chunk) mix(c);
+  const char* final_pass = pl.final == BwdWeightsPlan::Final::Transpose ? "transpose"
+                           : pl.final == BwdWeightsPlan::Final::Sum     ? "sum"
+                                                                        : "none";
+  o << "tiles tile=bwd_weights_f32_" << kernel << "_" << tab.isa << "_" << mr << "x" << nr
+    << " vec=" << (pl.vec_b ? "b" : "a") << " direct=" << pl.direct << " M=" << pl.Mg
+    << " N=" << pl.Ng << " mblocks=" << pl.mblocks << " kf=" << pl.kf << " packed=" << pl.packed
+    << " shared_a=" << pl.shared_a;
+  if (pl.packed && !pl.local) o << " mper=" << pl.mper;
+  o << " block=" << pl.block << " pieces=" << pl.P << " chunks=" << pl.nchunks
+    << " tasks=" << pl.ntasks << " items=" << pl.items.size() << " span=" << pl.max_span
+    << " split=" << std::hex << std::setw(8) << std::setfill('0') << (h & 0xffffffffu) << std::dec
+    << " pf=" << pl.prefetch << " taps_inner=" << pl.taps_inner << " local=" << pl.local;
+  if (pl.local)
+    o << " local_shared_a=" << pl.local_shared_a << " run_mb=" << pl.run_mb
+      << " local_rows=" << pl.local_rows << " local_stream=" << pl.local_stream;
+  o << " copies=" << pl.nbuf << " final=" << final_pass;
+  if (pl.final == BwdWeightsPlan::Final::Transpose)
+    o << " final_stream=" << pl.final_stream << " n_outer=" << pl.final_n_outer;
+  if (pl.final == BwdWeightsPlan::Final::Sum)
+    o << " order=" << pl.final_ord[0] << pl.final_ord[1] << pl.final_ord[2];
+  o << " scratch=" << pl.scratch_bytes() << " shared=" << pl.shared_bytes()
+    << " thread=" << pl.per_thread_bytes() << " threads=" << pl.nt;
+  return o.str();
+}
+
+}  // namespace bww
+
+bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
+                          WeightsView diff_w, int nthreads) {
+  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads);
+  return bww::run_bwd_weights(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+}
+
+std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
+                                     WeightsFormat wf) {
+  // The gradient is dense in layout wf, as the ops allocate it.
+  std::vector<int64_t> stride(static_cast<size_t>(p.spatial_rank + 2), 1);
+  const Shape shape = weights_shape(p, wf);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
+  const std::vector<int> dims = weights_dims(wf, p.spatial_rank);
+  WeightsView w{nullptr, stride[dims[0]], stride[dims[1]], {0, 0, 0}};
+  for (int i = 0; i < p.spatial_rank; ++i) w.sk[kAxes - p.spatial_rank + i] = stride[dims[2 + i]];
+  return bww::describe(bww::plan_bwd_weights(isa, p, w, nthreads));
+}
 
 }  // namespace x86
 }  // namespace tct

@@ -80,7 +80,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd);
 // would do on this ISA with nthreads threads. The call plans
 // (kernels/plan.h) embed them; the golden plan test compares them.
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
-std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads);
+// Backward-weights: for a gradient dense in layout wf (the plan depends on its strides).
+std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
+                                     WeightsFormat wf = WeightsFormat::XOI);
 std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 
 }  // namespace x86
