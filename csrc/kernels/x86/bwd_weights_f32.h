@@ -1,11 +1,16 @@
-// Backward-weights f32 micro-kernels (AVX-512, AVX2) and their common data.
-// The driver (bwd_weights_f32_common.cpp) turns the problem into GEMM tiles per
-// kernel tap: C[m][n] += sum over pixels p of A[p][m] * B[p][n], where A and B
-// are rows of the channels-last activations (src or diff_dst). Only plain data
-// and function declarations here: the ISA files must not share inline code.
+// Backward-weights f32 micro-kernels (AVX-512, AVX2), their per-ISA table and
+// the driver's plan. The driver (bwd_weights_f32_common.cpp) turns the problem
+// into GEMM tiles per kernel tap: C[m][n] += sum over pixels p of A[p][m] *
+// B[p][n], where A and B are rows of the channels-last activations (src or
+// diff_dst). Only plain data and function declarations here: the ISA files
+// must not share inline code.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../dispatch.h"
 
 namespace tct {
 namespace x86 {
@@ -120,6 +125,115 @@ void store_fence_avx2();
 // Depthwise (ICg == OCg == 1): cols <= lanes*k*DwVecs channels.
 void dw_tile_avx512(const TileArgs& t);
 void dw_tile_avx2(const TileArgs& t);
+
+// The micro-kernels of one ISA and the constants measured with them, filled
+// once in its ISA file; the plan reads every ISA-specific number from here.
+constexpr int kMaxTileVecs = 4;  // widest GEMM tile of any ISA, in vectors
+struct BwdWeightsF32Table {
+  const char* isa;  // in the tile names of describe(): "avx512", "avx2"
+  int lanes;        // floats per vector
+  int max_vecs;     // widest GEMM tile, in vectors
+  int rows[kMaxTileVecs + 1];  // rows of a GEMM tile of v vectors (index v; 0 past max_vecs)
+  int dw_vecs;                 // depthwise tiles: vectors of channels
+  int grouped_max_cols;        // grouped tiles: most channels per group on the vector side
+  int grouped_vecs_few_rows;   // grouped tiles: vectors per call for rows <= 4 ...
+  int grouped_vecs;            // ... and for more rows
+  // Pixel blocks keep the B rows of this many n-blocks in L1 (1: one tile's
+  // columns; AVX2, Zen 3: four, so that the block's src rows stay in L1
+  // across the n-blocks of a tap, 1-7 %).
+  int l1_b_blocks;
+  void (*gemm)(const TileArgs&);
+  void (*grouped)(const TileArgs&);
+  void (*dw)(const TileArgs&);
+  void (*pack)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*);
+  // The A panels of all m-blocks at once (pack_panels_avx2); nullptr: each
+  // m-block's panel is packed when its first tile needs it.
+  void (*pack_panels)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
+                      float*);
+  void (*transpose_taps)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool);
+  void (*store_fence)();
+};
+const BwdWeightsF32Table* bwd_weights_f32_table_avx512();
+const BwdWeightsF32Table* bwd_weights_f32_table_avx2();
+
+// One work item of the driver: an accumulator tile of the weight gradient
+// (packed layers: a run of m-blocks; fused taps: fk taps).
+struct Item {
+  int64_t tap, g, m0, n0;
+  int rows, cols;
+  double cost;
+  int groups = 1;      // grouped kernel: consecutive groups g.. in one vector
+  int64_t mj = 0;      // GEMM: index of the m-block
+  int64_t mj_end = 0;  // GEMM: > mj + 1: the item is m-blocks mj .. mj_end - 1 (m0, rows: mj's)
+  int fk = 1;          // GEMM with fused taps: taps tap .. tap+fk-1
+};
+
+// Every decision of one backward_weights_f32 call (bwd_weights_f32_common.cpp
+// explains them): built by plan_bwd_weights from the problem, the gradient's
+// strides, the ISA's table and the thread count; the execution reads only this.
+struct BwdWeightsPlan {
+  // reference: no table for the ISA (the caller runs the reference); empty: no
+  // element to write; zeros: no tap ever inside diff_dst; tiles: the tiles.
+  enum class Route { Reference, Empty, Zeros, Tiles };
+  enum class Kernel { Gemm, Grouped, Depthwise };
+  // How the pieces' copies reach the output: none (piece 0 is the output),
+  // transpose (taps innermost: register transposes), sum (16^3 tiles in L1).
+  enum class Final { None, Transpose, Sum };
+  Route route = Route::Reference;
+  const BwdWeightsF32Table* tab = nullptr;
+  int nt = 1;
+  ConvProblem p;
+  // Output: strides of ic and oc, offset of each tap.
+  int64_t si = 0, so = 0;
+  std::vector<int64_t> koff;
+  // Per axis and tap, the src positions whose tapped dst position lies inside diff_dst.
+  std::vector<int64_t> lo[kAxes], hi[kAxes];
+  int64_t taps = 0, F = 0;  // F: flat src pixels (n, i0, i1, i2)
+  double all_pixels = 0;    // (tap, src pixel) pairs inside
+  bool low_waste = false, share_ok = false;
+  // The GEMMs: vec_b: n = diff_dst channel (A = src), else n = src channel;
+  // direct: piece 0 accumulates in the output.
+  Kernel kernel = Kernel::Gemm;
+  bool vec_b = true, direct = false;
+  int64_t Mg = 0, Ng = 0;
+  bool a_is_src = true;
+  int64_t a_len = 0, a_gstride = 0, b_gstride = 0, src_step = 0, dst_step = 0;
+  bool packed = false, shared_a = false;
+  int kf = 1;  // fused innermost taps per tile
+  int gemm_vecs = 0, rows_main = 0;
+  int64_t mblocks = 0, mper = 1;
+  std::vector<int64_t> m_starts;
+  std::vector<Item> items;
+  int max_cols = 0;
+  // Reduction pieces, pixel blocks, tasks.
+  int P = 1, per_part = 1;
+  int64_t block = 0;
+  int nchunks = 1;
+  std::vector<int64_t> chunk;
+  int64_t ntasks = 0, max_span = 1;
+  bool prefetch = false;
+  // Local n-blocks.
+  bool taps_inner = false, local = false, local_shared_a = false, local_stream = false;
+  int64_t run_mb = 0, ln_cols = 0, local_rows = 0;
+  // Scratch copies: taps planes of `plane` floats each.
+  int64_t plane = 0, wstride = 0;
+  int nbuf = 0;
+  Final final = Final::None;
+  bool final_stream = false, final_n_outer = false;
+  int final_ord[3] = {0, 1, 2};  // sum: dims (0 tap, 1 m, 2 n) by output stride, innermost first
+  // Buffers, in floats (per thread: times nt).
+  int64_t pack_floats = 0, local_floats = 0, gbuf_floats = 0, shared_a_floats = 0;
+  int64_t scratch_bytes() const;     // the pieces' gradient copies
+  int64_t shared_bytes() const;      // shared A panels and their row list
+  int64_t per_thread_bytes() const;  // pixel lists, panels, local buffers, per thread
+};
+
+BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
+                                int nthreads);
+std::string describe(const BwdWeightsPlan& plan);
+// False when the plan routes to the reference or a buffer is not there.
+bool run_bwd_weights(const BwdWeightsPlan& plan, const float* src, const float* diff_dst,
+                     float* diff_w);
 
 }  // namespace bww
 }  // namespace x86

@@ -174,6 +174,28 @@ void grouped_tile_avx2(const TileArgs& t) {
 
 void dw_tile_avx2(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
+const BwdWeightsF32Table* bwd_weights_f32_table_avx2() {
+  static const BwdWeightsF32Table table = {
+      "avx2",
+      kAvx2Lanes,
+      kAvx2MaxVecs,
+      {kAvx2Rows[0], kAvx2Rows[1], kAvx2Rows[2], kAvx2Rows[3], 0},
+      kAvx2DwVecs,
+      4,  // grouped: 2 or 4 channels per group on the vector side
+      1,  // grouped: one vector per call
+      1,
+      4,  // pixel blocks: the B rows of up to four n-blocks in L1 (Zen 3, 1-7 %)
+      gemm_tile_avx2,
+      grouped_tile_avx2,
+      dw_tile_avx2,
+      pack_avx2,
+      pack_panels_avx2,  // the A panels of all m-blocks in one pass over each pixel row
+      transpose_taps_avx2,
+      store_fence_avx2,
+  };
+  return &table;
+}
+
 }  // namespace bww
 }  // namespace x86
 }  // namespace tct

@@ -298,6 +298,28 @@ void grouped_tile_avx512(const TileArgs& t) {
 
 void dw_tile_avx512(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
+const BwdWeightsF32Table* bwd_weights_f32_table_avx512() {
+  static const BwdWeightsF32Table table = {
+      "avx512",
+      kAvx512Lanes,
+      kAvx512MaxVecs,
+      {kAvx512Rows[0], kAvx512Rows[1], kAvx512Rows[2], kAvx512Rows[3], kAvx512Rows[4]},
+      kAvx512DwVecs,
+      8,  // grouped: 2, 4 or 8 channels per group on the vector side
+      4,  // grouped: 4 vectors per call for rows <= 4,
+      2,  // else 2
+      1,  // pixel blocks: one tile's B columns in L1
+      gemm_tile_avx512,
+      grouped_tile_avx512,
+      dw_tile_avx512,
+      pack_avx512,
+      nullptr,  // each m-block's A panel packed when its first tile needs it
+      transpose_taps_avx512,
+      store_fence_avx512,
+  };
+  return &table;
+}
+
 }  // namespace bww
 }  // namespace x86
 }  // namespace tct

@@ -45,6 +45,12 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 // act_floats: src + diff_dst elements; grad_floats: one gradient copy.
 constexpr int kMaxReductionPieces = 8;
 int reduction_pieces(double act_floats, double grad_floats, int64_t units);
+// The pieces' copies of a run of len gradient elements summed in piece order:
+// copy q (q < n, n >= 1) of element i at copies[q*ld_copy + i];
+// dst[i*dst_stride] = copy 0 + copy 1 + ... + copy n-1, or += that sum when
+// accumulate (dst already holds piece 0).
+void sum_pieces(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
+                int64_t dst_stride, bool accumulate);
 
 // Backward-data of a one-pixel src whose kernel covers diff_dst exactly, as
 // dot products (planar_f32_common.cpp); dense NCX or (one group) NXC
@@ -80,7 +86,9 @@ bool planar_preferred(Isa isa, const ConvProblem& p, Pass pass, bool amd);
 // would do on this ISA with nthreads threads. The call plans
 // (kernels/plan.h) embed them; the golden plan test compares them.
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
-std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads);
+// Backward-weights: for a gradient dense in layout wf (the plan depends on its strides).
+std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
+                                     WeightsFormat wf = WeightsFormat::XOI);
 std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 
 }  // namespace x86
