@@ -2079,13 +2079,11 @@ bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, cons
     for (int64_t ic = 0; ic < IC; ++ic)
       for (int64_t k0 = 0; k0 < K0; ++k0)
         for (int64_t k1 = 0; k1 < K1; ++k1)
-          for (int64_t k2 = 0; k2 < K2; ++k2)
-            for (int64_t oc = 0; oc < p.OCg; ++oc) {
-              float sum = 0.f;
-              const int64_t e = (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg + oc;
-              for (int t = 1; t < P; ++t) sum += scratch[(t - 1) * grad_floats + e];
-              *out_at(ic, oc, k0, k1, k2) += sum;
-            }
+          for (int64_t k2 = 0; k2 < K2; ++k2) {
+            const int64_t e = (((k0 * K1 + k1) * K2 + k2) * IC + ic) * p.OCg;
+            sum_pieces(scratch.get() + e, grad_floats, P - 1, p.OCg, out_at(ic, 0, k0, k1, k2), dw.so,
+                       true);
+          }
   }
   return true;
 }
