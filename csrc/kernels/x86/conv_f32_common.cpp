@@ -53,9 +53,12 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "conv_f32_kernels.h"
+#include "conv_f32_plan.h"
 #include "transpose.h"
 #include "x86.h"
 
@@ -376,39 +379,870 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
   return m;
 }
 
-struct Kernel {
-  ConvTileFn fn;
-  int mr, nr;
-  double eff;  // relative speed of the tile, to trade it against column padding
-};
+
+// The micro-kernel table of the ISA (null: no kernels, the reference runs).
+const ConvF32Table* table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return conv_f32_table_avx512();
+    case Isa::Avx2:
+      return conv_f32_table_avx2();
+    default:
+      return nullptr;
+  }
+}
 
 // The register tile for ncol output columns: least padded work per unit speed.
-Kernel choose_gemm_kernel(Isa isa, int64_t ncol) {
-  static const Kernel k512[] = {{conv_f32_avx512_6x64, 6, 64, 1.0},
-                                {conv_f32_avx512_8x48, 8, 48, 0.97},
-                                {conv_f32_avx512_12x32, 12, 32, 0.95},
-                                {conv_f32_avx512_12x16, 12, 16, 0.87}};
-  // Speeds: bench_conv_f32's in-cache micro runs on Zen 5 (AVX-512 12x16
-  // 86-89 %, the others 96-99 %; AVX2 12x8 82-89 %, 8 rows x 8 80-86 %, 6x16
-  // and 4x24 97-99 %; on Zen 3, where 12x8 was not measured, AVX2 6x16 and
-  // 4x24 95 %, 8 rows x 8 73 %). (A 2x40 AVX2 tile, 89 % in cache, lost
-  // 1.3x on the 36-column layer it would serve: two pixels per tile.)
-  static const Kernel k2[] = {{conv_f32_avx2_6x16, 6, 16, 1.0},
-                              {conv_f32_avx2_4x24, 4, 24, 1.0},
-                              {conv_f32_avx2_12x8, 12, 8, 0.85}};
-  const Kernel* ks = isa == Isa::Avx512 ? k512 : k2;
-  const int nk = isa == Isa::Avx512 ? 4 : 3;
-  const Kernel* best = &ks[0];
+const ConvGemmTile& choose_gemm_tile(const ConvF32Table& tab, int64_t ncol) {
+  const ConvGemmTile* best = &tab.gemm[0];
   double best_cost = 0;
-  for (int i = 0; i < nk; ++i) {
-    const int64_t blocks = (ncol + ks[i].nr - 1) / ks[i].nr;
-    const double cost = static_cast<double>(blocks * ks[i].nr) / ks[i].eff;
+  for (int i = 0; i < tab.ngemm; ++i) {
+    const ConvGemmTile& k = tab.gemm[i];
+    const int64_t blocks = (ncol + k.nr - 1) / k.nr;
+    const double cost = static_cast<double>(blocks * k.nr) / k.eff;
     if (i == 0 || cost < best_cost) {
-      best = &ks[i];
+      best = &k;
       best_cost = cost;
     }
   }
   return *best;
+}
+
+// Forward when the kernel tiles the output (per axis K == s, no dilation,
+// every output pixel inside the inputs' patches), one group: each output pixel
+// gets exactly one tap of one input pixel. A plain GEMM then computes, per
+// input pixel (row), all taps x OCg columns at once (vectors filled even when
+// OCg is small), into a per-thread tile buffer, and each tap's OCg outputs are
+// copied to their pixel (along the innermost axis the taps' pixels are
+// consecutive: one run of K2 * OCg floats). A one-pixel src (the "z -> 4x4"
+// first layer of a generator) is the same for any stride and any OCg: the
+// row-per-output-pixel GEMM would keep one tap of the tile's rows in six.
+// (Only for OCg below one vector.)
+bool patch_applies(const ConvF32Table& tab, const ConvProblem& p) {
+  if (p.G != 1 || p.ICg < 1 || p.taps() < 2) return false;
+  const bool one_pixel = p.src_spatial() == 1;
+  if (!one_pixel && p.OCg >= tab.lanes) return false;
+  for (int ax = 0; ax < kAxes; ++ax) {
+    const int64_t s = one_pixel ? p.K[ax] : p.s[ax];  // (one input: the stride is unused)
+    if (p.d[ax] != 1 || p.K[ax] != s || p.pb[ax] + p.O[ax] > s * p.I[ax]) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// The plan: every decision of a call, made once before any work.
+
+// The kernel family the driver runs.
+enum class Route {
+  Nothing,    // nothing to write (empty output)
+  Reference,  // no kernels for this ISA / shape: the entry point returns false
+  Patch,      // forward, kernel tiles the output: a GEMM per input pixel, scattered
+  Gemm,       // register tiles of MR rows x NR columns of one group
+  Depthwise,  // ICg = OCg = 1: elementwise over all channels
+  Grouped,    // small groups, vectorized over 16 output channels of several groups
+  Dot,        // few columns, long reduction: vectorized over the reduction
+};
+const char* route_name(Route r) {
+  switch (r) {
+    case Route::Nothing: return "none";
+    case Route::Reference: return "reference";
+    case Route::Patch: return "patch";
+    case Route::Gemm: return "gemm";
+    case Route::Depthwise: return "depthwise";
+    case Route::Grouped: return "grouped";
+    case Route::Dot: return "dot";
+  }
+  return "?";
+}
+
+// How the row blocks meet the column blocks (see plan_schedule).
+enum class Schedule { Rows, Columns, Lines };
+const char* schedule_name(Schedule s) {
+  return s == Schedule::Rows ? "rows" : s == Schedule::Columns ? "columns" : "lines";
+}
+
+// Loop order of the weight packing (up front, or a lazy item's own block).
+enum class PackOrder {
+  Depthwise,  // [tap][C]
+  Grouped,    // [tap][c][OC padded]
+  Dot,        // [g][tap][c/16][j][16]
+  Blocks16,   // reduction channels contiguous in W: 16 channels per step
+  Columns,    // columns outermost in W (<= 16 taps): 16 columns per step
+  Channels,   // channel by channel, every column block
+};
+const char* pack_order_name(PackOrder o) {
+  switch (o) {
+    case PackOrder::Depthwise: return "depthwise";
+    case PackOrder::Grouped: return "grouped";
+    case PackOrder::Dot: return "dot";
+    case PackOrder::Blocks16: return "blocks16";
+    case PackOrder::Columns: return "columns";
+    case PackOrder::Channels: return "channels";
+  }
+  return "?";
+}
+// How pack_block moves a range of channels of one column block, by W's
+// unit-stride dimension: the columns (row copies), the reduction channels (a
+// transpose per tap), the taps, dense (per channel a [column][tap] transpose
+// straight into the taps' rows); anything else pack_slab.
+enum class PackMove { Copy, Transpose, TapTranspose, Slab };
+const char* pack_move_name(PackMove m) {
+  return m == PackMove::Copy ? "copy" : m == PackMove::Transpose ? "transpose"
+         : m == PackMove::TapTranspose ? "tap_transpose" : "slab";
+}
+
+// A run of consecutive lines of one (image, phase, axis-0 row) (run_lines).
+struct LineItem {
+  int32_t phase;
+  int64_t n, j0, j1, nl;
+};
+
+// Per-thread buffers of the row-block tiles, in elements (one source for
+// their allocation and the workspace sum).
+struct RowBufSizes {
+  int64_t ind = 0;        // pointers: TB tiles x taps x MR
+  int64_t outp = 0;       // pointers: TB x MR
+  int64_t scratch = 0;    // floats: the dummy rows' output
+  int64_t tile_wtap = 0;  // int32: TB x taps
+  int64_t tiles = 0;      // TB (per-tile flags and counts)
+  int64_t win_in = 0;     // int64: a lazy axis 2's window of tap offsets
+  int64_t win = 0;        // a lazy axis 2's window of rows
+};
+// Per-thread buffers of run_lines, in elements.
+struct LineBufSizes {
+  int64_t per_line = 0;  // taps + 1
+  int64_t ind = 0;       // pointers: MR x taps
+  int64_t scratch = 0;   // floats
+};
+
+// The forward of route Patch.
+struct PatchPlan {
+  int64_t ncol = 0;   // taps x OCg columns
+  int64_t ldS = 0;    // floats per row of a tile buffer (NB x NR)
+  int64_t rows = 0;   // input pixels of all images
+  int64_t tiles = 0;  // tiles of MR rows
+  int64_t TB = 0;     // tiles per work item
+  int64_t items = 0;
+  int64_t run = 0;    // K2 x OCg: one tap row's consecutive outputs
+  bool stream = false;
+  std::vector<int64_t> tap_off;  // per tap (k0, k1, k2), its offset in W
+};
+
+struct ConvPlan {
+  Isa isa = Isa::Reference;
+  Pass pass = Pass::Forward;
+  bool fwd = true;
+  int nthreads = 1;
+  ConvProblem p;
+  Route route = Route::Reference;
+  // The implicit GEMM: cred reduction channels per tap and group, ncol
+  // columns per group; in / out: src / dst (forward), diff_dst / diff_src.
+  int64_t N = 0, cred = 0, ncol = 0, in_c = 0, out_c = 0, in_pix = 0, out_pix = 0;
+  // The micro-kernel.
+  std::string tile;  // the tile's name
+  ConvTileFn fn = nullptr;
+  const ConvTileFn* partial = nullptr;  // GEMM tiles: partial[m] for m < MR rows
+  ConvGroupedFn grouped = nullptr;
+  int MR = 0;
+  // Column block NR (depthwise: all channels; small groups: ncp), column
+  // blocks per group NB, the driver's group loop G, columns per group the
+  // kernel sees, the reduction padded to 16 (dot), the channels padded to 16.
+  int64_t NR = 0, NB = 0, G = 0, cols = 0, credp = 0, ncp = 0;
+  bool dw = false, vg = false, whole_pixel = false, dot = false;
+  std::vector<int32_t> vg_base, vg_idx;  // small groups: per 16-channel block
+  // Phases (stride phases; backward-data: one), their tap ranges in the
+  // packed weights; 1D/2D fold the images into axis 0 (NI = 1).
+  bool fold_batch = false;
+  int64_t NI = 0, T = 0, Tmax = 0, T2max = 0, in_img = 0, out_img = 0;
+  bool any_lazy = false;
+  std::vector<Phase> phases;
+  // Packing: per packed tap its offset in W (-1: not packed), the packed
+  // taps that are read, W's strides of a group / column / reduction channel.
+  PackOrder pack_order = PackOrder::Channels;
+  PackMove pack_move = PackMove::Slab;
+  std::vector<int64_t> koff, ptap, pkoff, tap_of_koff;
+  int64_t w_si = 0, group_stride = 0, col_stride = 0, red_stride = 0;
+  int64_t block_floats = 0;  // packed floats of one (group, column block)
+  int64_t nc16 = 0;
+  bool stream_pack = false;
+  ConvTransposeRowsFn tr_pack = nullptr, tr_lazy = nullptr;
+  // The reduction in chunks of CB channels; fused innermost taps (K2 > 1).
+  int64_t CB = 0, nchunks = 0, K2 = 1;
+  bool fuse = false;
+  // Schedule.
+  Schedule schedule = Schedule::Rows;
+  bool lazy = false;
+  int64_t ncolblocks = 0, rsplit = 1, TB = 1, CG = 1, blocks_per_img = 0, all_blocks = 0;
+  std::vector<std::pair<int32_t, int64_t>> block_order;  // (phase, block) of an image
+  std::vector<LineItem> line_items;
+  int64_t LB = 1;  // longest line run
+  // Stores and prefetch.
+  bool stream = false;
+  int64_t prefetch = 0;
+  // Workspace.
+  int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
+  RowBufSizes row_bufs;
+  LineBufSizes line_bufs;
+  PatchPlan patch;
+};
+
+// Route Patch: the GEMM tile over taps x OCg columns, reduction chunks,
+// tiles per item, streaming.
+void plan_patch(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
+  const ConvProblem& p = c.p;
+  PatchPlan& pp = c.patch;
+  const int64_t IC = p.ICg, OC = p.OCg, T = p.taps();
+  pp.ncol = T * OC;
+  const ConvGemmTile& kern = choose_gemm_tile(tab, pp.ncol);
+  c.route = Route::Patch;
+  c.tile = kern.name;
+  c.fn = kern.fn;
+  c.MR = kern.mr;
+  c.NR = kern.nr;
+  c.NB = (pp.ncol + c.NR - 1) / c.NR;
+  pp.ldS = c.NB * c.NR;
+  pp.rows = c.N * c.in_pix;
+  // Reduction chunks whose packed weights ([c][NR] per column block) stay in L2.
+  c.CB = std::max<int64_t>(16, std::min<int64_t>((IC + 15) / 16 * 16,
+                                                 (512 << 10) / (c.NR * 4) / 16 * 16));
+  c.nchunks = (IC + c.CB - 1) / c.CB;
+  pp.tap_off.resize(static_cast<size_t>(T));
+  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
+    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
+      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
+        pp.tap_off[t] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
+  c.w_si = wv.si;
+  c.col_stride = wv.so;
+  pp.tiles = (pp.rows + c.MR - 1) / c.MR;
+  // Tiles per work item: up to 16, at least 4 items per thread when the
+  // tiles allow (a one-pixel src has one row per image).
+  pp.TB = std::clamp<int64_t>(pp.tiles / (4 * static_cast<int64_t>(c.nthreads)), 1, 16);
+  pp.items = (pp.tiles + pp.TB - 1) / pp.TB;
+  pp.run = p.K[2] * OC;
+  // Outputs of 16 MiB and more: whole tiles written with streaming stores
+  // (run_patch), saving the read for ownership of every output line (36 <- 4
+  // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
+  pp.stream = pp.run % 4 == 0 && (c.MR * pp.run) % 16 == 0 &&
+              4.0 * static_cast<double>(c.N) * c.out_pix * OC >= 16.0 * (1 << 20);
+  c.wp_floats = c.NB * IC * c.NR;
+  c.bias_floats = pp.ldS + 16;
+}
+
+// The kernel family, its tile and column blocks. False: no kernel (the
+// reference runs).
+bool plan_kernel(ConvPlan& c, const ConvF32Table& tab) {
+  const ConvProblem& p = c.p;
+  const int64_t cred = c.cred, ncol = c.ncol, out_c = c.out_c;
+  // Depthwise: vectorize over the channels of all groups instead.
+  c.dw = p.ICg == 1 && p.OCg == 1 && p.G > 1;
+  // Small groups: vectorize over 16 output channels of several groups,
+  // permuting each lane's input channel into place, when the inputs of every
+  // 16-channel block lie within 32 channels. (A GEMM per group would use
+  // ncol of the 16 lanes.)
+  c.ncp = (out_c + 15) / 16 * 16;
+  c.vg = tab.grouped && !c.dw && p.G > 1 && ncol <= 8 && cred >= 1;
+  if (c.vg) {
+    c.vg_base.resize(static_cast<size_t>(c.ncp / 16));
+    c.vg_idx.resize(static_cast<size_t>(c.ncp * cred));
+    for (int64_t v = 0; v < c.ncp / 16 && c.vg; ++v) {
+      const int64_t base = (16 * v / ncol) * cred;
+      c.vg_base[v] = static_cast<int32_t>(base);
+      for (int64_t ch = 0; ch < cred; ++ch)
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t oc = 16 * v + l;
+          const int64_t in = oc < out_c ? (oc / ncol) * cred + ch - base : 0;
+          if (in >= 32) c.vg = false;
+          c.vg_idx[(v * cred + ch) * 16 + l] = static_cast<int32_t>(in);
+        }
+    }
+    if (!c.vg) c.vg_base.clear(), c.vg_idx.clear();
+  }
+  c.whole_pixel = c.dw || c.vg;  // one kernel call covers every channel
+  // Few columns, long reduction: vectorize over the reduction.
+  c.dot = !c.whole_pixel && ncol <= kMaxDotColumns && cred >= 16;
+  c.credp = (cred + 15) / 16 * 16;
+  c.G = c.whole_pixel ? 1 : p.G;          // group loop of the driver
+  c.cols = c.whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
+  if (c.dw) {
+    c.route = Route::Depthwise;
+    c.tile = std::string(tab.isa) + "_dw";
+    c.fn = tab.dw;
+    c.MR = tab.dw_rows;
+  } else if (c.vg) {
+    c.route = Route::Grouped;
+    c.tile = std::string(tab.isa) + "_grouped";
+    c.grouped = tab.grouped;
+    c.MR = tab.grouped_rows;
+  } else if (c.dot) {
+    c.route = Route::Dot;
+    c.tile = std::string(tab.isa) + "_dot" + std::to_string(ncol);
+    c.fn = tab.dot[ncol];
+    c.MR = tab.dot_rows[ncol];
+    c.NR = ncol;
+  } else {
+    if (tab.ngemm < 1) return false;
+    const ConvGemmTile& k = choose_gemm_tile(tab, ncol);
+    c.route = Route::Gemm;
+    c.tile = k.name;
+    c.fn = k.fn;
+    c.partial = k.partial;
+    c.MR = k.mr;
+    c.NR = k.nr;
+  }
+  if (c.dw) c.NR = c.cols;
+  if (c.vg) c.NR = c.ncp;
+  c.NB = c.whole_pixel ? 1 : (ncol + c.NR - 1) / c.NR;
+  return c.vg ? c.grouped != nullptr : c.fn != nullptr;
+}
+
+// The phases (per axis maps, combined), their tap ranges in the packed
+// weights, rows regrouped by valid taps, row mode's tap offsets.
+void plan_phases(ConvPlan& c, const ConvF32Table& tab) {
+  const ConvProblem& p = c.p;
+  const bool fwd = c.fwd;
+  const std::array<int64_t, kAxes> in_dims = fwd ? p.I : p.O;
+  const std::array<int64_t, kAxes> out_dims = fwd ? p.O : p.I;
+  c.fold_batch = p.spatial_rank < kAxes && p.K[0] == 1 && p.s[0] == 1 && p.pb[0] == 0 &&
+                 in_dims[0] == 1 && out_dims[0] == 1;
+  c.NI = c.fold_batch ? 1 : c.N;  // images the driver loops over
+  c.in_img = c.fold_batch ? 0 : c.in_pix * c.in_c;
+  c.out_img = c.fold_batch ? 0 : c.out_pix * c.out_c;
+  std::vector<AxisMap> axes[kAxes];
+  for (int ax = 0; ax < kAxes; ++ax) {
+    if (fwd && p.s[ax] <= p.O[ax]) {
+      for (int64_t q = 0; q < p.s[ax]; ++q) axes[ax].push_back(forward_axis(p, ax, q));
+    } else if (fwd) {
+      // More phases than outputs: only the O phases that hold one (a stride of
+      // 2**31 on a tiny output must not build 2**31 empty phases).
+      for (int64_t o = 0; o < p.O[ax]; ++o)
+        axes[ax].push_back(forward_axis(p, ax, (o + p.pb[ax]) % p.s[ax]));
+    } else {
+      axes[ax].push_back(backward_axis(p, ax));
+    }
+    int64_t in_stride = c.in_c, out_stride = c.out_c;  // elements per step along ax
+    for (int b = ax + 1; b < kAxes; ++b) {
+      in_stride *= in_dims[b];
+      out_stride *= out_dims[b];
+    }
+    // 1D/2D: the unused outer axis carries the images instead (one tap,
+    // input coordinate = image), so that the rows of all images form one
+    // phase: row blocks, tiles and the regrouping by taps run across
+    // images (small images: fewer partial tiles; 4x4 planes of a k3 s2
+    // phase hold 4-9 rows per image).
+    if (ax == 0 && c.fold_batch) {
+      AxisMap& m = axes[0][0];
+      m.rows = c.N;
+      m.out.resize(c.N);
+      m.in.resize(c.N);
+      for (int64_t n = 0; n < c.N; ++n) m.out[n] = m.in[n] = n;
+      m.out0 = 0;
+      m.ostep = m.istep = 1;
+      m.extent = c.N;
+      m.c.assign(1, 0);
+    }
+    for (AxisMap& m : axes[ax]) set_offsets(m, in_stride, out_stride);
+  }
+  for (const AxisMap& a0 : axes[0])
+    for (const AxisMap& a1 : axes[1])
+      for (const AxisMap& a2 : axes[2]) {
+        Phase ph;
+        ph.ax[0] = a0;
+        ph.ax[1] = a1;
+        ph.ax[2] = a2;
+        ph.rows = a0.rows * a1.rows * a2.rows;
+        ph.taps = a0.taps * a1.taps * a2.taps;
+        ph.tap_off = c.T;
+        c.T += ph.taps;
+        if (ph.rows == 0) continue;
+        c.Tmax = std::max(c.Tmax, ph.taps);
+        c.phases.push_back(std::move(ph));
+      }
+  if (fwd && !c.whole_pixel)
+    for (Phase& ph : c.phases)
+      group_rows_by_taps(ph, c.MR, !c.dot ? 0.97 : tab.regroup_dot_share);
+  // Backward-data likewise (its one phase: src pixels whose taps read padding),
+  // unless taps may be fused (build_rows fuses in the natural row order).
+  // Zen 5, rotated A/B against none, AVX-512 and AVX2 alike: GoogLeNet 4d's
+  // k3 p1 on 14x14, AlexNet's dilated k3 and DCGAN 512 -> 256 1.06-1.09x,
+  // AlexNet's 1D k3 p1 and DCGAN 256 -> 128 1.03-1.04x, the rest even
+  // (0.9 of the natural estimate gained nothing).
+  if (!fwd && !c.whole_pixel && !backward_data_fuses_taps(p))
+    for (Phase& ph : c.phases) group_rows_by_taps(ph, c.MR, 0.97);
+  // Row mode for the GEMM and depthwise tiles (natural row order): tap
+  // offsets of the interior rows, summed over the axes in the indirection's
+  // tap order.
+  const bool row_mode = !c.vg && !c.dot;
+  for (Phase& ph : c.phases) {
+    const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
+    if (!row_mode || !ph.perm.empty() || a0.delta.empty() || a1.delta.empty() || a2.delta.empty())
+      continue;
+    for (int64_t t0 = 0; t0 < a0.taps; ++t0)
+      for (int64_t t1 = 0; t1 < a1.taps; ++t1) {
+        ph.tapoff_fused.push_back(a0.delta[t0] + a1.delta[t1]);
+        for (int64_t t2 = 0; t2 < a2.taps; ++t2)
+          ph.tapoff.push_back(a0.delta[t0] + a1.delta[t1] + a2.delta[t2]);
+      }
+  }
+  c.any_lazy = std::any_of(c.phases.begin(), c.phases.end(),
+                           [](const Phase& ph) { return ph.ax[2].lazy; });
+  for (const Phase& ph : c.phases) c.T2max = std::max(c.T2max, ph.ax[2].taps);
+}
+
+// Per packed tap, the offset of its kernel position in W; the packed taps
+// that are read; the packing order and move; the reduction chunks; fused
+// taps; streamed packing.
+void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
+  const ConvProblem& p = c.p;
+  const int64_t T = c.T, cred = c.cred;
+  // Per packed tap: the offset of its kernel position in W (-1: its phase has
+  // no rows, never read, not packed).
+  c.koff.assign(static_cast<size_t>(T), -1);
+  for (const Phase& ph : c.phases) {
+    const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
+    int64_t t = ph.tap_off;
+    for (int64_t t0 = 0; t0 < a0.taps; ++t0)
+      for (int64_t t1 = 0; t1 < a1.taps; ++t1)
+        for (int64_t t2 = 0; t2 < a2.taps; ++t2, ++t)
+          c.koff[t] = a0.tap[t0] * wv.sk[0] + a1.tap[t1] * wv.sk[1] + a2.tap[t2] * wv.sk[2];
+  }
+  // Column j / reduction c of group g: forward W[g*ICg + c, j], backward W[g*ICg + j, c].
+  c.w_si = wv.si;
+  c.group_stride = p.ICg * wv.si;
+  c.col_stride = c.fwd ? wv.so : wv.si;
+  c.red_stride = c.fwd ? wv.si : wv.so;
+  // Packed weights of one (g, nb); dot: [tap][c/16][j][16].
+  c.block_floats = c.dot ? T * c.credp * c.NR : T * cred * c.NR;
+  for (int64_t t = 0; t < T; ++t)
+    if (c.koff[t] >= 0) {
+      c.ptap.push_back(t);
+      c.pkoff.push_back(c.koff[t]);
+    }
+  int64_t tap_stride = INT64_MAX;
+  for (int ax = 0; ax < kAxes; ++ax)
+    if (p.K[ax] > 1) tap_stride = std::min<int64_t>(tap_stride, std::abs(wv.sk[ax]));
+  bool taps_dense = static_cast<int64_t>(c.ptap.size()) == T && T > 1;
+  c.tap_of_koff.assign(static_cast<size_t>(T), -1);
+  for (int64_t t = 0; t < T && taps_dense; ++t) {
+    if (c.koff[t] < 0 || c.koff[t] >= T || c.tap_of_koff[c.koff[t]] >= 0) taps_dense = false;
+    else c.tap_of_koff[c.koff[t]] = t;
+  }
+  c.pack_move = c.col_stride == 1               ? PackMove::Copy
+                : c.red_stride == 1             ? PackMove::Transpose
+                : taps_dense && tap_stride == 1 ? PackMove::TapTranspose
+                                                : PackMove::Slab;
+  // The reduction is cut into chunks of CB channels (all taps of a phase)
+  // only when a column block's packed weights, [tap][c][NR], outgrow about a
+  // quarter of L2: the tiles of a row block then accumulate chunk by chunk,
+  // each chunk's weights staying in L2. (Chunks small enough for L1 were
+  // measured slower: the extra passes over the outputs cost more than the
+  // L2-resident weights, which the tiles stream at full speed.)
+  // CB is a multiple of 16, so that the packing can split the channels in
+  // blocks of 16 that each lie in one chunk.
+  c.CB = c.dot ? std::max<int64_t>(cred, 1) : std::max<int64_t>(
+      16, std::min<int64_t>((cred + 15) / 16 * 16,
+                            (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 4) / 16 * 16));
+  c.nchunks = (cred + c.CB - 1) / c.CB;
+  c.nc16 = (cred + 15) / 16;  // packing work per column block
+  // Backward-data with a short reduction per tap: along the innermost axis
+  // (dilation 1) the K2 taps of a row read K2 consecutive pixels, one run of
+  // K2 * cred floats (one group), and the packed taps are in (t0, t1, t2)
+  // order, so [tap][c][NR] is also [(t0, t1)][(t2, c)][NR]. Tiles whose rows
+  // all have every axis-2 tap inside diff_dst run K0*K1 fused taps of
+  // K2 * cred channels: a third of the pointers and of the per-tap overhead.
+  c.fuse = !c.fwd && backward_data_fuses_taps(p) && !c.whole_pixel && !c.dot &&
+           cred == c.in_c && c.nchunks == 1;
+  c.K2 = c.fuse ? p.K[2] : 1;
+  // Packed weights of 2 MiB and more (beyond both L2s) are written with
+  // non-temporal stores, in whole lines (NR a multiple of 16): regular stores
+  // read every line for ownership first, at random from 16-64 streams (one
+  // per packed tap and column block), and packing then ran at 8-15 GB/s of
+  // W; streamed it runs near memcpy speed, and the tiles read the packed
+  // weights back once from memory. Zen 5, rotated A/B against the regular
+  // stores: the 16 deep layers' forward and backward-data 1.06x (NXC) and
+  // 1.08x (NCX) in geometric mean, 512 -> 512 k3 s2 on 4x4 1.3-1.5x, DCGAN
+  // 512 -> 256 and HiFi-GAN k16 s8 forward 1.15x; AVX2 alike (1.12x on
+  // six of them). AlexNet's 1D 384 -> 256 (1.2 MB, which stays in L2) was
+  // 2-4 % slower streamed.
+  c.stream_pack = c.NR % 16 == 0 && !c.whole_pixel && !c.dot &&
+                  4.0 * c.G * c.NB * c.block_floats >= 2.0 * (1 << 20);
+  c.tr_pack = c.stream_pack ? tab.transpose_rows_stream : tab.transpose_rows;
+  c.tr_lazy = tab.transpose_rows;
+  // W with the columns outermost and (channel, tap) runs contiguous per
+  // column (IOX backward-data, OIX forward): packed 16 columns at a time,
+  // each column's run read in order (16 streams, where channel by channel
+  // reads one line of every column: 512 streams for 512 columns). Zen 5,
+  // backward-data interleaved with torch: U-Net 1024 -> 512 k2 s2 1.15x,
+  // 512 -> 512 k3 s2 on 4x4 1.2x, the k4 s2 and k16 s8 layers of 512 -> 256
+  // 1.05-1.07x; 27 taps (3D k3, two transposes per channel) 2-3 % slower, so
+  // only up to 16 taps.
+  const bool columns_outer = !c.whole_pixel && !c.dot && taps_dense && tap_stride == 1 &&
+                             c.col_stride > c.red_stride && T <= 16;
+  c.pack_order = c.dw                ? PackOrder::Depthwise
+                 : c.vg              ? PackOrder::Grouped
+                 : c.dot             ? PackOrder::Dot
+                 : c.red_stride == 1 ? PackOrder::Blocks16
+                 : columns_outer     ? PackOrder::Columns
+                                     : PackOrder::Channels;
+}
+
+// Row blocks per image of TB = tb tiles (sets Phase::blocks), and the bytes
+// of weights they stream (wtraffic, when not null).
+int64_t count_blocks(ConvPlan& c, int64_t tb, double* wtraffic) {
+  const int64_t MR = c.MR;
+  int64_t blocks = 0;
+  double wt = 0;
+  for (Phase& ph : c.phases) {
+    // Lazy axis 2: blocks do not cross a line (their rows are one window).
+    ph.blocks = ph.ax[2].lazy ? ph.ax[0].rows * ph.ax[1].rows *
+                                    ((ph.ax[2].rows + tb * MR - 1) / (tb * MR))
+                              : (ph.rows + tb * MR - 1) / (tb * MR);
+    blocks += ph.blocks;
+    wt += 4.0 * ph.blocks * ph.taps * c.cred * c.ncolblocks * c.NR;
+  }
+  if (wtraffic) *wtraffic = wt;
+  return blocks;
+}
+
+// Row blocks: TB tiles of MR rows whose inputs stay in L2. By rows, the
+// work items are (image, phase, row block, range of column blocks; the
+// column blocks of all groups are numbered q = g*NB + nb, so the groups
+// share one indirection buffer). Each item streams its column blocks'
+// weights once per row block and its rows' inputs once per column range:
+// pick (TB, CG ranges) with the least such traffic among those giving every
+// thread a few items.
+void plan_row_blocks(ConvPlan& c, bool by_columns) {
+  const int64_t MR = c.MR, Tmax = c.Tmax, cred = c.cred, nthreads = c.nthreads;
+  const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * 4;
+  // (The inputs a block points at overlap between taps, so 2 MB of pointed-at
+  // rows is far less in cache; the indirection buffer stays below 256 KB.)
+  const int64_t tb_cap = std::max<int64_t>(
+      1, std::min<int64_t>({64, (2048 << 10) / (MR * row_bytes),
+                            (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * 8)}));
+  double abytes = 0;  // input rows of all phases, once
+  for (const Phase& ph : c.phases) abytes += 4.0 * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
+  // At least 4 items per thread; forward GEMM tiles also want a multiple of
+  // the threads below 8 per thread: AlexNet's 1D 384 -> 256 on 13 (one
+  // phase of 416 rows) got 9 blocks, one thread waiting for the other's
+  // fifth, 1.13x with 18 on Zen 5 (rotated A/B; GoogLeNet 4d 3x3 2 % slower;
+  // backward-data and the depthwise tiles lost 2-7 % with the rule, and 8
+  // items per thread flat made the 3D U-Net 320 k2 s2 forward 5 % slower).
+  const int64_t want = 4 * nthreads;
+  const bool even_items = c.fwd && !c.whole_pixel;
+  auto enough = [&](int64_t n) {
+    return n >= want && (!even_items || n % nthreads == 0 || n >= 2 * want);
+  };
+  c.TB = tb_cap;
+  c.CG = 1;
+  if (!by_columns) {
+    double best_traffic = 0;
+    int64_t best_items = -1;
+    for (int64_t tb = 1; tb <= tb_cap; tb *= 2)
+      for (int64_t cg = 1; cg <= c.ncolblocks; cg = cg < 8 ? cg + 1 : cg * 2) {
+        double wt = 0;
+        const int64_t items = c.NI * count_blocks(c, tb, &wt) * cg;
+        const double traffic = wt + cg * abytes;
+        const bool better =
+            best_items < 0 ||
+            (enough(items) ? (!enough(best_items) || traffic < best_traffic)
+                           : (!enough(best_items) && items > best_items));
+        if (better) {
+          best_traffic = traffic;
+          best_items = items;
+          c.TB = tb;
+          c.CG = cg;
+        }
+      }
+  }
+  // By columns with row parts: row blocks enough for 4 per part.
+  if (c.rsplit > 1)
+    while (c.TB > 1 && c.NI * count_blocks(c, c.TB, nullptr) < 4 * c.rsplit) c.TB = (c.TB + 1) / 2;
+  c.blocks_per_img = count_blocks(c, c.TB, nullptr);
+  c.all_blocks = c.NI * c.blocks_per_img;
+  // The row blocks of an image in item order, (phase, block): phases taken
+  // round-robin, so that the threads work on different phases at once. With
+  // K < s (ResNet's 1x1 s2) 3 of 4 phases have no tap and only write the
+  // bias, a memory-bound stream that then runs beside the other thread's
+  // FMAs instead of after them (Zen 5, forward 1.08-1.1x; the k4 s2 and
+  // k2 s2 layers 1-4 %, their phases' blocks read the same src rows).
+  c.block_order.reserve(static_cast<size_t>(c.blocks_per_img));
+  for (int64_t b = 0; static_cast<int64_t>(c.block_order.size()) < c.blocks_per_img; ++b)
+    for (size_t i = 0; i < c.phases.size(); ++i)
+      if (b < c.phases[i].blocks) c.block_order.push_back({static_cast<int32_t>(i), b});
+}
+
+// Schedule: by rows, by columns (lazy packing, row parts) or line by line;
+// row blocks of TB tiles and ranges of CG column blocks; streaming stores
+// and prefetch.
+void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
+  const ConvProblem& p = c.p;
+  const bool fwd = c.fwd;
+  const int64_t nthreads = c.nthreads, MR = c.MR, cred = c.cred;
+  // Two schedules.
+  //  by rows (default): the weights are packed once up front; work items are
+  //    (image, phase, block of TB row tiles, range of column blocks).
+  //  by columns: when the weights dwarf the activations (deep layers, small
+  //    images, batch 1), each work item is one column block (g, nb), whose
+  //    thread sweeps every row with that block's packed weights, so they are
+  //    read once and stay in L2 while used. Not for a forward pass whose
+  //    reduction is cut into chunks: it would sweep every row once per chunk
+  //    (3D U-Net k3 512->256, 8 chunks: by rows 3-8 % faster on Zen 4).
+  //  By rows packs the weights up front (W read in order). By columns, each
+  //  item packs its own block into its thread's buffer right before using
+  //  it (lazy): the packed block is used from L2/L3 and never written to
+  //  memory and read back, and one thread packs while the other computes.
+  //  For the forward pass only when the weights are 8x the activations or
+  //  more: its blocks are read from W in runs of a few KiB (per channel),
+  //  which costs more than the up-front pass saves when the packing is a
+  //  small share of the time (U-Net 1024 -> 512 k2 s2 on 23x30, 2.9x:
+  //  3 % slower). Zen 5, rotated A/B against packing up front: 512 -> 512 k3
+  //  s2 on 4x4 forward 1.12-1.14x, backward-data 1.32-1.36x; DCGAN 512 ->
+  //  256 and HiFi-GAN / vocoder k16 s8 backward-data 1.05-1.15x, forward
+  //  1.04-1.05x; 3D U-Net k3 backward-data 1.04-1.07x; the rest even.
+  const double w_bytes = 4.0 * c.G * c.NB * c.block_floats;
+  const double in_bytes = 4.0 * c.N * c.in_pix * c.in_c;
+  c.ncolblocks = c.G * c.NB;
+  const int64_t ncolblocks = c.ncolblocks;
+  //  Backward-data goes by columns as soon as the weights outweigh the
+  //  activations; when its column blocks do not split evenly over the
+  //  threads, each block's rows go in rsplit parts (at most 2), one item
+  //  each, so that the items split evenly (each part packs its block again). Zen 5, against by
+  //  rows (rotated A/B, and alternating processes of the two builds):
+  //  512 -> 256 k4 s2 on 32x32 (8 MB of weights, 4 MB of diff_dst)
+  //  1.07-1.14x, the 3D U-Net k2 s2 320 -> 320 (5 column blocks, 2 parts)
+  //  1.06-1.24x, U-Net 1024 -> 512 1.0-1.06x, the rest even. (The forward
+  //  of that 3D layer ran 5 % slower by columns in parts.)
+  const bool cols_balanced = ncolblocks >= nthreads &&
+                             (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
+  const int64_t rsplit_odd =
+      nthreads / std::gcd<int64_t>(std::max<int64_t>(ncolblocks, 1), nthreads);
+  const bool by_columns =
+      !c.whole_pixel && !c.dot && w_bytes > (1 << 20) &&
+      (fwd ? w_bytes > 2 * in_bytes && c.nchunks == 1 && cols_balanced
+           : w_bytes > in_bytes && ncolblocks >= nthreads && (cols_balanced || rsplit_odd <= 2));
+  c.rsplit = by_columns && !cols_balanced ? rsplit_odd : 1;
+  c.lazy = by_columns && (!fwd || w_bytes >= 8 * in_bytes);
+
+  // Outputs beyond the caches: written with streaming stores (whole 64-byte
+  // lines), saving the read for ownership of every output line. Depthwise
+  // from 2 MiB (the k4 s2 upsampler, 2-8 MiB outputs: on Zen 3 forward
+  // -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %). AVX-512 GEMM
+  // tiles written in one pass from 16 MiB (measured on Zen 5, interleaved with
+  // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
+  // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
+  // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
+  const double out_bytes = 4.0 * static_cast<double>(c.N) * c.out_pix * c.out_c;
+  c.stream = (c.dw && c.out_c % 16 == 0 && out_bytes >= 2.0 * (1 << 20)) ||
+             (tab.stream_gemm && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
+              out_bytes >= 16.0 * (1 << 20));
+
+  // Short reductions per tap (a few channels, or the fused taps of a few):
+  // a tile's inputs are a few cache lines per row, consumed faster than the
+  // hardware prefetcher runs ahead; each tap of a tile then prefetches, per
+  // row, the first line of the input four tiles on (consecutive rows step by
+  // s (backward) or 1 (forward phase) pixels along the innermost axis; rows
+  // that are not consecutive prefetch a useless line). Zen 5, AVX-512:
+  // 36 <- 4 k3 s3 on 1080x1920 backward-data 1.3x, the few-channel and
+  // small benchdnn layers unchanged or 1-10 % faster; the AVX2 kernels on Zen 5
+  // (with the column-order packing): 36 <- 4 backward-data 1.2-1.4x, none slower.
+  const int64_t tap_run = cred * c.K2;
+  c.prefetch = !c.whole_pixel && !c.dot && tap_run <= 64
+                   ? 4 * MR * (fwd ? c.in_c : p.s[2] * c.in_c) : 0;
+
+  plan_row_blocks(c, by_columns);
+
+  // Tiles line by line (run_lines): depthwise, and backward-data with fused
+  // taps (a few diff_dst channels) whose packed weights stay in L1 (every
+  // tile runs all column blocks), when lines are long enough that whole
+  // tiles leave at most 1/8 of the rows over. Zen 5, rotated A/B: DCGAN's
+  // 64 <- 3 k4 s2 1.08-1.12x, the 36 <- 4 k3 s3 on 360x640 1.1-1.14x
+  // (AVX2: 1.03-1.05x; with 139 KB of weights, AlexNet's 96 <- 3 k11 s4
+  // ran 3.5 % slower there, so it stays below). Shorter lines (small
+  // images) share tiles across lines and images below (benchdnn's 5-pixel
+  // depthwise layers ran 10-15 % slower line by line).
+  bool by_lines = c.dw || (c.fuse && !by_columns && w_bytes <= (64 << 10));
+  for (const Phase& ph : c.phases) {
+    // Long lines without tables: row blocks (run_lines needs the tables, and
+    // gives one item per line: one thread for a 1D signal).
+    if (ph.ax[2].lazy) by_lines = false;
+    const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
+    if (8 * (padded - ph.ax[2].rows) <= padded) continue;
+    // Short lines: GEMM tiles (fused backward-data, one phase) still go line
+    // by line (partial tiles, no dummy rows) when most (pixel, tap) pairs are
+    // padding, which a line's outer taps drop as a whole: benchdnn's 3D
+    // ic-tail backward-data (8^3, pads 3/2, 24 % inside) 1.1-1.2x; at 77 %
+    // inside (pads 1) 6 % slower.
+    if (c.dw || 2 * ph.ax[2].rows < MR || valid_tap_share(p) >= 0.5) by_lines = false;
+  }
+  c.schedule = by_lines ? Schedule::Lines : by_columns ? Schedule::Columns : Schedule::Rows;
+}
+
+// Line runs (run_lines): per (image, phase, axis-0 row), its axis-1 lines
+// split into k runs of equal length (at most 64 lines), k the smallest
+// giving every thread 4 items (runs of unequal length left a thread waiting:
+// AlexNet's 55 lines per image in runs of 6 and a last of 1 ran 7 % slower).
+void plan_lines(ConvPlan& c) {
+  int64_t groups = 0;
+  for (const Phase& ph : c.phases) groups += c.NI * ph.ax[0].rows;
+  const int64_t k_want =
+      (4 * c.nthreads + std::max<int64_t>(groups, 1) - 1) / std::max<int64_t>(groups, 1);
+  c.LB = 1;
+  for (int64_t n = 0; n < c.NI; ++n)
+    for (size_t pi = 0; pi < c.phases.size(); ++pi) {
+      const Phase& ph = c.phases[pi];
+      const int64_t R1 = ph.ax[1].rows;
+      const int64_t k = std::clamp<int64_t>(k_want, (R1 + 63) / 64, std::max<int64_t>(R1, 1));
+      for (int64_t j0 = 0; j0 < ph.ax[0].rows; ++j0)
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t lo = R1 * r / k, hi = R1 * (r + 1) / k;
+          if (hi > lo) c.line_items.push_back({static_cast<int32_t>(pi), n, j0, lo, hi - lo});
+          c.LB = std::max(c.LB, hi - lo);
+        }
+    }
+}
+
+// The buffers of a call: packed weights, padded bias, zero vector; per
+// thread those of its schedule.
+void plan_workspace(ConvPlan& c) {
+  const int64_t T = c.T, MR = c.MR, TB = c.TB, Tm = std::max<int64_t>(c.Tmax, 1);
+  if (c.dw) c.wp_floats = T * c.cols;
+  else if (c.vg) c.wp_floats = T * c.cred * c.ncp;
+  else c.wp_floats = (c.lazy ? c.nthreads : c.G * c.NB) * c.block_floats;
+  // Bias padded to whole column blocks (zeros without bias / for backward).
+  c.bias_floats = c.G * c.NB * c.NR + 16;
+  // Zero vector for padding taps, read at channel offsets up to in_c.
+  c.zeros_floats = std::max(c.in_c * c.K2, c.cols) + 16;
+  if (c.schedule == Schedule::Lines) {
+    LineBufSizes& b = c.line_bufs;
+    b.per_line = c.Tmax + 1;
+    b.ind = MR * Tm;
+    b.scratch = c.NB * c.NR + 16;
+    return;
+  }
+  RowBufSizes& b = c.row_bufs;
+  b.ind = TB * MR * Tm;
+  b.outp = TB * MR;
+  b.scratch = c.out_c + c.NB * c.NR + 16;
+  b.tile_wtap = TB * Tm;
+  b.tiles = TB;
+  b.win_in = c.any_lazy ? TB * MR * std::max<int64_t>(c.T2max, 1) : 0;
+  b.win = c.any_lazy ? TB * MR : 0;
+}
+
+// Bytes of all the buffers of a call (packed weights, bias, zeros, every
+// thread's buffers).
+int64_t workspace_bytes(const ConvPlan& c) {
+  constexpr int64_t F = sizeof(float), P = sizeof(void*), I = sizeof(int64_t);
+  int64_t shared = (std::max<int64_t>(c.wp_floats, 16) + c.bias_floats + c.zeros_floats) * F;
+  int64_t thread = 0;
+  if (c.route == Route::Patch) {
+    thread = c.MR * c.patch.ldS * F + 2 * c.MR * P;
+  } else if (c.schedule == Schedule::Lines) {
+    const LineBufSizes& b = c.line_bufs;
+    thread = c.LB * b.per_line * (2 * sizeof(int32_t) + 2 * I) + 3 * c.LB * I + b.ind * P +
+             2 * c.MR * P + b.scratch * F;
+  } else {
+    const RowBufSizes& b = c.row_bufs;
+    thread = (b.ind + 2 * b.outp) * P + b.scratch * F + b.tile_wtap * sizeof(int32_t) +
+             b.tiles * (I + sizeof(int) + 3) + b.win_in * I + b.win * (I + 1);
+  }
+  return shared + c.nthreads * thread;
+}
+
+ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
+  ConvPlan c;
+  c.isa = isa;
+  c.pass = pass;
+  c.fwd = pass == Pass::Forward;
+  c.nthreads = std::max(nthreads, 1);
+  c.p = p;
+  const ConvF32Table* tab = table_for(isa);
+  if (!tab) return c;  // Route::Reference
+  const bool fwd = c.fwd;
+  c.N = p.N;
+  c.cred = fwd ? p.ICg : p.OCg;
+  c.ncol = fwd ? p.OCg : p.ICg;
+  c.in_c = fwd ? p.IC() : p.OC();
+  c.out_c = fwd ? p.OC() : p.IC();
+  c.in_pix = fwd ? p.src_spatial() : p.dst_spatial();
+  c.out_pix = fwd ? p.dst_spatial() : p.src_spatial();
+  if (c.N <= 0 || c.ncol <= 0 || c.out_pix <= 0 || p.G <= 0) {
+    c.route = Route::Nothing;  // nothing to write
+    return c;
+  }
+  if (fwd && patch_applies(*tab, p)) {
+    plan_patch(c, *tab, wv);
+    return c;
+  }
+  if (!plan_kernel(c, *tab)) {
+    c.route = Route::Reference;
+    return c;
+  }
+  plan_phases(c, *tab);
+  plan_packing(c, *tab, wv);
+  plan_schedule(c, *tab);
+  if (c.schedule == Schedule::Lines) plan_lines(c);
+  plan_workspace(c);
+  return c;
+}
+
+// A fingerprint of the phases' row orders (regrouped rows), for describe().
+uint32_t row_order_hash(const ConvPlan& c) {
+  uint32_t h = 2166136261u;
+  for (const Phase& ph : c.phases)
+    for (int64_t r : ph.perm) h = (h ^ static_cast<uint32_t>(r)) * 16777619u;
+  return h;
+}
+
+std::string describe(const ConvPlan& c) {
+  std::ostringstream o;
+  o << "conv pass=" << (c.fwd ? "forward" : "backward_data") << " route=" << route_name(c.route);
+  if (c.route == Route::Nothing || c.route == Route::Reference) return o.str();
+  o << " tile=" << c.tile << " mr=" << c.MR << " nr=" << c.NR << " nb=" << c.NB;
+  if (c.route == Route::Patch) {
+    const PatchPlan& pp = c.patch;
+    o << " cols=" << pp.ncol << " cb=" << c.CB << " chunks=" << c.nchunks << " tb=" << pp.TB
+      << " items=" << pp.items << " stream=" << pp.stream
+      << " workspace=" << workspace_bytes(c);
+    return o.str();
+  }
+  int64_t rows = 0, regrouped = 0, rowmode = 0;
+  for (const Phase& ph : c.phases) {
+    rows += ph.rows;
+    regrouped += !ph.perm.empty();
+    rowmode += !ph.tapoff.empty();
+  }
+  o << " g=" << c.G << " cols=" << c.cols << " cred=" << c.cred << " phases=" << c.phases.size()
+    << " taps=" << c.T << " tmax=" << c.Tmax << " rows=" << rows << " fold=" << c.fold_batch
+    << " lazy_axis=" << c.any_lazy << " rowmode=" << rowmode << " regrouped=" << regrouped;
+  if (regrouped) o << " roworder=" << std::hex << row_order_hash(c) << std::dec;
+  o << " cb=" << c.CB << " chunks=" << c.nchunks << " fuse=" << c.fuse
+    << " pack=" << pack_order_name(c.pack_order);
+  if (c.pack_order == PackOrder::Blocks16 || c.pack_order == PackOrder::Channels)
+    o << ":" << pack_move_name(c.pack_move);
+  o << " stream_pack=" << c.stream_pack << " schedule=" << schedule_name(c.schedule);
+  if (c.schedule == Schedule::Rows) {
+    o << " tb=" << c.TB << " cg=" << c.CG << " blocks=" << c.blocks_per_img
+      << " items=" << c.all_blocks * c.CG;
+  } else if (c.schedule == Schedule::Columns) {
+    o << " tb=" << c.TB << " blocks=" << c.blocks_per_img << " rsplit=" << c.rsplit
+      << " lazy=" << c.lazy << " items=" << c.ncolblocks * c.rsplit;
+  } else {
+    o << " items=" << c.line_items.size() << " lb=" << c.LB;
+  }
+  o << " stream=" << c.stream << " prefetch=" << c.prefetch
+    << " workspace=" << workspace_bytes(c);
+  return o.str();
+}
+
+// Dense IOX weights (the torch layout) of the problem: strides only.
+WeightsView dense_iox_strides(const ConvProblem& p) {
+  WeightsView w{};
+  w.sk[2] = 1;
+  w.sk[1] = p.K[2];
+  w.sk[0] = p.K[1] * p.K[2];
+  w.so = p.taps();
+  w.si = p.OCg * p.taps();
+  return w;
 }
 
 struct AlignedFree {
@@ -424,15 +1258,9 @@ AlignedBuf aligned_floats(int64_t n) {
   return AlignedBuf(q);
 }
 
-// Row-pointer register transposes of the ISA (transpose.h).
-using TransposeRows = void (*)(const float*, int64_t, int, int, float* const*);
-TransposeRows transpose_rows(Isa isa, bool stream = false) {
-  if (stream) return isa == Isa::Avx512 ? transpose_rows_stream_avx512 : transpose_rows_stream_avx2;
-  return isa == Isa::Avx512 ? transpose_rows_avx512 : transpose_rows_avx2;
-}
 
 // dst[c*ldd + r] = src[r*lds + c] for r < R, c < C, in 16x16 register blocks.
-void transpose(TransposeRows tr, const float* src, int64_t lds, int64_t R, int64_t C, float* dst,
+void transpose(ConvTransposeRowsFn tr, const float* src, int64_t lds, int64_t R, int64_t C, float* dst,
                int64_t ldd) {
   float* rows[16];
   for (int64_t c0 = 0; c0 < C; c0 += 16)
@@ -470,54 +1298,27 @@ void pack_slab(const float* src, int64_t rs, int64_t cs, int64_t c0, int64_t c1,
   }
 }
 
-// Forward when the kernel tiles the output (per axis K == s, no dilation,
-// every output pixel inside the inputs' patches), one group: each output pixel
-// gets exactly one tap of one input pixel. A plain GEMM then computes, per
-// input pixel (row), all taps x OCg columns at once (vectors filled even when
-// OCg is small), into a per-thread tile buffer, and each tap's OCg outputs are
-// copied to their pixel (along the innermost axis the taps' pixels are
-// consecutive: one run of K2 * OCg floats). A one-pixel src (the "z -> 4x4"
-// first layer of a generator) is the same for any stride and any OCg: the
-// row-per-output-pixel GEMM would keep one tap of the tile's rows in six.
-bool patch_applies(Isa isa, const ConvProblem& p) {
-  if (p.G != 1 || p.ICg < 1 || p.taps() < 2) return false;
-  const bool one_pixel = p.src_spatial() == 1;
-  if (!one_pixel && p.OCg >= (isa == Isa::Avx512 ? 16 : 8)) return false;
-  for (int ax = 0; ax < kAxes; ++ax) {
-    const int64_t s = one_pixel ? p.K[ax] : p.s[ax];  // (one input: the stride is unused)
-    if (p.d[ax] != 1 || p.K[ax] != s || p.pb[ax] + p.O[ax] > s * p.I[ax]) return false;
-  }
-  return true;
-}
-
-void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, const float* bias,
-               float* out, int nthreads) {
-  const int64_t N = p.N, IC = p.ICg, OC = p.OCg, T = p.taps();
-  const int64_t ncol = T * OC;
-  const Kernel kern = choose_gemm_kernel(isa, ncol);
-  const int MR = kern.mr;
-  const int64_t NR = kern.nr, NB = (ncol + NR - 1) / NR, ldS = NB * NR;
-  const int64_t in_pix = p.src_spatial(), out_pix = p.dst_spatial();
-  const int64_t rows = N * in_pix;
-  // Reduction chunks whose packed weights ([c][NR] per column block) stay in L2.
-  const int64_t CB = std::max<int64_t>(16, std::min<int64_t>((IC + 15) / 16 * 16,
-                                                             (512 << 10) / (NR * 4) / 16 * 16));
-  const int64_t nchunks = (IC + CB - 1) / CB;
-  const float* W = static_cast<const float*>(wv.data);
+void run_patch(const ConvPlan& plan, const float* in, const float* W, const float* bias,
+               float* out) {
+  const ConvProblem& p = plan.p;
+  const PatchPlan& pp = plan.patch;
+  const int nthreads = plan.nthreads;
+  const int64_t IC = p.ICg, OC = p.OCg, T = p.taps();
+  const int64_t ncol = pp.ncol;
+  const int MR = plan.MR;
+  const int64_t NR = plan.NR, NB = plan.NB, ldS = pp.ldS;
+  const int64_t in_pix = plan.in_pix, out_pix = plan.out_pix;
+  const int64_t rows = pp.rows;
+  struct {
+    int64_t si, so;
+  } wv{plan.w_si, plan.col_stride};
+  const int64_t CB = plan.CB, nchunks = plan.nchunks;
   // Packed [nb][c][NR], column j = tap * OC + oc, taps in (k0, k1, k2) order.
-  AlignedBuf wp = aligned_floats(NB * IC * NR);
-  std::vector<float> biasp(static_cast<size_t>(ldS + 16), 0.f);
+  AlignedBuf wp = aligned_floats(plan.wp_floats);
+  std::vector<float> biasp(static_cast<size_t>(plan.bias_floats), 0.f);
   for (int64_t j = 0; j < ncol; ++j) biasp[j] = bias ? bias[j % OC] : 0.f;
-  std::vector<int64_t> tap_off(static_cast<size_t>(T));
-  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
-    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
-      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
-        tap_off[t] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
-  const int64_t tiles = (rows + MR - 1) / MR;
-  // Tiles per work item: up to 16, at least 4 items per thread when the
-  // tiles allow (a one-pixel src has one row per image).
-  const int64_t TBt = std::clamp<int64_t>(tiles / (4 * static_cast<int64_t>(nthreads)), 1, 16);
-  const int64_t items = (tiles + TBt - 1) / TBt;
+  const std::vector<int64_t>& tap_off = pp.tap_off;
+  const int64_t tiles = pp.tiles, TBt = pp.TB, items = pp.items;
   const int64_t run = p.K[2] * OC;
   // Row r of the GEMM = input pixel (n, i0, i1, i2).
   struct Pixel {
@@ -539,11 +1340,7 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
       }
     }
   };
-  // Outputs of 16 MiB and more: whole tiles written with streaming stores
-  // (below), saving the read for ownership of every output line (36 <- 4
-  // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
-  const bool stream = run % 4 == 0 && (MR * run) % 16 == 0 &&
-                      4.0 * static_cast<double>(N) * out_pix * OC >= 16.0 * (1 << 20);
+  const bool stream = pp.stream;
 #pragma omp parallel num_threads(nthreads)
   {
 #pragma omp for schedule(static)
@@ -591,7 +1388,7 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
             args.cred = std::min(CB, IC - c0);
             args.a_off = c0;
             args.accumulate = cb > 0;
-            kern.fn(&args);
+            plan.fn(&args);
           }
         }
 #if defined(__SSE2__)
@@ -650,6 +1447,7 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
   }
 }
 
+
 // Tiles line by line (depthwise layers; backward-data with fused taps, see
 // by_lines in run()). A line is one (image, phase, axis-0 row, axis-1 row): its taps
 // along axes 0 and 1 are either inside the input or padding for all of its
@@ -666,85 +1464,45 @@ void run_patch(Isa isa, const ConvProblem& p, const float* in, WeightsView wv, c
 // pointers for every tap and pixel), strips 1.15x over line-by-line order,
 // runs of 32 lines 2-5 % over runs of 8; strips two tiles wide and software
 // prefetch of the next line's tile no faster.
-struct Lines {
-  ConvTileFn fn;
-  // GEMM tiles of fewer rows (null: depthwise, whose last tile of a line
-  // computes dummy rows into scratch).
-  ConvTileFn (*partial)(ConvTileFn, int);
-  int MR;
-  const std::vector<Phase>* phases;
-  int64_t NI;               // images the driver loops over (1: folded into axis 0)
-  int64_t in_img, out_img;  // floats per image (in, out)
+// The pointers of one call, for the execution functions.
+struct ConvCall {
   const float* in;
   float* out;
-  // Packed weights: depthwise [tap][C]; GEMM per column block (w_block
-  // floats apart) [tap][cred][NR] (one chunk, one group).
-  const float* w;
-  int64_t w_block, nblocks, NR;
-  const float* bias;  // nblocks * NR floats (zeros for backward)
-  int64_t ncols;      // output columns (depthwise: the channels)
-  int64_t cred;       // reduction per tap (GEMM)
-  int64_t K2;         // > 1: fused taps (GEMM backward-data), else 1
-  bool depthwise, stream;
-  int64_t prefetch;
+  const float* wp;     // packed weights
+  const float* biasp;  // bias padded to whole column blocks
   const float* zeros;  // >= the longest read of zeros
-  int nthreads;
 };
 
-void run_lines(const Lines& d) {
+void run_lines(const ConvPlan& plan, const ConvCall& call) {
+  const ConvPlan& d = plan;
   const int64_t MR = d.MR;
-  // Line runs: per (image, phase, axis-0 row), its axis-1 lines split into
-  // k runs of equal length (at most 64 lines), k the smallest giving every
-  // thread 4 items (runs of unequal length left a thread waiting: AlexNet's
-  // 55 lines per image in runs of 6 and a last of 1 ran 7 % slower).
-  int64_t groups = 0;
-  for (const Phase& ph : *d.phases) groups += d.NI * ph.ax[0].rows;
-  const int64_t k_want = (4 * d.nthreads + std::max<int64_t>(groups, 1) - 1) / std::max<int64_t>(groups, 1);
-  struct Item {
-    int32_t phase;
-    int64_t n, j0, j1, nl;
-  };
-  std::vector<Item> items;
-  int64_t LB = 1;
-  for (int64_t n = 0; n < d.NI; ++n)
-    for (size_t pi = 0; pi < d.phases->size(); ++pi) {
-      const Phase& ph = (*d.phases)[pi];
-      const int64_t R1 = ph.ax[1].rows;
-      const int64_t k = std::clamp<int64_t>(k_want, (R1 + 63) / 64, std::max<int64_t>(R1, 1));
-      for (int64_t j0 = 0; j0 < ph.ax[0].rows; ++j0)
-        for (int64_t r = 0; r < k; ++r) {
-          const int64_t lo = R1 * r / k, hi = R1 * (r + 1) / k;
-          if (hi > lo) items.push_back({static_cast<int32_t>(pi), n, j0, lo, hi - lo});
-          LB = std::max(LB, hi - lo);
-        }
-    }
-  int64_t Tmax = 0;
-  for (const Phase& ph : *d.phases) Tmax = std::max(Tmax, ph.taps);
+  const std::vector<LineItem>& items = plan.line_items;
+  const int64_t LB = plan.LB;
   // Per line of an item: its valid taps (packed index, row-mode offset) and
   // its valid (t0, t1) pairs (fused tap index, offset: also the fused row-mode
   // offsets); per tile: pointers.
-  const size_t per_line = static_cast<size_t>(Tmax + 1);
+  const size_t per_line = static_cast<size_t>(plan.line_bufs.per_line);
   std::vector<int32_t> wtap(LB * per_line), wtap_f(LB * per_line);
   std::vector<int64_t> tapoff(LB * per_line), off01(LB * per_line);
   std::vector<int64_t> ntap(static_cast<size_t>(LB)), n01(static_cast<size_t>(LB));
   std::vector<int64_t> obase(static_cast<size_t>(LB));
-  std::vector<const float*> ind(static_cast<size_t>(MR * std::max<int64_t>(Tmax, 1)));
+  std::vector<const float*> ind(static_cast<size_t>(plan.line_bufs.ind));
   std::vector<const float*> rows(static_cast<size_t>(MR));
   std::vector<float*> outp(static_cast<size_t>(MR));
-  std::vector<float> scratch(static_cast<size_t>(d.nblocks * d.NR + 16));
-  const float* const zp = d.zeros;
+  std::vector<float> scratch(static_cast<size_t>(plan.line_bufs.scratch));
+  const float* const zp = call.zeros;
   const bool fused = d.K2 > 1;
   std::vector<int64_t> jl;  // positions along axis 2 in tile order
   std::vector<std::pair<int64_t, int64_t>> tiles;
 #pragma omp for schedule(dynamic, 1) nowait
   for (size_t it = 0; it < items.size(); ++it) {
-    const Item& item = items[it];
-    const Phase& ph = (*d.phases)[static_cast<size_t>(item.phase)];
+    const LineItem& item = items[it];
+    const Phase& ph = d.phases[static_cast<size_t>(item.phase)];
     const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
     const int64_t T0 = a0.taps, T1 = a1.taps, T2 = a2.taps, R2 = a2.rows;
     const int64_t nl = item.nl;
-    const float* const in_base = d.in + item.n * d.in_img;
-    float* const out_base = d.out + item.n * d.out_img;
+    const float* const in_base = call.in + item.n * d.in_img;
+    float* const out_base = call.out + item.n * d.out_img;
     const bool any_interior = !a2.delta.empty();
     for (int64_t l = 0; l < nl; ++l) {
       const int64_t j0 = item.j0, j1 = item.j1 + l;
@@ -776,7 +1534,7 @@ void run_lines(const Lines& d) {
     jl.clear();
     tiles.clear();
     int64_t lo = 0, hi = 0;
-    if (!d.depthwise) {
+    if (!d.dw) {
       while (lo < R2 && !a2.interior[lo]) ++lo;
       hi = lo;
       while (hi < R2 && a2.interior[hi]) ++hi;
@@ -787,8 +1545,8 @@ void run_lines(const Lines& d) {
     auto cut = [&](int64_t first, int64_t len) {
       const int64_t nt = (len + MR - 1) / MR;
       for (int64_t t = 0; t < nt; ++t) {
-        const int64_t a = d.depthwise ? t * MR : len * t / nt;
-        const int64_t b = d.depthwise ? std::min(len, a + MR) : len * (t + 1) / nt;
+        const int64_t a = d.dw ? t * MR : len * t / nt;
+        const int64_t b = d.dw ? std::min(len, a + MR) : len * (t + 1) / nt;
         tiles.push_back({first + a, b - a});
       }
     };
@@ -835,19 +1593,19 @@ void run_lines(const Lines& d) {
           args.rows = nullptr;
           args.a = ind.data();
         }
-        if (d.depthwise) {
-          args.w = d.w + ph.tap_off * d.ncols;
-          args.bias = d.bias;
-          args.ncols = d.ncols;
+        if (d.dw) {
+          args.w = call.wp + ph.tap_off * d.cols;
+          args.bias = call.biasp;
+          args.ncols = d.cols;
           d.fn(&args);
           continue;
         }
-        const ConvTileFn fn = real < MR ? d.partial(d.fn, static_cast<int>(real)) : d.fn;
-        for (int64_t q = 0; q < d.nblocks; ++q) {
-          args.w = d.w + q * d.w_block + ph.tap_off * d.cred * d.NR;
-          args.bias = d.bias + q * d.NR;
+        const ConvTileFn fn = real < MR ? d.partial[real] : d.fn;
+        for (int64_t q = 0; q < d.NB; ++q) {
+          args.w = call.wp + q * d.block_floats + ph.tap_off * d.cred * d.NR;
+          args.bias = call.biasp + q * d.NR;
           args.col_off = q * d.NR;
-          args.ncols = std::min(d.NR, d.ncols - q * d.NR);
+          args.ncols = std::min(d.NR, d.cols - q * d.NR);
           fn(&args);
         }
       }
@@ -855,229 +1613,49 @@ void run_lines(const Lines& d) {
   }
 }
 
-bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView wv,
-         const float* bias, float* out, int nthreads) {
-  if (isa != Isa::Avx512 && isa != Isa::Avx2) return false;
-  if (nthreads < 1) nthreads = 1;
-  const bool fwd = pass == Pass::Forward;
-  const int64_t N = p.N;
-  const int64_t cred = fwd ? p.ICg : p.OCg;
-  const int64_t ncol = fwd ? p.OCg : p.ICg;
-  const int64_t in_c = fwd ? p.IC() : p.OC();
-  const int64_t out_c = fwd ? p.OC() : p.IC();
-  const std::array<int64_t, kAxes> in_dims = fwd ? p.I : p.O;
-  const std::array<int64_t, kAxes> out_dims = fwd ? p.O : p.I;
-  const int64_t in_pix = in_dims[0] * in_dims[1] * in_dims[2];
-  const int64_t out_pix = out_dims[0] * out_dims[1] * out_dims[2];
-  if (N <= 0 || ncol <= 0 || out_pix <= 0 || p.G <= 0) return true;  // nothing to write
-  if (fwd && patch_applies(isa, p)) {
-    run_patch(isa, p, in, wv, bias, out, nthreads);
+
+
+// Executes the plan (step 1 of #20: the old body of run(), reading the
+// plan's decisions through local names).
+bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float* bias,
+              float* out) {
+  if (plan.route == Route::Reference) return false;
+  if (plan.route == Route::Nothing) return true;
+  if (plan.route == Route::Patch) {
+    run_patch(plan, in, W, bias, out);
     return true;
   }
-
-  // Depthwise: vectorize over the channels of all groups instead.
-  const bool dw = p.ICg == 1 && p.OCg == 1 && p.G > 1;
-  // Small groups (AVX-512): vectorize over 16 output channels of several
-  // groups, permuting each lane's input channel into place, when the inputs
-  // of every 16-channel block lie within 32 channels. (A GEMM per group would
-  // use ncol of the 16 lanes.)
-  const int64_t ncp = (out_c + 15) / 16 * 16;
-  std::vector<int32_t> vg_base, vg_idx;
-  bool vg = isa == Isa::Avx512 && !dw && p.G > 1 && ncol <= 8 && cred >= 1;
-  if (vg) {
-    vg_base.resize(static_cast<size_t>(ncp / 16));
-    vg_idx.resize(static_cast<size_t>(ncp * cred));
-    for (int64_t v = 0; v < ncp / 16 && vg; ++v) {
-      const int64_t base = (16 * v / ncol) * cred;
-      vg_base[v] = static_cast<int32_t>(base);
-      for (int64_t c = 0; c < cred; ++c)
-        for (int64_t l = 0; l < 16; ++l) {
-          const int64_t oc = 16 * v + l;
-          const int64_t ch = oc < out_c ? (oc / ncol) * cred + c - base : 0;
-          if (ch >= 32) vg = false;
-          vg_idx[(v * cred + c) * 16 + l] = static_cast<int32_t>(ch);
-        }
-    }
-  }
-  const bool whole_pixel = dw || vg;  // one kernel call covers every channel
-  // Few columns, long reduction: vectorize over the reduction.
-  const bool dot = !whole_pixel && ncol <= 4 && cred >= 16;
-  const int64_t credp = (cred + 15) / 16 * 16;
-  const int64_t G = whole_pixel ? 1 : p.G;          // group loop of the driver
-  const int64_t cols = whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
-  Kernel kern;  // (small groups call conv_f32_avx512_grouped, also kDwRows rows)
-  if (whole_pixel) {
-    // Depthwise tiles of 8 pixels on AVX-512 (16 FMA chains, the weight
-    // loads shared by twice the rows of 4; Zen 5, rotated A/B: the small
-    // depthwise layers 1.03-1.15x, the k4 s2 upsampler about even; 12 rows
-    // no better), 4 on AVX2 (6 made the upsampler 7-15 % slower with the ISA
-    // forced to AVX2 on Zen 5). Small groups (AVX-512 grouped kernel): kDwRows.
-    kern = {isa == Isa::Avx512 ? conv_f32_avx512_dw : conv_f32_avx2_dw,
-            !dw ? kDwRows : isa == Isa::Avx512 ? kDwRowsAvx512 : kDwRowsAvx2, 0, 1.0};
-  } else if (dot) {
-    static const ConvTileFn dot512[5] = {nullptr, conv_f32_avx512_dot1, conv_f32_avx512_dot2,
-                                         conv_f32_avx512_dot3, conv_f32_avx512_dot4};
-    static const ConvTileFn dot2[5] = {nullptr, conv_f32_avx2_dot1, conv_f32_avx2_dot2,
-                                       conv_f32_avx2_dot3, conv_f32_avx2_dot4};
-    kern = isa == Isa::Avx512 ? Kernel{dot512[ncol], kDotRows[ncol], static_cast<int>(ncol), 1.0}
-                              : Kernel{dot2[ncol], kDotRowsAvx2[ncol], static_cast<int>(ncol), 1.0};
-  } else {
-    kern = choose_gemm_kernel(isa, ncol);
-  }
-  const int MR = kern.mr;
-  // GEMM tiles of fewer rows, for tiles that end in dummy rows.
-  ConvTileFn (*const partial)(ConvTileFn, int) =
-      whole_pixel || dot ? nullptr
-      : isa == Isa::Avx512 ? conv_f32_avx512_partial
-                           : conv_f32_avx2_partial;
-  const int64_t NR = dw ? cols : vg ? ncp : kern.nr;
-  const int64_t NB = whole_pixel ? 1 : (ncol + NR - 1) / NR;
-
-  // Phases and their tap ranges in the packed weights.
-  const bool fold_batch = p.spatial_rank < kAxes && p.K[0] == 1 && p.s[0] == 1 && p.pb[0] == 0 &&
-                          in_dims[0] == 1 && out_dims[0] == 1;
-  const int64_t NI = fold_batch ? 1 : N;  // images the driver loops over
-  std::vector<Phase> phases;
-  int64_t T = 0, Tmax = 0;
-  {
-    std::vector<AxisMap> axes[kAxes];
-    for (int ax = 0; ax < kAxes; ++ax) {
-      if (fwd && p.s[ax] <= p.O[ax]) {
-        for (int64_t q = 0; q < p.s[ax]; ++q) axes[ax].push_back(forward_axis(p, ax, q));
-      } else if (fwd) {
-        // More phases than outputs: only the O phases that hold one (a stride of
-        // 2**31 on a tiny output must not build 2**31 empty phases).
-        for (int64_t o = 0; o < p.O[ax]; ++o)
-          axes[ax].push_back(forward_axis(p, ax, (o + p.pb[ax]) % p.s[ax]));
-      } else {
-        axes[ax].push_back(backward_axis(p, ax));
-      }
-      int64_t in_stride = in_c, out_stride = out_c;  // elements per step along ax
-      for (int b = ax + 1; b < kAxes; ++b) {
-        in_stride *= in_dims[b];
-        out_stride *= out_dims[b];
-      }
-      // 1D/2D: the unused outer axis carries the images instead (one tap,
-      // input coordinate = image), so that the rows of all images form one
-      // phase: row blocks, tiles and the regrouping by taps run across
-      // images (small images: fewer partial tiles; 4x4 planes of a k3 s2
-      // phase hold 4-9 rows per image).
-      if (ax == 0 && fold_batch) {
-        AxisMap& m = axes[0][0];
-        m.rows = N;
-        m.out.resize(N);
-        m.in.resize(N);
-        for (int64_t n = 0; n < N; ++n) m.out[n] = m.in[n] = n;
-        m.out0 = 0;
-        m.ostep = m.istep = 1;
-        m.extent = N;
-        m.c.assign(1, 0);
-      }
-      for (AxisMap& m : axes[ax]) set_offsets(m, in_stride, out_stride);
-    }
-    for (const AxisMap& a0 : axes[0])
-      for (const AxisMap& a1 : axes[1])
-        for (const AxisMap& a2 : axes[2]) {
-          Phase ph;
-          ph.ax[0] = a0;
-          ph.ax[1] = a1;
-          ph.ax[2] = a2;
-          ph.rows = a0.rows * a1.rows * a2.rows;
-          ph.taps = a0.taps * a1.taps * a2.taps;
-          ph.tap_off = T;
-          T += ph.taps;
-          if (ph.rows == 0) continue;
-          Tmax = std::max(Tmax, ph.taps);
-          phases.push_back(std::move(ph));
-        }
-  }
-
-  if (fwd && !whole_pixel)
-    for (Phase& ph : phases)
-      group_rows_by_taps(ph, MR, !dot ? 0.97 : isa == Isa::Avx512 ? 0.85 : 0.9);
-  // Backward-data likewise (its one phase: src pixels whose taps read padding),
-  // unless taps may be fused (build_rows fuses in the natural row order).
-  // Zen 5, rotated A/B against none, AVX-512 and AVX2 alike: GoogLeNet 4d's
-  // k3 p1 on 14x14, AlexNet's dilated k3 and DCGAN 512 -> 256 1.06-1.09x,
-  // AlexNet's 1D k3 p1 and DCGAN 256 -> 128 1.03-1.04x, the rest even
-  // (0.9 of the natural estimate gained nothing).
-  if (!fwd && !whole_pixel && !backward_data_fuses_taps(p))
-    for (Phase& ph : phases) group_rows_by_taps(ph, MR, 0.97);
-
-  // Row mode for the GEMM and depthwise tiles (natural row order): tap
-  // offsets of the interior rows, summed over the axes in the indirection's
-  // tap order.
-  const bool row_mode = !vg && !dot;
-  for (Phase& ph : phases) {
-    const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
-    if (!row_mode || !ph.perm.empty() || a0.delta.empty() || a1.delta.empty() || a2.delta.empty())
-      continue;
-    for (int64_t t0 = 0; t0 < a0.taps; ++t0)
-      for (int64_t t1 = 0; t1 < a1.taps; ++t1) {
-        ph.tapoff_fused.push_back(a0.delta[t0] + a1.delta[t1]);
-        for (int64_t t2 = 0; t2 < a2.taps; ++t2)
-          ph.tapoff.push_back(a0.delta[t0] + a1.delta[t1] + a2.delta[t2]);
-      }
-  }
-
-  // Per packed tap: the offset of its kernel position in W (-1: its phase has
-  // no rows, never read, not packed).
-  std::vector<int64_t> koff(static_cast<size_t>(T), -1);
-  for (const Phase& ph : phases) {
-    const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
-    int64_t t = ph.tap_off;
-    for (int64_t t0 = 0; t0 < a0.taps; ++t0)
-      for (int64_t t1 = 0; t1 < a1.taps; ++t1)
-        for (int64_t t2 = 0; t2 < a2.taps; ++t2, ++t)
-          koff[t] = a0.tap[t0] * wv.sk[0] + a1.tap[t1] * wv.sk[1] + a2.tap[t2] * wv.sk[2];
-  }
-  const float* W = static_cast<const float*>(wv.data);
-  // Column j / reduction c of group g: forward W[g*ICg + c, j], backward W[g*ICg + j, c].
-  const int64_t col_stride = fwd ? wv.so : wv.si, red_stride = fwd ? wv.si : wv.so;
-  // Packed weights of one (g, nb); dot: [tap][c/16][j][16].
-  const int64_t block_floats = dot ? T * credp * NR : T * cred * NR;
-  // The packed taps that are read (koff >= 0).
-  std::vector<int64_t> ptap, pkoff;
-  for (int64_t t = 0; t < T; ++t)
-    if (koff[t] >= 0) {
-      ptap.push_back(t);
-      pkoff.push_back(koff[t]);
-    }
-  int64_t tap_stride = INT64_MAX;
-  for (int ax = 0; ax < kAxes; ++ax)
-    if (p.K[ax] > 1) tap_stride = std::min<int64_t>(tap_stride, std::abs(wv.sk[ax]));
-  // Fast packing paths, by W's unit-stride dimension: the columns (plain row
-  // copies), the reduction channels (a transpose per tap) or the taps, dense
-  // (per channel, a [column][tap] transpose straight into the taps' rows in
-  // the phase order). Anything else: pack_slab.
-  bool taps_dense = static_cast<int64_t>(ptap.size()) == T && T > 1;
-  std::vector<int64_t> tap_of_koff(static_cast<size_t>(T), -1);
-  for (int64_t t = 0; t < T && taps_dense; ++t) {
-    if (koff[t] < 0 || koff[t] >= T || tap_of_koff[koff[t]] >= 0) taps_dense = false;
-    else tap_of_koff[koff[t]] = t;
-  }
-  // The reduction is cut into chunks of CB channels (all taps of a phase)
-  // only when a column block's packed weights, [tap][c][NR], outgrow about a
-  // quarter of L2: the tiles of a row block then accumulate chunk by chunk,
-  // each chunk's weights staying in L2. (Chunks small enough for L1 were
-  // measured slower: the extra passes over the outputs cost more than the
-  // L2-resident weights, which the tiles stream at full speed.)
-  // CB is a multiple of 16, so that the packing can split the channels in
-  // blocks of 16 that each lie in one chunk.
-  const int64_t CB = dot ? std::max<int64_t>(cred, 1) : std::max<int64_t>(
-      16, std::min<int64_t>((cred + 15) / 16 * 16,
-                            (512 << 10) / (std::max<int64_t>(Tmax, 1) * NR * 4) / 16 * 16));
-  const int64_t nchunks = (cred + CB - 1) / CB;
-  const int64_t nc16 = (cred + 15) / 16;  // packing work per column block
-  // Backward-data with a short reduction per tap: along the innermost axis
-  // (dilation 1) the K2 taps of a row read K2 consecutive pixels, one run of
-  // K2 * cred floats (one group), and the packed taps are in (t0, t1, t2)
-  // order, so [tap][c][NR] is also [(t0, t1)][(t2, c)][NR]. Tiles whose rows
-  // all have every axis-2 tap inside diff_dst run K0*K1 fused taps of
-  // K2 * cred channels: a third of the pointers and of the per-tap overhead.
-  const int64_t K2 = p.K[2];
-  const bool fuse = !fwd && backward_data_fuses_taps(p) && !whole_pixel && !dot &&
-                    cred == in_c && nchunks == 1;
+  const ConvProblem& p = plan.p;
+  const bool fwd = plan.fwd;
+  const int nthreads = plan.nthreads;
+  const int64_t cred = plan.cred, ncol = plan.ncol, in_c = plan.in_c, out_c = plan.out_c;
+  const int64_t in_pix = plan.in_pix, out_pix = plan.out_pix;
+  const bool dw = plan.dw, vg = plan.vg, whole_pixel = plan.whole_pixel, dot = plan.dot;
+  const int64_t credp = plan.credp, G = plan.G, cols = plan.cols, ncp = plan.ncp;
+  const int MR = plan.MR;
+  const ConvTileFn kern_fn = plan.fn;
+  const ConvTileFn* const partial = plan.partial;
+  const int64_t NR = plan.NR, NB = plan.NB, NI = plan.NI, T = plan.T;
+  const std::vector<Phase>& phases = plan.phases;
+  const std::vector<int64_t>& koff = plan.koff;
+  const std::vector<int64_t>& ptap = plan.ptap;
+  const std::vector<int64_t>& pkoff = plan.pkoff;
+  const std::vector<int64_t>& tap_of_koff = plan.tap_of_koff;
+  const int64_t col_stride = plan.col_stride, red_stride = plan.red_stride;
+  const int64_t block_floats = plan.block_floats, CB = plan.CB, nchunks = plan.nchunks;
+  const int64_t nc16 = plan.nc16, K2 = plan.K2;
+  const bool fuse = plan.fuse, stream_pack = plan.stream_pack, lazy = plan.lazy;
+  const ConvTransposeRowsFn tr_shared = plan.tr_pack;
+  const bool by_lines = plan.schedule == Schedule::Lines;
+  const bool by_columns = plan.schedule == Schedule::Columns;
+  const int64_t ncolblocks = plan.ncolblocks, rsplit = plan.rsplit, TB = plan.TB, CG = plan.CG;
+  const int64_t all_blocks = plan.all_blocks, blocks_per_img = plan.blocks_per_img;
+  const auto& block_order = plan.block_order;
+  const bool stream = plan.stream;
+  const int64_t prefetch = plan.prefetch;
+  struct WeightStrides {
+    int64_t si;
+  } wv{plan.w_si};
   // Offset of row (packed tap t, channel c) in a column block's packed GEMM
   // weights, [chunk of CB channels][tap][c][NR], c in the chunk starting at c0
   // (the packing loops know their chunk: no division per packed row, 512 ->
@@ -1102,22 +1680,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
   // Packs channels [c_begin, c_end), within one block of 16 (so within one
   // chunk), of column block nb of group g into dst_block, the block's
   // [chunk][tap][c][NR] weights.
-  // Packed weights of 2 MiB and more (beyond both L2s) are written with
-  // non-temporal stores, in whole lines (NR a multiple of 16): regular stores
-  // read every line for ownership first, at random from 16-64 streams (one
-  // per packed tap and column block), and packing then ran at 8-15 GB/s of
-  // W; streamed it runs near memcpy speed, and the tiles read the packed
-  // weights back once from memory. Zen 5, rotated A/B against the regular
-  // stores: the 16 deep layers' forward and backward-data 1.06x (NXC) and
-  // 1.08x (NCX) in geometric mean, 512 -> 512 k3 s2 on 4x4 1.3-1.5x, DCGAN
-  // 512 -> 256 and HiFi-GAN k16 s8 forward 1.15x; AVX2 alike (1.12x on
-  // six of them). AlexNet's 1D 384 -> 256 (1.2 MB, which stays in L2) was
-  // 2-4 % slower streamed.
-  const bool stream_pack =
-      NR % 16 == 0 && !whole_pixel && !dot && 4.0 * G * NB * block_floats >= 2.0 * (1 << 20);
-  const TransposeRows tr_shared = transpose_rows(isa, stream_pack);
   auto pack_block = [&](int64_t g, int64_t nb, int64_t c_begin, int64_t c_end,
-                        float* dst_block, TransposeRows tr) {
+                        float* dst_block, ConvTransposeRowsFn tr) {
     const int64_t c0 = c_begin / CB * CB;                  // its chunk
     const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
     const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
@@ -1128,7 +1692,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
       for (int64_t c = c_lo; c < c_hi; ++c) std::fill(d + c * NR + jn, d + c * NR + NR, 0.f);
     };
-    if (col_stride == 1) {
+    if (plan.pack_move == PackMove::Copy) {
       for (size_t i = 0; i < nt; ++i) {
         float* d = row(ptap[i], 0);
         for (int64_t c = c_lo; c < c_hi; ++c) {
@@ -1137,14 +1701,14 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
         }
         zero_tail(d);
       }
-    } else if (red_stride == 1) {
+    } else if (plan.pack_move == PackMove::Transpose) {
       for (size_t i = 0; i < nt; ++i) {
         if (i + kPackTapsAhead < nt) prefetch_rows(src + pkoff[i + kPackTapsAhead] + c_lo, jn, col_stride);
         float* d = row(ptap[i], 0);
         transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
       }
-    } else if (taps_dense && tap_stride == 1) {
+    } else if (plan.pack_move == PackMove::TapTranspose) {
       // Per channel a [column][tap] block (contiguous for IOX forward), each
       // tap's run of columns transposed straight into its packed row.
       float* rows[16];
@@ -1169,20 +1733,10 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     }
   };
 
-  // W with the columns outermost and (channel, tap) runs contiguous per
-  // column (IOX backward-data, OIX forward): packed 16 columns at a time,
-  // each column's run read in order (16 streams, where channel by channel
-  // reads one line of every column: 512 streams for 512 columns). Zen 5,
-  // backward-data interleaved with torch: U-Net 1024 -> 512 k2 s2 1.15x,
-  // 512 -> 512 k3 s2 on 4x4 1.2x, the k4 s2 and k16 s8 layers of 512 -> 256
-  // 1.05-1.07x; 27 taps (3D k3, two transposes per channel) 2-3 % slower, so
-  // only up to 16 taps.
-  const bool columns_outer =
-      !whole_pixel && !dot && taps_dense && tap_stride == 1 && col_stride > red_stride && T <= 16;
   // Packs columns [j0, j0 + 16) (within NR) of column block nb of group g,
   // every channel and tap, into dst_block ([chunk][tap][c][NR]; zeros past
   // the block's columns).
-  auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block, TransposeRows tr) {
+  auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block, ConvTransposeRowsFn tr) {
     const int64_t jw = std::min<int64_t>(16, NR - j0);                   // strip width
     const int64_t nj = std::clamp<int64_t>(ncol - nb * NR - j0, 0, jw);  // real columns
     const float* const src = W + g * p.ICg * wv.si + (nb * NR + j0) * col_stride;
@@ -1198,210 +1752,28 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     }
   };
 
-  // Two schedules.
-  //  by rows (default): the weights are packed once up front; work items are
-  //    (image, phase, block of TB row tiles, range of column blocks).
-  //  by columns: when the weights dwarf the activations (deep layers, small
-  //    images, batch 1), each work item is one column block (g, nb), whose
-  //    thread sweeps every row with that block's packed weights, so they are
-  //    read once and stay in L2 while used. Not for a forward pass whose
-  //    reduction is cut into chunks: it would sweep every row once per chunk
-  //    (3D U-Net k3 512->256, 8 chunks: by rows 3-8 % faster on Zen 4).
-  //  By rows packs the weights up front (W read in order). By columns, each
-  //  item packs its own block into its thread's buffer right before using
-  //  it (lazy): the packed block is used from L2/L3 and never written to
-  //  memory and read back, and one thread packs while the other computes.
-  //  For the forward pass only when the weights are 8x the activations or
-  //  more: its blocks are read from W in runs of a few KiB (per channel),
-  //  which costs more than the up-front pass saves when the packing is a
-  //  small share of the time (U-Net 1024 -> 512 k2 s2 on 23x30, 2.9x:
-  //  3 % slower). Zen 5, rotated A/B against packing up front: 512 -> 512 k3
-  //  s2 on 4x4 forward 1.12-1.14x, backward-data 1.32-1.36x; DCGAN 512 ->
-  //  256 and HiFi-GAN / vocoder k16 s8 backward-data 1.05-1.15x, forward
-  //  1.04-1.05x; 3D U-Net k3 backward-data 1.04-1.07x; the rest even.
-  const double w_bytes = 4.0 * G * NB * block_floats;
-  const double in_bytes = 4.0 * N * in_pix * in_c;
-  const int64_t ncolblocks = G * NB;
-  //  Backward-data goes by columns as soon as the weights outweigh the
-  //  activations; when its column blocks do not split evenly over the
-  //  threads, each block's rows go in rsplit parts (at most 2), one item
-  //  each, so that the items split evenly (each part packs its block again). Zen 5, against by
-  //  rows (rotated A/B, and alternating processes of the two builds):
-  //  512 -> 256 k4 s2 on 32x32 (8 MB of weights, 4 MB of diff_dst)
-  //  1.07-1.14x, the 3D U-Net k2 s2 320 -> 320 (5 column blocks, 2 parts)
-  //  1.06-1.24x, U-Net 1024 -> 512 1.0-1.06x, the rest even. (The forward
-  //  of that 3D layer ran 5 % slower by columns in parts.)
-  const bool cols_balanced = ncolblocks >= nthreads &&
-                             (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
-  const int64_t rsplit_odd =
-      nthreads / std::gcd<int64_t>(std::max<int64_t>(ncolblocks, 1), nthreads);
-  const bool by_columns =
-      !whole_pixel && !dot && w_bytes > (1 << 20) &&
-      (fwd ? w_bytes > 2 * in_bytes && nchunks == 1 && cols_balanced
-           : w_bytes > in_bytes && ncolblocks >= nthreads && (cols_balanced || rsplit_odd <= 2));
-  const int64_t rsplit = by_columns && !cols_balanced ? rsplit_odd : 1;
-  const bool lazy = by_columns && (!fwd || w_bytes >= 8 * in_bytes);
   // Packs all of column block (g, nb) into dst (lazy: the item's own block).
-  auto pack_whole = [&](int64_t g, int64_t nb, float* dst, TransposeRows tr) {
+  auto pack_whole = [&](int64_t g, int64_t nb, float* dst, ConvTransposeRowsFn tr) {
     if (red_stride == 1) {
       for (int64_t c16 = 0; c16 < nc16; ++c16)
         pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16), dst, tr);
-    } else if (columns_outer) {
+    } else if (plan.pack_order == PackOrder::Columns) {
       for (int64_t j0 = 0; j0 < NR; j0 += 16) pack_columns(g, nb, j0, dst, tr);
     } else {
       for (int64_t c = 0; c < cred; ++c) pack_block(g, nb, c, c + 1, dst, tr);
     }
   };
 
-  // Outputs beyond the caches: written with streaming stores (whole 64-byte
-  // lines), saving the read for ownership of every output line. Depthwise
-  // from 2 MiB (the k4 s2 upsampler, 2-8 MiB outputs: on Zen 3 forward
-  // -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %). AVX-512 GEMM
-  // tiles written in one pass from 16 MiB (measured on Zen 5, interleaved with
-  // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
-  // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
-  // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
-  const double out_bytes = 4.0 * static_cast<double>(N) * out_pix * out_c;
-  const bool stream =
-      (dw && out_c % 16 == 0 && out_bytes >= 2.0 * (1 << 20)) ||
-      (isa == Isa::Avx512 && !whole_pixel && !dot && nchunks == 1 && out_bytes >= 16.0 * (1 << 20));
-
-  // Short reductions per tap (a few channels, or the fused taps of a few):
-  // a tile's inputs are a few cache lines per row, consumed faster than the
-  // hardware prefetcher runs ahead; each tap of a tile then prefetches, per
-  // row, the first line of the input four tiles on (consecutive rows step by
-  // s (backward) or 1 (forward phase) pixels along the innermost axis; rows
-  // that are not consecutive prefetch a useless line). Zen 5, AVX-512:
-  // 36 <- 4 k3 s3 on 1080x1920 backward-data 1.3x, the few-channel and
-  // small benchdnn layers unchanged or 1-10 % faster; the AVX2 kernels on Zen 5
-  // (with the column-order packing): 36 <- 4 backward-data 1.2-1.4x, none slower.
-  const int64_t tap_run = fuse ? cred * K2 : cred;
-  const int64_t prefetch = !whole_pixel && !dot && tap_run <= 64
-                               ? 4 * MR * (fwd ? in_c : p.s[2] * in_c) : 0;
-
-  // Packed up front, inside the parallel region below (lazy: per item, one
-  // block per thread).
-  AlignedBuf wp;
-  if (dw) wp = aligned_floats(T * cols);
-  else if (vg) wp = aligned_floats(T * cred * ncp);
-  else wp = aligned_floats((lazy ? nthreads : G * NB) * block_floats);
-
+  AlignedBuf wp = aligned_floats(plan.wp_floats);
   // Bias padded to whole column blocks (zeros without bias / for backward).
-  std::vector<float> biasp(static_cast<size_t>(G * NB * NR + 16), 0.f);
+  std::vector<float> biasp(static_cast<size_t>(plan.bias_floats), 0.f);
   if (fwd && bias) {
     for (int64_t g = 0; g < G; ++g)
       for (int64_t j = 0; j < cols; ++j) biasp[g * NB * NR + j] = bias[g * cols + j];
   }
   // Zero vector for padding taps, read at channel offsets up to in_c.
-  std::vector<float> zeros(static_cast<size_t>(std::max(in_c * (fuse ? K2 : 1), cols) + 16), 0.f);
-
-  // Row blocks: TB tiles of MR rows whose inputs stay in L2. By rows, the
-  // work items are (image, phase, row block, range of column blocks; the
-  // column blocks of all groups are numbered q = g*NB + nb, so the groups
-  // share one indirection buffer). Each item streams its column blocks'
-  // weights once per row block and its rows' inputs once per column range:
-  // pick (TB, CG ranges) with the least such traffic among those giving every
-  // thread a few items.
-  const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * 4;
-  // (The inputs a block points at overlap between taps, so 2 MB of pointed-at
-  // rows is far less in cache; the indirection buffer stays below 256 KB.)
-  const int64_t tb_cap = std::max<int64_t>(
-      1, std::min<int64_t>({64, (2048 << 10) / (MR * row_bytes),
-                            (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * 8)}));
-  // Row blocks per image for TB = tb (sets Phase::blocks), and the bytes of
-  // weights they stream.
-  auto count_blocks = [&](int64_t tb, double* wtraffic) {
-    int64_t blocks = 0;
-    double wt = 0;
-    for (Phase& ph : phases) {
-      // Lazy axis 2: blocks do not cross a line (their rows are one window).
-      ph.blocks = ph.ax[2].lazy ? ph.ax[0].rows * ph.ax[1].rows *
-                                      ((ph.ax[2].rows + tb * MR - 1) / (tb * MR))
-                                : (ph.rows + tb * MR - 1) / (tb * MR);
-      blocks += ph.blocks;
-      wt += 4.0 * ph.blocks * ph.taps * cred * ncolblocks * NR;
-    }
-    if (wtraffic) *wtraffic = wt;
-    return blocks;
-  };
-  double abytes = 0;  // input rows of all phases, once
-  for (const Phase& ph : phases) abytes += 4.0 * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
-  // At least 4 items per thread; forward GEMM tiles also want a multiple of
-  // the threads below 8 per thread: AlexNet's 1D 384 -> 256 on 13 (one
-  // phase of 416 rows) got 9 blocks, one thread waiting for the other's
-  // fifth, 1.13x with 18 on Zen 5 (rotated A/B; GoogLeNet 4d 3x3 2 % slower;
-  // backward-data and the depthwise tiles lost 2-7 % with the rule, and 8
-  // items per thread flat made the 3D U-Net 320 k2 s2 forward 5 % slower).
-  const int64_t want = 4 * static_cast<int64_t>(nthreads);
-  const bool even_items = fwd && !whole_pixel;
-  auto enough = [&](int64_t n) {
-    return n >= want && (!even_items || n % nthreads == 0 || n >= 2 * want);
-  };
-  int64_t TB = tb_cap, CG = 1;
-  if (!by_columns) {
-    double best_traffic = 0;
-    int64_t best_items = -1;
-    for (int64_t tb = 1; tb <= tb_cap; tb *= 2)
-      for (int64_t cg = 1; cg <= ncolblocks; cg = cg < 8 ? cg + 1 : cg * 2) {
-        double wt = 0;
-        const int64_t items = NI * count_blocks(tb, &wt) * cg;
-        const double traffic = wt + cg * abytes;
-        const bool better =
-            best_items < 0 ||
-            (enough(items) ? (!enough(best_items) || traffic < best_traffic)
-                           : (!enough(best_items) && items > best_items));
-        if (better) {
-          best_traffic = traffic;
-          best_items = items;
-          TB = tb;
-          CG = cg;
-        }
-      }
-  }
-  // By columns with row parts: row blocks enough for 4 per part.
-  if (rsplit > 1)
-    while (TB > 1 && NI * count_blocks(TB, nullptr) < 4 * rsplit) TB = (TB + 1) / 2;
-  const int64_t blocks_per_img = count_blocks(TB, nullptr);
-  const int64_t all_blocks = NI * blocks_per_img;
-  // The row blocks of an image in item order, (phase, block): phases taken
-  // round-robin, so that the threads work on different phases at once. With
-  // K < s (ResNet's 1x1 s2) 3 of 4 phases have no tap and only write the
-  // bias, a memory-bound stream that then runs beside the other thread's
-  // FMAs instead of after them (Zen 5, forward 1.08-1.1x; the k4 s2 and
-  // k2 s2 layers 1-4 %, their phases' blocks read the same src rows).
-  std::vector<std::pair<int32_t, int64_t>> block_order;
-  block_order.reserve(static_cast<size_t>(blocks_per_img));
-  for (int64_t b = 0; static_cast<int64_t>(block_order.size()) < blocks_per_img; ++b)
-    for (size_t i = 0; i < phases.size(); ++i)
-      if (b < phases[i].blocks) block_order.push_back({static_cast<int32_t>(i), b});
-
-  // Tiles line by line (run_lines): depthwise, and backward-data with fused
-  // taps (a few diff_dst channels) whose packed weights stay in L1 (every
-  // tile runs all column blocks), when lines are long enough that whole
-  // tiles leave at most 1/8 of the rows over. Zen 5, rotated A/B: DCGAN's
-  // 64 <- 3 k4 s2 1.08-1.12x, the 36 <- 4 k3 s3 on 360x640 1.1-1.14x
-  // (AVX2: 1.03-1.05x; with 139 KB of weights, AlexNet's 96 <- 3 k11 s4
-  // ran 3.5 % slower there, so it stays below). Shorter lines (small
-  // images) share tiles across lines and images below (benchdnn's 5-pixel
-  // depthwise layers ran 10-15 % slower line by line).
-  bool by_lines = dw || (fuse && !by_columns && w_bytes <= (64 << 10));
-  for (const Phase& ph : phases) {
-    // Long lines without tables: row blocks (run_lines needs the tables, and
-    // gives one item per line: one thread for a 1D signal).
-    if (ph.ax[2].lazy) by_lines = false;
-    const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
-    if (8 * (padded - ph.ax[2].rows) <= padded) continue;
-    // Short lines: GEMM tiles (fused backward-data, one phase) still go line
-    // by line (partial tiles, no dummy rows) when most (pixel, tap) pairs are
-    // padding, which a line's outer taps drop as a whole: benchdnn's 3D
-    // ic-tail backward-data (8^3, pads 3/2, 24 % of the pairs inside)
-    // 1.1-1.2x; at 77 % inside (pads 1) 6 % slower.
-    if (dw || 2 * ph.ax[2].rows < MR || valid_tap_share(p) >= 0.5) by_lines = false;
-  }
-  const Lines lines{kern.fn, partial, MR, &phases, NI, fold_batch ? 0 : in_pix * in_c,
-                    fold_batch ? 0 : out_pix * out_c, in, out, wp.get(), block_floats, NB, NR,
-                    biasp.data(), cols, cred, fuse ? K2 : 1, dw, stream, prefetch, zeros.data(),
-                    nthreads};
+  std::vector<float> zeros(static_cast<size_t>(plan.zeros_floats), 0.f);
+  const ConvCall call{in, out, wp.get(), biasp.data(), zeros.data()};
 
   // One parallel region per call: packing, then (after the implicit barrier
   // of the packing loop) the tiles.
@@ -1449,7 +1821,7 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           for (int64_t c16 = 0; c16 < nc16; ++c16)
             pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
                        wp.get() + (g * NB + nb) * block_floats, tr_shared);
-    } else if (columns_outer) {
+    } else if (plan.pack_order == PackOrder::Columns) {
 #pragma omp for collapse(3) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
@@ -1470,26 +1842,23 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
     if (stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
 #endif
 #pragma omp barrier
-    std::vector<const float*> ind(static_cast<size_t>(TB * MR * std::max<int64_t>(Tmax, 1)));
-    std::vector<float*> outp(static_cast<size_t>(TB * MR));
-    std::vector<float> scratch(static_cast<size_t>(out_c + NB * NR + 16));  // dummy rows' output
+    const RowBufSizes& bs = plan.row_bufs;
+    std::vector<const float*> ind(static_cast<size_t>(bs.ind));
+    std::vector<float*> outp(static_cast<size_t>(bs.outp));
+    std::vector<float> scratch(static_cast<size_t>(bs.scratch));  // dummy rows' output
     // Per tile (GEMM): the taps kept and their number.
-    std::vector<int32_t> tile_wtap(static_cast<size_t>(TB * std::max<int64_t>(Tmax, 1)));
-    std::vector<int64_t> tile_ntaps(static_cast<size_t>(TB));
-    std::vector<char> tile_pad(static_cast<size_t>(TB));  // tile_wtap used
-    std::vector<char> tile_fused(static_cast<size_t>(TB));
-    std::vector<int> tile_real(static_cast<size_t>(TB));  // leading rows that are not dummies
+    std::vector<int32_t> tile_wtap(static_cast<size_t>(bs.tile_wtap));
+    std::vector<int64_t> tile_ntaps(static_cast<size_t>(bs.tiles));
+    std::vector<char> tile_pad(static_cast<size_t>(bs.tiles));  // tile_wtap used
+    std::vector<char> tile_fused(static_cast<size_t>(bs.tiles));
+    std::vector<int> tile_real(static_cast<size_t>(bs.tiles));  // leading rows that are not dummies
     // Row mode tiles: their rows' base pointers (tap 0's input).
-    std::vector<char> tile_rowmode(static_cast<size_t>(TB));
-    std::vector<const float*> row_base(static_cast<size_t>(TB * MR));
+    std::vector<char> tile_rowmode(static_cast<size_t>(bs.tiles));
+    std::vector<const float*> row_base(static_cast<size_t>(bs.outp));
     // Windows of a lazy axis 2 (one row block's rows).
-    const bool any_lazy = std::any_of(phases.begin(), phases.end(),
-                                      [](const Phase& ph) { return ph.ax[2].lazy; });
-    int64_t T2max = 0;
-    for (const Phase& ph : phases) T2max = std::max(T2max, ph.ax[2].taps);
-    std::vector<int64_t> win_in(any_lazy ? static_cast<size_t>(TB * MR * std::max<int64_t>(T2max, 1)) : 0);
-    std::vector<int64_t> win_out(any_lazy ? static_cast<size_t>(TB * MR) : 0);
-    std::vector<char> win_int(any_lazy ? static_cast<size_t>(TB * MR) : 0);
+    std::vector<int64_t> win_in(static_cast<size_t>(bs.win_in));
+    std::vector<int64_t> win_out(static_cast<size_t>(bs.win));
+    std::vector<char> win_int(static_cast<size_t>(bs.win));
 
     // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
     // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
@@ -1685,11 +2054,11 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
       // One pass (bias only) when there is nothing to reduce.
       if (vg) {
         ConvGroupedArgs ga{nullptr, wp.get() + ph.tap_off * cred * ncp, biasp.data(), nullptr,
-                           vg_idx.data(), vg_base.data(), ph.taps, cred, out_c, ncp, in_c};
+                           plan.vg_idx.data(), plan.vg_base.data(), ph.taps, cred, out_c, ncp, in_c};
         for (int64_t tile = 0; tile < ntiles; ++tile) {
           ga.a = ind.data() + tile * ph.taps * MR;
           ga.out = outp.data() + tile * MR;
-          conv_f32_avx512_grouped(&ga);
+          plan.grouped(&ga);
         }
         return;
       }
@@ -1711,19 +2080,19 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
           args.cred = fused ? cn * K2 : cn;
           args.rows = tile_rowmode[tile] ? row_base.data() + tile * MR : nullptr;
           args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
-          (partial && tile_real[tile] < MR ? partial(kern.fn, tile_real[tile]) : kern.fn)(&args);
+          (partial && tile_real[tile] < MR ? partial[tile_real[tile]] : kern_fn)(&args);
         }
       }
     };
 
     if (by_lines) {
-      run_lines(lines);
+      run_lines(plan, call);
     } else if (by_columns) {
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t item = 0; item < ncolblocks * rsplit; ++item) {
         const int64_t it = item / rsplit, part = item % rsplit;
         float* const wblock = wp.get() + (lazy ? omp_get_thread_num() : it) * block_floats;
-        if (lazy) pack_whole(it / NB, it % NB, wblock, transpose_rows(isa, false));
+        if (lazy) pack_whole(it / NB, it % NB, wblock, plan.tr_lazy);
         // All chunks per row block (backward-data: the indirection of its
         // many taps is built once per row block; forward: one chunk).
         int64_t k = 0;
@@ -1758,7 +2127,8 @@ bool run(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView 
 
 bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads) {
-  return run(isa, Pass::Forward, p, src, w, bias, dst, nthreads);
+  const ConvPlan plan = plan_conv(isa, Pass::Forward, p, w, nthreads);
+  return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
 }
 
 bool backward_data_fuses_taps(const ConvProblem& p) {
@@ -1767,8 +2137,9 @@ bool backward_data_fuses_taps(const ConvProblem& p) {
 }
 
 double gemm_column_share(Isa isa, int64_t ncol) {
-  if (ncol <= 0) return 1.0;
-  const int64_t nr = choose_gemm_kernel(isa, ncol).nr;
+  const ConvF32Table* tab = table_for(isa);
+  if (ncol <= 0 || !tab || tab->ngemm < 1) return 1.0;
+  const int64_t nr = choose_gemm_tile(*tab, ncol).nr;
   return static_cast<double>(ncol) / static_cast<double>((ncol + nr - 1) / nr * nr);
 }
 
@@ -1776,11 +2147,18 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads) {
   // A one-pixel src under a covering kernel (z -> 4x4): dot products (10x).
   if (dense_backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads, true)) return true;
-  return run(isa, Pass::BackwardData, p, diff_dst, w, nullptr, diff_src, nthreads);
+  const ConvPlan plan = plan_conv(isa, Pass::BackwardData, p, w, nthreads);
+  return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
 }
 
-// TODO(#20): the driver's plan, filled in when its decisions move into a plan struct.
-std::string describe_conv_f32(Isa, Pass, const ConvProblem&, int) { return "conv"; }
+std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& w,
+                              int nthreads) {
+  return describe(plan_conv(isa, pass, p, w, nthreads));
+}
+
+std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  return describe_conv_f32(isa, pass, p, dense_iox_strides(p), nthreads);
+}
 
 }  // namespace x86
 }  // namespace tct

@@ -51,6 +51,10 @@ struct ConvTileArgs {
 //   out[m][c] = bias[c] + sum_{t < ntaps} a[t*MR + m][c] * w[(wtap ? wtap[t] : t)*ncols + c],  c < ncols
 // with MR = kDwRowsAvx512 (AVX-512) or kDwRowsAvx2; a's pointers (or row
 // mode's rows[m] + tapoff[t]) point at the pixel's channel 0.
+// 8 pixels on AVX-512 (16 FMA chains, the weight loads shared by twice the
+// rows of 4; Zen 5, rotated A/B: the small depthwise layers 1.03-1.15x, the
+// k4 s2 upsampler about even; 12 rows no better), 4 on AVX2 (6 made the
+// upsampler 7-15 % slower with the ISA forced to AVX2 on Zen 5).
 constexpr int kDwRowsAvx512 = 8;
 constexpr int kDwRowsAvx2 = 4;
 
@@ -105,12 +109,51 @@ void conv_f32_avx2_dot2(const ConvTileArgs* args);
 void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
-// The GEMM tile `full` (one of the register tiles above) computing only its
-// first m rows (1 <= m; the row pointers keep full's stride of MR per tap):
-// tiles whose last rows are dummies (the end of a phase or of a row group)
-// skip their multiply-adds. full itself for m >= its rows or another tile.
-ConvTileFn conv_f32_avx512_partial(ConvTileFn full, int m);
-ConvTileFn conv_f32_avx2_partial(ConvTileFn full, int m);
+using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
+// Row-pointer register transposes (transpose.h), which pack the weights.
+using ConvTransposeRowsFn = void (*)(const float* src, int64_t src_stride, int rows, int cols,
+                                     float* const* dst);
+
+// One GEMM register tile of an ISA: MR rows x NR columns, its relative speed
+// (to trade it against column padding), and partial[m] for m < MR: the same
+// tile computing only its first m rows (the row pointers keep the stride of
+// MR per tap; tiles whose last rows are dummies skip their multiply-adds);
+// partial[0] is fn itself.
+struct ConvGemmTile {
+  const char* name;  // dtype-less tile name, e.g. "avx512_12x32"
+  ConvTileFn fn;
+  int mr, nr;
+  double eff;
+  const ConvTileFn* partial;
+};
+
+constexpr int kMaxConvGemmTiles = 4;
+constexpr int kMaxDotColumns = 4;
+
+// The f32 forward / backward-data micro-kernels of one ISA and the constants
+// measured per ISA, looked up once per call by the driver's plan. A null
+// kernel: the ISA has none (grouped: the groups run as GEMMs instead).
+struct ConvF32Table {
+  const char* isa;  // "avx512", "avx2"
+  int lanes;        // floats per vector
+  ConvGemmTile gemm[kMaxConvGemmTiles];
+  int ngemm;
+  ConvTileFn dw;
+  int dw_rows;
+  ConvGroupedFn grouped;
+  int grouped_rows;
+  ConvTileFn dot[kMaxDotColumns + 1];  // [ncols], ncols <= 4
+  int dot_rows[kMaxDotColumns + 1];
+  // Dot tiles regroup a phase's rows by valid taps when that leaves at most
+  // this share of the natural multiply-adds (group_rows_by_taps).
+  double regroup_dot_share;
+  // GEMM tiles write outputs of 16 MiB and more with streaming stores.
+  bool stream_gemm;
+  ConvTransposeRowsFn transpose_rows, transpose_rows_stream;
+};
+
+const ConvF32Table* conv_f32_table_avx512();
+const ConvF32Table* conv_f32_table_avx2();
 
 }  // namespace x86
 }  // namespace tct
