@@ -40,6 +40,11 @@
 // Extra memory: one packed copy of the weights (by columns with lazy
 // packing: one column block per thread) plus, per thread, the indirection
 // buffer of one row block.
+//
+// plan_conv() takes every decision of a call once (route, the tile from the
+// ISA's ConvF32Table, phases and row orders, packing, chunks, schedule,
+// streaming, workspace) into a ConvPlan; describe() prints it in one line;
+// run_conv() and the functions below it only execute a plan.
 #include <omp.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -57,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "buffers.h"
 #include "conv_f32_kernels.h"
 #include "conv_f32_plan.h"
 #include "transpose.h"
@@ -98,6 +104,12 @@ constexpr int64_t kLazyEntries = int64_t{1} << 16;
 
 // Offset of a padding tap: the sum with two valid offsets stays negative.
 constexpr int64_t kPad = INT64_MIN / 4;
+
+// Element and pointer sizes (the storage type is f32), floats per 64-byte
+// cache line.
+constexpr int64_t kFloatBytes = sizeof(float);
+constexpr int64_t kPointerBytes = sizeof(const float*);
+constexpr int64_t kLineFloats = 64 / kFloatBytes;
 
 // Rows [j0, j0 + n) of a lazy (or any) map into windows: in_off [n][taps],
 // out_off [n], interior [n], as set_offsets computes them.
@@ -169,156 +181,187 @@ struct Phase {
   std::vector<int64_t> tapoff, tapoff_fused;
 };
 
-// Forward phases (and backward-data's) where many taps fall outside the
-// input (small images, dilation): a tile keeps a tap when any of its rows
-// reads a real pixel, so consecutive rows with different valid taps multiply
-// many zeros. Rows are then regrouped by their set of valid taps (per axis):
-// each group padded to whole tiles, or the groups chained back to back
-// (below), whichever estimate is lower, when it is below max_share of the
-// natural one. GEMM tiles 0.97:
-// on Zen 5, rotated A/B against 0.85 (AVX-512) and 0.9 (AVX2, from the 3D
-// U-Net k3 forward on 8x9x9 on Zen 3: an 11 % saving, 7 % faster), GoogLeNet
-// 4d's k3 p1 on 14x14 1.06-1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8 1.07x,
-// AlexNet's k3 p1 layers 1.02-1.05x, the rest even, on both ISAs. Dot tiles
-// 0.85 (AVX-512; the 64 -> 3 k7 s2 d2 layer ran 4 % slower at 0.97) and 0.9.
-void group_rows_by_taps(Phase& ph, int MR, double max_share) {
-  // (Only small phases: in large images the borders are a small share.)
-  if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2 || ph.ax[kAxes - 1].lazy) return;
-  // Per axis: each coordinate's class (its set of valid taps) and the
-  // classes' tap counts.
+// Per axis of a phase: each coordinate's class (its set of valid taps), the
+// classes' tap masks and tap counts; groups = classes of the three axes.
+struct TapClasses {
   std::vector<int32_t> cls[kAxes];
   std::vector<int64_t> ntap[kAxes];
   std::vector<uint64_t> masks[kAxes];
+  int64_t n1 = 0, n2 = 0, ngroups = 0;
+
+  int64_t group_of(int64_t j0, int64_t j1, int64_t j2) const {
+    return (cls[0][j0] * n1 + cls[1][j1]) * n2 + cls[2][j2];
+  }
+  double work_of(int64_t g) const {
+    return static_cast<double>(ntap[0][g / (n1 * n2)]) * ntap[1][(g / n2) % n1] * ntap[2][g % n2];
+  }
+};
+
+// A tile of MR rows keeping the taps in the per-axis masks o.
+double tile_work(int MR, const uint64_t o[kAxes]) {
+  return static_cast<double>(MR) * __builtin_popcountll(o[0]) * __builtin_popcountll(o[1]) *
+         __builtin_popcountll(o[2]);
+}
+
+// The classes of the phase's rows; false when an axis has more than 64 taps.
+bool classify_rows(const Phase& ph, TapClasses& tc) {
   for (int ax = 0; ax < kAxes; ++ax) {
     const AxisMap& m = ph.ax[ax];
-    if (m.taps > 64) return;
-    cls[ax].resize(static_cast<size_t>(m.rows));
+    if (m.taps > 64) return false;
+    tc.cls[ax].resize(static_cast<size_t>(m.rows));
     for (int64_t j = 0; j < m.rows; ++j) {
       uint64_t mk = 0;
       for (int64_t t = 0; t < m.taps; ++t)
         if (m.in[j * m.taps + t] >= 0) mk |= uint64_t{1} << t;
       size_t c = 0;
-      while (c < masks[ax].size() && masks[ax][c] != mk) ++c;
-      if (c == masks[ax].size()) {
-        masks[ax].push_back(mk);
-        ntap[ax].push_back(__builtin_popcountll(mk));
+      while (c < tc.masks[ax].size() && tc.masks[ax][c] != mk) ++c;
+      if (c == tc.masks[ax].size()) {
+        tc.masks[ax].push_back(mk);
+        tc.ntap[ax].push_back(__builtin_popcountll(mk));
       }
-      cls[ax][j] = static_cast<int32_t>(c);
+      tc.cls[ax][j] = static_cast<int32_t>(c);
     }
   }
-  // At most the share of rows on some border (taps missing) can be saved.
+  tc.n1 = static_cast<int64_t>(tc.ntap[1].size());
+  tc.n2 = static_cast<int64_t>(tc.ntap[2].size());
+  tc.ngroups = static_cast<int64_t>(tc.ntap[0].size()) * tc.n1 * tc.n2;
+  return true;
+}
+
+// The share of rows on some border (taps missing), summed over the axes: at
+// most that much can be saved.
+double border_share(const Phase& ph, const TapClasses& tc) {
   double border = 0;
   for (int ax = 0; ax < kAxes; ++ax) {
     int64_t nb = 0;
-    for (int32_t c : cls[ax]) nb += ntap[ax][c] < ph.ax[ax].taps;
+    for (int32_t c : tc.cls[ax]) nb += tc.ntap[ax][c] < ph.ax[ax].taps;
     border += static_cast<double>(nb) / std::max<int64_t>(1, ph.ax[ax].rows);
   }
-  if (border < 0.15) return;
-  const int64_t n1 = static_cast<int64_t>(ntap[1].size()), n2 = static_cast<int64_t>(ntap[2].size());
-  const int64_t ngroups = static_cast<int64_t>(ntap[0].size()) * n1 * n2;
-  if (ngroups < 2) return;
+  return border;
+}
+
+// Estimated multiply-adds (rows x kept taps) in the natural order, tile by
+// tile (a tap is kept when any row needs it: approximated per axis); counts
+// the rows of each group.
+double natural_work(const Phase& ph, const TapClasses& tc, int MR, std::vector<int64_t>& count) {
   const int64_t R1 = ph.ax[1].rows, R2 = ph.ax[2].rows;
-  auto group_of = [&](int64_t j0, int64_t j1, int64_t j2) {
-    return (cls[0][j0] * n1 + cls[1][j1]) * n2 + cls[2][j2];
-  };
-  auto work_of = [&](int64_t g) {
-    return static_cast<double>(ntap[0][g / (n1 * n2)]) * ntap[1][(g / n2) % n1] * ntap[2][g % n2];
-  };
-  // A tile of MR rows keeping the taps in the per-axis masks o.
-  auto tile_work = [&](const uint64_t o[kAxes]) {
-    return static_cast<double>(MR) * __builtin_popcountll(o[0]) * __builtin_popcountll(o[1]) *
-           __builtin_popcountll(o[2]);
-  };
-  // Estimated multiply-adds (rows x kept taps) in the natural order, tile by
-  // tile (a tap is kept when any row needs it: approximated per axis), and
-  // grouped (each group padded to whole tiles).
-  std::vector<int64_t> count(static_cast<size_t>(ngroups), 0);
   double natural = 0;
-  {
-    int64_t j0 = 0, j1 = 0, j2 = 0;
-    for (int64_t r0 = 0; r0 < ph.rows; r0 += MR) {
-      uint64_t o[kAxes] = {0, 0, 0};
-      for (int64_t r = r0; r < std::min(ph.rows, r0 + MR); ++r) {
-        ++count[group_of(j0, j1, j2)];
-        o[0] |= masks[0][cls[0][j0]];
-        o[1] |= masks[1][cls[1][j1]];
-        o[2] |= masks[2][cls[2][j2]];
-        if (++j2 == R2) {
-          j2 = 0;
-          if (++j1 == R1) {
-            j1 = 0;
-            ++j0;
-          }
+  int64_t j0 = 0, j1 = 0, j2 = 0;
+  for (int64_t r0 = 0; r0 < ph.rows; r0 += MR) {
+    uint64_t o[kAxes] = {0, 0, 0};
+    for (int64_t r = r0; r < std::min(ph.rows, r0 + MR); ++r) {
+      ++count[tc.group_of(j0, j1, j2)];
+      o[0] |= tc.masks[0][tc.cls[0][j0]];
+      o[1] |= tc.masks[1][tc.cls[1][j1]];
+      o[2] |= tc.masks[2][tc.cls[2][j2]];
+      if (++j2 == R2) {
+        j2 = 0;
+        if (++j1 == R1) {
+          j1 = 0;
+          ++j0;
         }
       }
-      natural += tile_work(o);
+    }
+    natural += tile_work(MR, o);
+  }
+  return natural;
+}
+
+// The groups chained back to back (no padding), ordered so that the tiles
+// spanning two groups keep few extra taps: per axis the classes by their
+// first tap, then more taps first ({0,1,2}, {0,1}, {0}, {1,2}, {2}: each
+// next to one it shares taps with), lexicographic over the axes (3D U-Net
+// k3 on 8x9x9, 6-row tiles: 6 % over the useful multiply-adds against 14 %
+// padded, 29 % natural).
+std::vector<int64_t> chained_order(const TapClasses& tc) {
+  std::vector<int64_t> rank[kAxes];
+  for (int ax = 0; ax < kAxes; ++ax) {
+    rank[ax].resize(tc.masks[ax].size());
+    for (size_t c = 0; c < tc.masks[ax].size(); ++c) rank[ax][c] = static_cast<int64_t>(c);
+    const std::vector<uint64_t>& mk = tc.masks[ax];
+    std::sort(rank[ax].begin(), rank[ax].end(), [&](int64_t x, int64_t y) {
+      const int fx = mk[x] ? __builtin_ctzll(mk[x]) : 64;
+      const int fy = mk[y] ? __builtin_ctzll(mk[y]) : 64;
+      if (fx != fy) return fx < fy;
+      const int px = __builtin_popcountll(mk[x]), py = __builtin_popcountll(mk[y]);
+      if (px != py) return px > py;
+      return mk[x] < mk[y];
+    });
+  }
+  std::vector<int64_t> order;
+  for (int64_t c0 : rank[0])
+    for (int64_t c1 : rank[1])
+      for (int64_t c2 : rank[2]) order.push_back((c0 * tc.n1 + c1) * tc.n2 + c2);
+  return order;
+}
+
+// Estimated multiply-adds of the groups chained in `order`.
+double chained_work(const TapClasses& tc, const std::vector<int64_t>& order,
+                    const std::vector<int64_t>& count, int MR) {
+  const int64_t n1 = tc.n1, n2 = tc.n2;
+  double chained = 0;
+  uint64_t o[kAxes] = {0, 0, 0};
+  int64_t in_tile = 0;
+  for (int64_t g : order) {
+    const int64_t c[kAxes] = {g / (n1 * n2), (g / n2) % n1, g % n2};
+    for (int64_t left = count[g]; left > 0;) {
+      const int64_t take = std::min(left, MR - in_tile);
+      for (int ax = 0; ax < kAxes; ++ax) o[ax] |= tc.masks[ax][c[ax]];
+      in_tile += take;
+      left -= take;
+      if (in_tile == MR) {
+        chained += tile_work(MR, o);
+        o[0] = o[1] = o[2] = 0;
+        in_tile = 0;
+      }
     }
   }
+  if (in_tile > 0) chained += tile_work(MR, o);
+  return chained;
+}
+
+// Forward phases (and backward-data's) where many taps fall outside the
+// input (small images, dilation): a tile keeps a tap when any of its rows
+// reads a real pixel, so consecutive rows with different valid taps multiply
+// many zeros. Rows are then regrouped by their set of valid taps (per axis):
+// each group padded to whole tiles, or the groups chained back to back
+// (chained_order), whichever estimate is lower, when it is below max_share
+// of the natural one. GEMM tiles 0.97:
+// on Zen 5, rotated A/B against 0.85 (AVX-512) and 0.9 (AVX2, from the 3D
+// U-Net k3 forward on 8x9x9 on Zen 3: an 11 % saving, 7 % faster), GoogLeNet
+// 4d's k3 p1 on 14x14 1.06-1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8 1.07x,
+// AlexNet's k3 p1 layers 1.02-1.05x, the rest even, on both ISAs. Dot tiles
+// 0.85 (AVX-512; the 64 -> 3 k7 s2 d2 layer ran 4 % slower at 0.97) and 0.9
+// (ConvF32Table::regroup_dot_share).
+void group_rows_by_taps(Phase& ph, int MR, double max_share) {
+  // (Only small phases: in large images the borders are a small share.)
+  if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2 || ph.ax[kAxes - 1].lazy) return;
+  TapClasses tc;
+  if (!classify_rows(ph, tc) || border_share(ph, tc) < 0.15 || tc.ngroups < 2) return;
+  std::vector<int64_t> count(static_cast<size_t>(tc.ngroups), 0);
+  const double natural = natural_work(ph, tc, MR, count);
   // Grouped, each group padded to whole tiles (groups in discovery order).
   auto padded = [&](int64_t g) { return (count[g] + MR - 1) / MR * MR; };
   double grouped = 0;
-  for (int64_t g = 0; g < ngroups; ++g) grouped += padded(g) * work_of(g);
-  // Chained: the groups back to back (no padding), ordered so that the tiles
-  // spanning two groups keep few extra taps: per axis the classes by their
-  // first tap, then more taps first ({0,1,2}, {0,1}, {0}, {1,2}, {2}: each
-  // next to one it shares taps with), lexicographic over the axes (3D U-Net
-  // k3 on 8x9x9, 6-row tiles: 6 % over the useful multiply-adds against 14 %
-  // padded, 29 % natural).
-  std::vector<int64_t> order;  // groups, chained order
-  {
-    std::vector<int64_t> rank[kAxes];
-    for (int ax = 0; ax < kAxes; ++ax) {
-      rank[ax].resize(masks[ax].size());
-      for (size_t c = 0; c < masks[ax].size(); ++c) rank[ax][c] = static_cast<int64_t>(c);
-      const std::vector<uint64_t>& mk = masks[ax];
-      std::sort(rank[ax].begin(), rank[ax].end(), [&](int64_t x, int64_t y) {
-        const int fx = mk[x] ? __builtin_ctzll(mk[x]) : 64;
-        const int fy = mk[y] ? __builtin_ctzll(mk[y]) : 64;
-        if (fx != fy) return fx < fy;
-        const int px = __builtin_popcountll(mk[x]), py = __builtin_popcountll(mk[y]);
-        if (px != py) return px > py;
-        return mk[x] < mk[y];
-      });
-    }
-    for (int64_t c0 : rank[0])
-      for (int64_t c1 : rank[1])
-        for (int64_t c2 : rank[2]) order.push_back((c0 * n1 + c1) * n2 + c2);
-  }
-  double chained = 0;
-  {
-    uint64_t o[kAxes] = {0, 0, 0};
-    int64_t in_tile = 0;
-    for (int64_t g : order) {
-      const int64_t c[kAxes] = {g / (n1 * n2), (g / n2) % n1, g % n2};
-      for (int64_t left = count[g]; left > 0;) {
-        const int64_t take = std::min(left, MR - in_tile);
-        for (int ax = 0; ax < kAxes; ++ax) o[ax] |= masks[ax][c[ax]];
-        in_tile += take;
-        left -= take;
-        if (in_tile == MR) {
-          chained += tile_work(o);
-          o[0] = o[1] = o[2] = 0;
-          in_tile = 0;
-        }
-      }
-    }
-    if (in_tile > 0) chained += tile_work(o);
-  }
+  for (int64_t g = 0; g < tc.ngroups; ++g) grouped += padded(g) * tc.work_of(g);
+  const std::vector<int64_t> order = chained_order(tc);
+  const double chained = chained_work(tc, order, count, MR);
   const bool chain = chained <= grouped;
   if (!(std::min(chained, grouped) < max_share * natural)) return;
   // Counting sort of the rows by group; padded groups end with dummies (-1).
-  std::vector<int64_t> start(static_cast<size_t>(ngroups), 0);
+  std::vector<int64_t> start(static_cast<size_t>(tc.ngroups), 0);
   int64_t total = 0;
   if (chain) {
     for (int64_t g : order) start[g] = total, total += count[g];
   } else {
-    for (int64_t g = 0; g < ngroups; ++g) start[g] = total, total += padded(g);
+    for (int64_t g = 0; g < tc.ngroups; ++g) start[g] = total, total += padded(g);
   }
   std::vector<int64_t> perm(static_cast<size_t>(total), -1);
   int64_t r = 0;
   for (int64_t j0 = 0; j0 < ph.ax[0].rows; ++j0)
-    for (int64_t j1 = 0; j1 < R1; ++j1)
-      for (int64_t j2 = 0; j2 < R2; ++j2, ++r) perm[start[group_of(j0, j1, j2)]++] = r;
+    for (int64_t j1 = 0; j1 < ph.ax[1].rows; ++j1)
+      for (int64_t j2 = 0; j2 < ph.ax[2].rows; ++j2, ++r)
+        perm[start[tc.group_of(j0, j1, j2)]++] = r;
   ph.perm = std::move(perm);
   ph.rows = total;
 }
@@ -604,7 +647,7 @@ void plan_patch(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   pp.rows = c.N * c.in_pix;
   // Reduction chunks whose packed weights ([c][NR] per column block) stay in L2.
   c.CB = std::max<int64_t>(16, std::min<int64_t>((IC + 15) / 16 * 16,
-                                                 (512 << 10) / (c.NR * 4) / 16 * 16));
+                                                 (512 << 10) / (c.NR * kFloatBytes) / 16 * 16));
   c.nchunks = (IC + c.CB - 1) / c.CB;
   pp.tap_off.resize(static_cast<size_t>(T));
   for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
@@ -622,8 +665,8 @@ void plan_patch(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   // Outputs of 16 MiB and more: whole tiles written with streaming stores
   // (run_patch), saving the read for ownership of every output line (36 <- 4
   // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
-  pp.stream = pp.run % 4 == 0 && (c.MR * pp.run) % 16 == 0 &&
-              4.0 * static_cast<double>(c.N) * c.out_pix * OC >= 16.0 * (1 << 20);
+  pp.stream = pp.run % 4 == 0 && (c.MR * pp.run) % kLineFloats == 0 &&
+              kFloatBytes * static_cast<double>(c.N) * c.out_pix * OC >= 16.0 * (1 << 20);
   c.wp_floats = c.NB * IC * c.NR;
   c.bias_floats = pp.ldS + 16;
 }
@@ -838,9 +881,10 @@ void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   // L2-resident weights, which the tiles stream at full speed.)
   // CB is a multiple of 16, so that the packing can split the channels in
   // blocks of 16 that each lie in one chunk.
-  c.CB = c.dot ? std::max<int64_t>(cred, 1) : std::max<int64_t>(
-      16, std::min<int64_t>((cred + 15) / 16 * 16,
-                            (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 4) / 16 * 16));
+  const int64_t cb_cap =
+      (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) / 16 * 16;
+  c.CB = c.dot ? std::max<int64_t>(cred, 1)
+               : std::max<int64_t>(16, std::min<int64_t>((cred + 15) / 16 * 16, cb_cap));
   c.nchunks = (cred + c.CB - 1) / c.CB;
   c.nc16 = (cred + 15) / 16;  // packing work per column block
   // Backward-data with a short reduction per tap: along the innermost axis
@@ -863,8 +907,8 @@ void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   // 512 -> 256 and HiFi-GAN k16 s8 forward 1.15x; AVX2 alike (1.12x on
   // six of them). AlexNet's 1D 384 -> 256 (1.2 MB, which stays in L2) was
   // 2-4 % slower streamed.
-  c.stream_pack = c.NR % 16 == 0 && !c.whole_pixel && !c.dot &&
-                  4.0 * c.G * c.NB * c.block_floats >= 2.0 * (1 << 20);
+  c.stream_pack = c.NR % kLineFloats == 0 && !c.whole_pixel && !c.dot &&
+                  static_cast<double>(kFloatBytes) * c.G * c.NB * c.block_floats >= 2.0 * (1 << 20);
   c.tr_pack = c.stream_pack ? tab.transpose_rows_stream : tab.transpose_rows;
   c.tr_lazy = tab.transpose_rows;
   // W with the columns outermost and (channel, tap) runs contiguous per
@@ -897,7 +941,7 @@ int64_t count_blocks(ConvPlan& c, int64_t tb, double* wtraffic) {
                                     ((ph.ax[2].rows + tb * MR - 1) / (tb * MR))
                               : (ph.rows + tb * MR - 1) / (tb * MR);
     blocks += ph.blocks;
-    wt += 4.0 * ph.blocks * ph.taps * c.cred * c.ncolblocks * c.NR;
+    wt += static_cast<double>(kFloatBytes) * ph.blocks * ph.taps * c.cred * c.ncolblocks * c.NR;
   }
   if (wtraffic) *wtraffic = wt;
   return blocks;
@@ -912,14 +956,15 @@ int64_t count_blocks(ConvPlan& c, int64_t tb, double* wtraffic) {
 // thread a few items.
 void plan_row_blocks(ConvPlan& c, bool by_columns) {
   const int64_t MR = c.MR, Tmax = c.Tmax, cred = c.cred, nthreads = c.nthreads;
-  const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * 4;
+  const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * kFloatBytes;
   // (The inputs a block points at overlap between taps, so 2 MB of pointed-at
   // rows is far less in cache; the indirection buffer stays below 256 KB.)
   const int64_t tb_cap = std::max<int64_t>(
       1, std::min<int64_t>({64, (2048 << 10) / (MR * row_bytes),
-                            (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * 8)}));
+                            (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * kPointerBytes)}));
   double abytes = 0;  // input rows of all phases, once
-  for (const Phase& ph : c.phases) abytes += 4.0 * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
+  for (const Phase& ph : c.phases)
+    abytes += static_cast<double>(kFloatBytes) * ph.rows * ph.taps * std::max<int64_t>(cred, 1);
   // At least 4 items per thread; forward GEMM tiles also want a multiple of
   // the threads below 8 per thread: AlexNet's 1D 384 -> 256 on 13 (one
   // phase of 416 rows) got 9 blocks, one thread waiting for the other's
@@ -970,6 +1015,36 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
       if (b < c.phases[i].blocks) c.block_order.push_back({static_cast<int32_t>(i), b});
 }
 
+// Whether the tiles go line by line (run_lines).
+bool lines_preferred(const ConvPlan& c, bool by_columns, double w_bytes) {
+  // Tiles line by line (run_lines): depthwise, and backward-data with fused
+  // taps (a few diff_dst channels) whose packed weights stay in L1 (every
+  // tile runs all column blocks), when lines are long enough that whole
+  // tiles leave at most 1/8 of the rows over. Zen 5, rotated A/B: DCGAN's
+  // 64 <- 3 k4 s2 1.08-1.12x, the 36 <- 4 k3 s3 on 360x640 1.1-1.14x
+  // (AVX2: 1.03-1.05x; with 139 KB of weights, AlexNet's 96 <- 3 k11 s4
+  // ran 3.5 % slower there, so it stays below). Shorter lines (small
+  // images) share tiles across lines and images below (benchdnn's 5-pixel
+  // depthwise layers ran 10-15 % slower line by line).
+  const ConvProblem& p = c.p;
+  const int64_t MR = c.MR;
+  bool by_lines = c.dw || (c.fuse && !by_columns && w_bytes <= (64 << 10));
+  for (const Phase& ph : c.phases) {
+    // Long lines without tables: row blocks (run_lines needs the tables, and
+    // gives one item per line: one thread for a 1D signal).
+    if (ph.ax[2].lazy) by_lines = false;
+    const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
+    if (8 * (padded - ph.ax[2].rows) <= padded) continue;
+    // Short lines: GEMM tiles (fused backward-data, one phase) still go line
+    // by line (partial tiles, no dummy rows) when most (pixel, tap) pairs are
+    // padding, which a line's outer taps drop as a whole: benchdnn's 3D
+    // ic-tail backward-data (8^3, pads 3/2, 24 % inside) 1.1-1.2x; at 77 %
+    // inside (pads 1) 6 % slower.
+    if (c.dw || 2 * ph.ax[2].rows < MR || valid_tap_share(p) >= 0.5) by_lines = false;
+  }
+  return by_lines;
+}
+
 // Schedule: by rows, by columns (lazy packing, row parts) or line by line;
 // row blocks of TB tiles and ranges of CG column blocks; streaming stores
 // and prefetch.
@@ -998,8 +1073,8 @@ void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
   //  s2 on 4x4 forward 1.12-1.14x, backward-data 1.32-1.36x; DCGAN 512 ->
   //  256 and HiFi-GAN / vocoder k16 s8 backward-data 1.05-1.15x, forward
   //  1.04-1.05x; 3D U-Net k3 backward-data 1.04-1.07x; the rest even.
-  const double w_bytes = 4.0 * c.G * c.NB * c.block_floats;
-  const double in_bytes = 4.0 * c.N * c.in_pix * c.in_c;
+  const double w_bytes = static_cast<double>(kFloatBytes) * c.G * c.NB * c.block_floats;
+  const double in_bytes = static_cast<double>(kFloatBytes) * c.N * c.in_pix * c.in_c;
   c.ncolblocks = c.G * c.NB;
   const int64_t ncolblocks = c.ncolblocks;
   //  Backward-data goes by columns as soon as the weights outweigh the
@@ -1030,8 +1105,8 @@ void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
   // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
   // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
   // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
-  const double out_bytes = 4.0 * static_cast<double>(c.N) * c.out_pix * c.out_c;
-  c.stream = (c.dw && c.out_c % 16 == 0 && out_bytes >= 2.0 * (1 << 20)) ||
+  const double out_bytes = kFloatBytes * static_cast<double>(c.N) * c.out_pix * c.out_c;
+  c.stream = (c.dw && c.out_c % kLineFloats == 0 && out_bytes >= 2.0 * (1 << 20)) ||
              (tab.stream_gemm && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
               out_bytes >= 16.0 * (1 << 20));
 
@@ -1050,29 +1125,7 @@ void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
 
   plan_row_blocks(c, by_columns);
 
-  // Tiles line by line (run_lines): depthwise, and backward-data with fused
-  // taps (a few diff_dst channels) whose packed weights stay in L1 (every
-  // tile runs all column blocks), when lines are long enough that whole
-  // tiles leave at most 1/8 of the rows over. Zen 5, rotated A/B: DCGAN's
-  // 64 <- 3 k4 s2 1.08-1.12x, the 36 <- 4 k3 s3 on 360x640 1.1-1.14x
-  // (AVX2: 1.03-1.05x; with 139 KB of weights, AlexNet's 96 <- 3 k11 s4
-  // ran 3.5 % slower there, so it stays below). Shorter lines (small
-  // images) share tiles across lines and images below (benchdnn's 5-pixel
-  // depthwise layers ran 10-15 % slower line by line).
-  bool by_lines = c.dw || (c.fuse && !by_columns && w_bytes <= (64 << 10));
-  for (const Phase& ph : c.phases) {
-    // Long lines without tables: row blocks (run_lines needs the tables, and
-    // gives one item per line: one thread for a 1D signal).
-    if (ph.ax[2].lazy) by_lines = false;
-    const int64_t padded = (ph.ax[2].rows + MR - 1) / MR * MR;
-    if (8 * (padded - ph.ax[2].rows) <= padded) continue;
-    // Short lines: GEMM tiles (fused backward-data, one phase) still go line
-    // by line (partial tiles, no dummy rows) when most (pixel, tap) pairs are
-    // padding, which a line's outer taps drop as a whole: benchdnn's 3D
-    // ic-tail backward-data (8^3, pads 3/2, 24 % inside) 1.1-1.2x; at 77 %
-    // inside (pads 1) 6 % slower.
-    if (c.dw || 2 * ph.ax[2].rows < MR || valid_tap_share(p) >= 0.5) by_lines = false;
-  }
+  const bool by_lines = lines_preferred(c, by_columns, w_bytes);
   c.schedule = by_lines ? Schedule::Lines : by_columns ? Schedule::Columns : Schedule::Rows;
 }
 
@@ -1245,23 +1298,23 @@ WeightsView dense_iox_strides(const ConvProblem& p) {
   return w;
 }
 
-struct AlignedFree {
-  void operator()(float* q) const { std::free(q); }
+// ---------------------------------------------------------------------------
+// Execution: functions over the plan and the call's pointers; no decision
+// is taken below this line.
+
+// The pointers of one call.
+struct ConvCall {
+  const float* in;
+  float* out;
+  const float* W;      // the weights, with the plan's strides
+  float* wp;           // packed weights
+  const float* biasp;  // bias padded to whole column blocks
+  const float* zeros;  // >= the longest read of zeros
 };
-using AlignedBuf = std::unique_ptr<float[], AlignedFree>;
-
-AlignedBuf aligned_floats(int64_t n) {
-  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float);
-  bytes = (bytes + 63) / 64 * 64;
-  float* q = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!q) throw std::bad_alloc();
-  return AlignedBuf(q);
-}
-
 
 // dst[c*ldd + r] = src[r*lds + c] for r < R, c < C, in 16x16 register blocks.
-void transpose(ConvTransposeRowsFn tr, const float* src, int64_t lds, int64_t R, int64_t C, float* dst,
-               int64_t ldd) {
+void transpose(ConvTransposeRowsFn tr, const float* src, int64_t lds, int64_t R, int64_t C,
+               float* dst, int64_t ldd) {
   float* rows[16];
   for (int64_t c0 = 0; c0 < C; c0 += 16)
     for (int64_t r0 = 0; r0 < R; r0 += 16) {
@@ -1298,401 +1351,52 @@ void pack_slab(const float* src, int64_t rs, int64_t cs, int64_t c0, int64_t c1,
   }
 }
 
-void run_patch(const ConvPlan& plan, const float* in, const float* W, const float* bias,
-               float* out) {
-  const ConvProblem& p = plan.p;
-  const PatchPlan& pp = plan.patch;
-  const int nthreads = plan.nthreads;
-  const int64_t IC = p.ICg, OC = p.OCg, T = p.taps();
-  const int64_t ncol = pp.ncol;
-  const int MR = plan.MR;
-  const int64_t NR = plan.NR, NB = plan.NB, ldS = pp.ldS;
-  const int64_t in_pix = plan.in_pix, out_pix = plan.out_pix;
-  const int64_t rows = pp.rows;
-  struct {
-    int64_t si, so;
-  } wv{plan.w_si, plan.col_stride};
-  const int64_t CB = plan.CB, nchunks = plan.nchunks;
-  // Packed [nb][c][NR], column j = tap * OC + oc, taps in (k0, k1, k2) order.
-  AlignedBuf wp = aligned_floats(plan.wp_floats);
-  std::vector<float> biasp(static_cast<size_t>(plan.bias_floats), 0.f);
-  for (int64_t j = 0; j < ncol; ++j) biasp[j] = bias ? bias[j % OC] : 0.f;
-  const std::vector<int64_t>& tap_off = pp.tap_off;
-  const int64_t tiles = pp.tiles, TBt = pp.TB, items = pp.items;
-  const int64_t run = p.K[2] * OC;
-  // Row r of the GEMM = input pixel (n, i0, i1, i2).
-  struct Pixel {
-    int64_t n, i0, i1, i2;
-  };
-  auto pixel = [&](int64_t r) {
-    const int64_t ip = r % in_pix;
-    return Pixel{r / in_pix, ip / (p.I[2] * p.I[1]), (ip / p.I[2]) % p.I[1], ip % p.I[2]};
-  };
-  // Calls f(k0 * K1 + k1, output pixel of (k0, k1) at axis-2 position 0, in
-  // its image) for the taps (k0, k1) of pixel q that land inside dst.
-  auto for_each_tap01 = [&](const Pixel& q, auto&& f) {
-    for (int64_t k0 = 0; k0 < p.K[0]; ++k0) {
-      const int64_t o0 = q.i0 * p.s[0] - p.pb[0] + k0;
-      if (o0 < 0 || o0 >= p.O[0]) continue;
-      for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
-        const int64_t o1 = q.i1 * p.s[1] - p.pb[1] + k1;
-        if (o1 >= 0 && o1 < p.O[1]) f(k0 * p.K[1] + k1, (o0 * p.O[1] + o1) * p.O[2]);
-      }
-    }
-  };
-  const bool stream = pp.stream;
-#pragma omp parallel num_threads(nthreads)
-  {
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < IC; ++c) {
-      // Column j = t * OC + oc, walked by (t, oc): no divisions per element.
-      const float* src = W + c * wv.si;
-      int64_t t = 0, oc = 0;
-      for (int64_t nb = 0; nb < NB; ++nb) {
-        float* d = wp.get() + (nb * IC + c) * NR;
-        for (int64_t jj = 0; jj < NR; ++jj) {
-          if (t >= T) {
-            d[jj] = 0.f;
-            continue;
-          }
-          d[jj] = src[oc * wv.so + tap_off[t]];
-          if (++oc == OC) {
-            oc = 0;
-            ++t;
-          }
-        }
-      }
-    }
-    AlignedBuf tile = aligned_floats(MR * ldS);
-    std::vector<const float*> a(static_cast<size_t>(MR));
-    std::vector<float*> o(static_cast<size_t>(MR));
-    for (int m = 0; m < MR; ++m) o[m] = tile.get() + m * ldS;
-#pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t t_hi = std::min(tiles, (it + 1) * TBt);
-      for (int64_t ti = it * TBt; ti < t_hi; ++ti) {
-        const int64_t r0 = ti * MR, nr = std::min<int64_t>(MR, rows - r0);
-        for (int m = 0; m < MR; ++m) a[m] = in + (r0 + std::min<int64_t>(m, nr - 1)) * IC;
-        ConvTileArgs args;
-        args.a = a.data();
-        args.out = o.data();
-        args.wtap = nullptr;
-        args.ntaps = 1;
-        for (int64_t nb = 0; nb < NB; ++nb) {
-          args.bias = biasp.data() + nb * NR;
-          args.col_off = nb * NR;
-          args.ncols = std::min<int64_t>(NR, ncol - nb * NR);
-          for (int64_t cb = 0; cb < nchunks; ++cb) {
-            const int64_t c0 = cb * CB;
-            args.w = wp.get() + (nb * IC + c0) * NR;
-            args.cred = std::min(CB, IC - c0);
-            args.a_off = c0;
-            args.accumulate = cb > 0;
-            plan.fn(&args);
-          }
-        }
-#if defined(__SSE2__)
-        // Streamed: a full tile of consecutive pixels of one image row, every
-        // axis-2 tap inside: per (k0, k1) its outputs are one contiguous run
-        // of MR * K2 * OCg floats, written as whole 64-byte lines when each
-        // run starts a line.
-        if (stream) {
-          const Pixel q = pixel(r0);
-          const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
-          bool whole = nr == MR && q.i2 + nr <= p.I[2] && b2 >= 0 &&
-                       (q.i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
-          float* const obase = out + (q.n * out_pix + b2) * OC;
-          if (whole)
-            for_each_tap01(q, [&](int64_t, int64_t orow) {
-              whole = whole && (reinterpret_cast<uintptr_t>(obase + orow * OC) & 63) == 0;
-            });
-          if (whole) {
-            for_each_tap01(q, [&](int64_t t01, int64_t orow) {
-              float* const dp = obase + orow * OC;
-              for (int64_t m = 0; m < nr; ++m) {
-                const float* sp = tile.get() + m * ldS + t01 * run;
-                for (int64_t e = 0; e < run; e += 4)
-                  _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
-              }
-            });
-            continue;
-          }
-        }
-#endif
-        // Scatter: row r = input pixel (n, i0, i1, i2).
-        for (int64_t m = 0; m < nr; ++m) {
-          const Pixel q = pixel(r0 + m);
-          const float* srow = tile.get() + m * ldS;
-          // Axis 2: taps [k2a, k2b) land inside the output.
-          const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
-          const int64_t k2a = std::max<int64_t>(0, -b2), k2b = std::min(p.K[2], p.O[2] - b2);
-          if (k2a >= k2b) continue;
-          float* const obase = out + (q.n * out_pix + b2 + k2a) * OC;
-          const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
-          for_each_tap01(q, [&](int64_t t01, int64_t orow) {
-            const float* sp = srow + t01 * run + k2a * OC;
-            float* dp = obase + orow * OC;
-            int64_t e = 0;
-#if defined(__SSE2__)
-            for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
-#endif
-            for (; e < len; ++e) dp[e] = sp[e];
-          });
-        }
-      }
-    }
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();  // the streamed outputs, before the region's barrier
-#endif
-  }
+// Offset of row (packed tap t, channel ch) in a column block's packed GEMM
+// weights, [chunk of CB channels][tap][c][NR], ch in the chunk starting at c0
+// (the packing loops know their chunk: no division per packed row, 512 ->
+// 512 k3 s2 on 4x4, Zen 5, alternating runs: 1.08x forward, 1.15x
+// backward-data); packed_offset finds the chunk itself.
+inline int64_t chunk_offset(const ConvPlan& c, int64_t c0, int64_t t, int64_t ch) {
+  return (c.T * c0 + t * std::min(c.CB, c.cred - c0) + (ch - c0)) * c.NR;
+}
+inline int64_t packed_offset(const ConvPlan& c, int64_t t, int64_t ch) {
+  return chunk_offset(c, ch / c.CB * c.CB, t, ch);
 }
 
+// Packing reads W from memory or L3 in runs the hardware prefetcher does
+// not keep ahead of (a channel's [column][tap] block per step, 16 column
+// streams of T taps, or per tap 16 channels of each column): the
+// transposes below fetch the rows of the channel kPackAhead on (distances
+// 2-8 measured alike), or of the tap kPackTapsAhead on (XOI forward: 5-7 %
+// faster). Zen 5, bench.py (weights read from memory), interleaved runs:
+// 512 -> 512 k3 s2 on 4x4 1.3-1.45x, DCGAN 512 -> 256 and 3D U-Net 320 ->
+// 320 k2 s2 forward 1.2x, HiFi-GAN / vocoder 512 -> 256 k16 s8
+// 1.07-1.14x, the 16 deep layers' forward and backward-data 1.06x in
+// geometric mean.
+constexpr int64_t kPackAhead = 4;
+constexpr size_t kPackTapsAhead = 2;
 
-// Tiles line by line (depthwise layers; backward-data with fused taps, see
-// by_lines in run()). A line is one (image, phase, axis-0 row, axis-1 row): its taps
-// along axes 0 and 1 are either inside the input or padding for all of its
-// pixels, so a line lists the valid ones once (wtap) and its tiles of MR
-// pixels along axis 2 read no zeros there. Tiles whose pixels are interior
-// along axis 2 run in row mode (a base pointer per pixel plus the line's tap
-// offsets; fused: one tap per valid (t0, t1), a run of K2 pixels); the
-// others (image borders along axis 2) get pointers per (tap, pixel), a zero
-// vector for padding. Items are runs of up to 64 consecutive lines, walked
-// strip by strip (the same tile position in every line of the run, then the
-// next): consecutive lines read overlapping input rows, which a strip still
-// finds in L1. Zen 5, the depthwise k4 s2 upsampler's backward-data (rotated
-// A/B): 1.2x over the tiles across lines of run() (whose border tiles built
-// pointers for every tap and pixel), strips 1.15x over line-by-line order,
-// runs of 32 lines 2-5 % over runs of 8; strips two tiles wide and software
-// prefetch of the next line's tile no faster.
-// The pointers of one call, for the execution functions.
-struct ConvCall {
-  const float* in;
-  float* out;
-  const float* wp;     // packed weights
-  const float* biasp;  // bias padded to whole column blocks
-  const float* zeros;  // >= the longest read of zeros
-};
-
-void run_lines(const ConvPlan& plan, const ConvCall& call) {
-  const ConvPlan& d = plan;
-  const int64_t MR = d.MR;
-  const std::vector<LineItem>& items = plan.line_items;
-  const int64_t LB = plan.LB;
-  // Per line of an item: its valid taps (packed index, row-mode offset) and
-  // its valid (t0, t1) pairs (fused tap index, offset: also the fused row-mode
-  // offsets); per tile: pointers.
-  const size_t per_line = static_cast<size_t>(plan.line_bufs.per_line);
-  std::vector<int32_t> wtap(LB * per_line), wtap_f(LB * per_line);
-  std::vector<int64_t> tapoff(LB * per_line), off01(LB * per_line);
-  std::vector<int64_t> ntap(static_cast<size_t>(LB)), n01(static_cast<size_t>(LB));
-  std::vector<int64_t> obase(static_cast<size_t>(LB));
-  std::vector<const float*> ind(static_cast<size_t>(plan.line_bufs.ind));
-  std::vector<const float*> rows(static_cast<size_t>(MR));
-  std::vector<float*> outp(static_cast<size_t>(MR));
-  std::vector<float> scratch(static_cast<size_t>(plan.line_bufs.scratch));
-  const float* const zp = call.zeros;
-  const bool fused = d.K2 > 1;
-  std::vector<int64_t> jl;  // positions along axis 2 in tile order
-  std::vector<std::pair<int64_t, int64_t>> tiles;
-#pragma omp for schedule(dynamic, 1) nowait
-  for (size_t it = 0; it < items.size(); ++it) {
-    const LineItem& item = items[it];
-    const Phase& ph = d.phases[static_cast<size_t>(item.phase)];
-    const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
-    const int64_t T0 = a0.taps, T1 = a1.taps, T2 = a2.taps, R2 = a2.rows;
-    const int64_t nl = item.nl;
-    const float* const in_base = call.in + item.n * d.in_img;
-    float* const out_base = call.out + item.n * d.out_img;
-    const bool any_interior = !a2.delta.empty();
-    for (int64_t l = 0; l < nl; ++l) {
-      const int64_t j0 = item.j0, j1 = item.j1 + l;
-      const size_t L = static_cast<size_t>(l) * per_line;
-      int64_t k = 0, v = 0;
-      for (int64_t t0 = 0; t0 < T0; ++t0)
-        for (int64_t t1 = 0; t1 < T1; ++t1) {
-          const int64_t o = a0.in_off[j0 * T0 + t0] + a1.in_off[j1 * T1 + t1];
-          if (o < 0) continue;  // padding (kPad) on axis 0 or 1
-          wtap_f[L + v] = static_cast<int32_t>(t0 * T1 + t1);
-          off01[L + v++] = o;
-          for (int64_t t2 = 0; t2 < T2; ++t2, ++k) {
-            wtap[L + k] = static_cast<int32_t>((t0 * T1 + t1) * T2 + t2);
-            tapoff[L + k] = o + (any_interior ? a2.delta[t2] : 0);
-          }
-        }
-      ntap[l] = k;
-      n01[l] = v;
-      obase[l] = a0.out_off[j0] + a1.out_off[j1];
-    }
-    ConvTileArgs args;
-    args.stream = d.stream;
-    args.prefetch = d.prefetch;
-    args.out = outp.data();
-    // Tiles along the line: (first position in jl, rows). GEMM tiles (which
-    // have partial variants): the interior run in tiles from its start, then
-    // the border positions gathered into pointer tiles; depthwise: tiles from
-    // position 0.
-    jl.clear();
-    tiles.clear();
-    int64_t lo = 0, hi = 0;
-    if (!d.dw) {
-      while (lo < R2 && !a2.interior[lo]) ++lo;
-      hi = lo;
-      while (hi < R2 && a2.interior[hi]) ++hi;
-    }
-    // Runs of positions cut into tiles of MR rows (depthwise: the last one
-    // filled up with dummy rows) or, GEMM, into tiles of near-equal size
-    // (no tile of one or two rows, whose weight loads serve few FMAs).
-    auto cut = [&](int64_t first, int64_t len) {
-      const int64_t nt = (len + MR - 1) / MR;
-      for (int64_t t = 0; t < nt; ++t) {
-        const int64_t a = d.dw ? t * MR : len * t / nt;
-        const int64_t b = d.dw ? std::min(len, a + MR) : len * (t + 1) / nt;
-        tiles.push_back({first + a, b - a});
-      }
-    };
-    for (int64_t j = lo; j < hi; ++j) jl.push_back(j);
-    cut(0, hi - lo);
-    const int64_t nb0 = static_cast<int64_t>(jl.size());
-    for (int64_t j = 0; j < R2; ++j)
-      if (j < lo || j >= hi) jl.push_back(j);
-    cut(nb0, R2 - nb0);
-    for (const auto& [tj, real] : tiles) {
-      const int64_t* jp = jl.data() + tj;
-      bool interior = true;
-      for (int64_t m = 0; m < real && interior; ++m) interior = a2.interior[jp[m]] != 0;
-      for (int64_t l = 0; l < nl; ++l) {
-        const size_t L = static_cast<size_t>(l) * per_line;
-        const int64_t T = ntap[l];
-        const bool row_mode = interior && T > 0;
-        const bool fuse_tile = fused && row_mode;
-        args.ntaps = fuse_tile ? n01[l] : T;
-        args.wtap = T == ph.taps ? nullptr : fuse_tile ? wtap_f.data() + L : wtap.data() + L;
-        args.cred = fuse_tile ? d.cred * d.K2 : d.cred;
-        for (int64_t m = 0; m < MR; ++m)
-          outp[m] = m < real ? out_base + obase[l] + a2.out_off[jp[m]] : scratch.data();
-        if (row_mode) {
-          for (int64_t m = 0; m < MR; ++m)
-            rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
-          args.rows = rows.data();
-          args.tapoff = fuse_tile ? off01.data() + L : tapoff.data() + L;
-          args.a = nullptr;
-        } else {
-          const int64_t* o01 = off01.data() + L;
-          for (int64_t m = 0; m < MR; ++m) {
-            const float** a = ind.data() + m;
-            if (m >= real) {
-              for (int64_t t = 0; t < T; ++t) a[t * MR] = zp;
-              continue;
-            }
-            const int64_t* i2 = a2.in_off.data() + jp[m] * T2;
-            int64_t t = 0;
-            for (int64_t v = 0; v < n01[l]; ++v)
-              for (int64_t t2 = 0; t2 < T2; ++t2, ++t)
-                a[t * MR] = i2[t2] >= 0 ? in_base + o01[v] + i2[t2] : zp;
-          }
-          args.rows = nullptr;
-          args.a = ind.data();
-        }
-        if (d.dw) {
-          args.w = call.wp + ph.tap_off * d.cols;
-          args.bias = call.biasp;
-          args.ncols = d.cols;
-          d.fn(&args);
-          continue;
-        }
-        const ConvTileFn fn = real < MR ? d.partial[real] : d.fn;
-        for (int64_t q = 0; q < d.NB; ++q) {
-          args.w = call.wp + q * d.block_floats + ph.tap_off * d.cred * d.NR;
-          args.bias = call.biasp + q * d.NR;
-          args.col_off = q * d.NR;
-          args.ncols = std::min(d.NR, d.cols - q * d.NR);
-          fn(&args);
-        }
-      }
-    }
-  }
-}
-
-
-
-// Executes the plan (step 1 of #20: the old body of run(), reading the
-// plan's decisions through local names).
-bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float* bias,
-              float* out) {
-  if (plan.route == Route::Reference) return false;
-  if (plan.route == Route::Nothing) return true;
-  if (plan.route == Route::Patch) {
-    run_patch(plan, in, W, bias, out);
-    return true;
-  }
-  const ConvProblem& p = plan.p;
-  const bool fwd = plan.fwd;
-  const int nthreads = plan.nthreads;
-  const int64_t cred = plan.cred, ncol = plan.ncol, in_c = plan.in_c, out_c = plan.out_c;
-  const int64_t in_pix = plan.in_pix, out_pix = plan.out_pix;
-  const bool dw = plan.dw, vg = plan.vg, whole_pixel = plan.whole_pixel, dot = plan.dot;
-  const int64_t credp = plan.credp, G = plan.G, cols = plan.cols, ncp = plan.ncp;
-  const int MR = plan.MR;
-  const ConvTileFn kern_fn = plan.fn;
-  const ConvTileFn* const partial = plan.partial;
-  const int64_t NR = plan.NR, NB = plan.NB, NI = plan.NI, T = plan.T;
-  const std::vector<Phase>& phases = plan.phases;
-  const std::vector<int64_t>& koff = plan.koff;
-  const std::vector<int64_t>& ptap = plan.ptap;
-  const std::vector<int64_t>& pkoff = plan.pkoff;
-  const std::vector<int64_t>& tap_of_koff = plan.tap_of_koff;
-  const int64_t col_stride = plan.col_stride, red_stride = plan.red_stride;
-  const int64_t block_floats = plan.block_floats, CB = plan.CB, nchunks = plan.nchunks;
-  const int64_t nc16 = plan.nc16, K2 = plan.K2;
-  const bool fuse = plan.fuse, stream_pack = plan.stream_pack, lazy = plan.lazy;
-  const ConvTransposeRowsFn tr_shared = plan.tr_pack;
-  const bool by_lines = plan.schedule == Schedule::Lines;
-  const bool by_columns = plan.schedule == Schedule::Columns;
-  const int64_t ncolblocks = plan.ncolblocks, rsplit = plan.rsplit, TB = plan.TB, CG = plan.CG;
-  const int64_t all_blocks = plan.all_blocks, blocks_per_img = plan.blocks_per_img;
-  const auto& block_order = plan.block_order;
-  const bool stream = plan.stream;
-  const int64_t prefetch = plan.prefetch;
-  struct WeightStrides {
-    int64_t si;
-  } wv{plan.w_si};
-  // Offset of row (packed tap t, channel c) in a column block's packed GEMM
-  // weights, [chunk of CB channels][tap][c][NR], c in the chunk starting at c0
-  // (the packing loops know their chunk: no division per packed row, 512 ->
-  // 512 k3 s2 on 4x4, Zen 5, alternating runs: 1.08x forward, 1.15x
-  // backward-data); packed_offset finds the chunk itself.
-  auto chunk_offset = [&](int64_t c0, int64_t t, int64_t c) {
-    return (T * c0 + t * std::min(CB, cred - c0) + (c - c0)) * NR;
+// Packs channels [c_begin, c_end), within one block of 16 (so within one
+// chunk), of column block nb of group g into dst_block, the block's
+// [chunk][tap][c][NR] weights, the plan's way (PackMove).
+void pack_block(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64_t c_begin,
+                int64_t c_end, float* dst_block, ConvTransposeRowsFn tr) {
+  const int64_t NR = pl.NR, CB = pl.CB, T = pl.T, cred = pl.cred;
+  const int64_t col_stride = pl.col_stride, red_stride = pl.red_stride;
+  const std::vector<int64_t>& ptap = pl.ptap;
+  const std::vector<int64_t>& pkoff = pl.pkoff;
+  const int64_t c0 = c_begin / CB * CB;                  // its chunk
+  const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
+  const float* src = W + g * pl.group_stride + nb * NR * col_stride + c0 * red_stride;
+  const int64_t jn = std::min<int64_t>(NR, pl.ncol - nb * NR);
+  const size_t nt = ptap.size();
+  // Packed row of tap t, channel c0 + c of the chunk.
+  auto row = [&](int64_t t, int64_t c) { return dst_block + chunk_offset(pl, c0, t, c0 + c); };
+  auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
+    for (int64_t c = c_lo; c < c_hi; ++c) std::fill(d + c * NR + jn, d + c * NR + NR, 0.f);
   };
-  auto packed_offset = [&](int64_t t, int64_t c) { return chunk_offset(c / CB * CB, t, c); };
-  // Packing reads W from memory or L3 in runs the hardware prefetcher does
-  // not keep ahead of (a channel's [column][tap] block per step, 16 column
-  // streams of T taps, or per tap 16 channels of each column): the
-  // transposes below fetch the rows of the channel kPackAhead on (distances
-  // 2-8 measured alike), or of the tap kPackTapsAhead on (XOI forward: 5-7 %
-  // faster). Zen 5, bench.py
-  // (weights read from memory), interleaved runs: 512 -> 512 k3 s2 on 4x4
-  // 1.3-1.45x, DCGAN 512 -> 256 and 3D U-Net 320 -> 320 k2 s2 forward
-  // 1.2x, HiFi-GAN / vocoder 512 -> 256 k16 s8 1.07-1.14x, the 16 deep
-  // layers' forward and backward-data 1.06x in geometric mean.
-  constexpr int64_t kPackAhead = 4;
-  constexpr size_t kPackTapsAhead = 2;
-  // Packs channels [c_begin, c_end), within one block of 16 (so within one
-  // chunk), of column block nb of group g into dst_block, the block's
-  // [chunk][tap][c][NR] weights.
-  auto pack_block = [&](int64_t g, int64_t nb, int64_t c_begin, int64_t c_end,
-                        float* dst_block, ConvTransposeRowsFn tr) {
-    const int64_t c0 = c_begin / CB * CB;                  // its chunk
-    const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
-    const float* src = W + g * p.ICg * wv.si + nb * NR * col_stride + c0 * red_stride;
-    const int64_t jn = std::min<int64_t>(NR, ncol - nb * NR);
-    const size_t nt = ptap.size();
-    // Packed row of tap t, channel c0 + c of the chunk.
-    auto row = [&](int64_t t, int64_t c) { return dst_block + chunk_offset(c0, t, c0 + c); };
-    auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
-      for (int64_t c = c_lo; c < c_hi; ++c) std::fill(d + c * NR + jn, d + c * NR + NR, 0.f);
-    };
-    if (plan.pack_move == PackMove::Copy) {
+  switch (pl.pack_move) {
+    case PackMove::Copy:
       for (size_t i = 0; i < nt; ++i) {
         float* d = row(ptap[i], 0);
         for (int64_t c = c_lo; c < c_hi; ++c) {
@@ -1701,14 +1405,16 @@ bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float
         }
         zero_tail(d);
       }
-    } else if (plan.pack_move == PackMove::Transpose) {
+      break;
+    case PackMove::Transpose:
       for (size_t i = 0; i < nt; ++i) {
         if (i + kPackTapsAhead < nt) prefetch_rows(src + pkoff[i + kPackTapsAhead] + c_lo, jn, col_stride);
         float* d = row(ptap[i], 0);
         transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
       }
-    } else if (plan.pack_move == PackMove::TapTranspose) {
+      break;
+    case PackMove::TapTranspose: {
       // Per channel a [column][tap] block (contiguous for IOX forward), each
       // tap's run of columns transposed straight into its packed row.
       float* rows[16];
@@ -1717,7 +1423,7 @@ bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float
           const int nk = static_cast<int>(std::min<int64_t>(16, T - k0));
           for (int64_t j0 = 0; j0 < jn; j0 += 16) {
             for (int k = 0; k < nk; ++k)
-              rows[k] = row(tap_of_koff[k0 + k], c) + j0;
+              rows[k] = row(pl.tap_of_koff[k0 + k], c) + j0;
             const int64_t nj = std::min<int64_t>(16, jn - j0);
             if (c0 + c + kPackAhead < cred)
               prefetch_rows(src + (c + kPackAhead) * red_stride + j0 * col_stride + k0, nj, col_stride);
@@ -1726,108 +1432,130 @@ bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float
         }
       }
       for (int64_t t = 0; t < T; ++t) zero_tail(row(t, 0));
-    } else {
+      break;
+    }
+    case PackMove::Slab:
       for (size_t i = 0; i < nt; ++i)
         pack_slab(src + pkoff[i], red_stride, col_stride, c_lo, c_hi, jn, NR,
                   row(ptap[i], 0));
-    }
-  };
-
-  // Packs columns [j0, j0 + 16) (within NR) of column block nb of group g,
-  // every channel and tap, into dst_block ([chunk][tap][c][NR]; zeros past
-  // the block's columns).
-  auto pack_columns = [&](int64_t g, int64_t nb, int64_t j0, float* dst_block, ConvTransposeRowsFn tr) {
-    const int64_t jw = std::min<int64_t>(16, NR - j0);                   // strip width
-    const int64_t nj = std::clamp<int64_t>(ncol - nb * NR - j0, 0, jw);  // real columns
-    const float* const src = W + g * p.ICg * wv.si + (nb * NR + j0) * col_stride;
-    float* rows[16];
-    int64_t c0 = 0;  // the chunk of channel c
-    for (int64_t c = 0; c < cred; ++c) {
-      if (c == c0 + CB) c0 = c;
-      for (int64_t t = 0; t < T; ++t) rows[t] = dst_block + chunk_offset(c0, tap_of_koff[t], c) + j0;
-      if (c + kPackAhead < cred) prefetch_rows(src + (c + kPackAhead) * red_stride, nj, col_stride);
-      if (nj > 0)
-        tr(src + c * red_stride, col_stride, static_cast<int>(nj), static_cast<int>(T), rows);
-      for (int64_t t = 0; t < T; ++t) std::fill(rows[t] + nj, rows[t] + jw, 0.f);
-    }
-  };
-
-  // Packs all of column block (g, nb) into dst (lazy: the item's own block).
-  auto pack_whole = [&](int64_t g, int64_t nb, float* dst, ConvTransposeRowsFn tr) {
-    if (red_stride == 1) {
-      for (int64_t c16 = 0; c16 < nc16; ++c16)
-        pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16), dst, tr);
-    } else if (plan.pack_order == PackOrder::Columns) {
-      for (int64_t j0 = 0; j0 < NR; j0 += 16) pack_columns(g, nb, j0, dst, tr);
-    } else {
-      for (int64_t c = 0; c < cred; ++c) pack_block(g, nb, c, c + 1, dst, tr);
-    }
-  };
-
-  AlignedBuf wp = aligned_floats(plan.wp_floats);
-  // Bias padded to whole column blocks (zeros without bias / for backward).
-  std::vector<float> biasp(static_cast<size_t>(plan.bias_floats), 0.f);
-  if (fwd && bias) {
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t j = 0; j < cols; ++j) biasp[g * NB * NR + j] = bias[g * cols + j];
+      break;
   }
-  // Zero vector for padding taps, read at channel offsets up to in_c.
-  std::vector<float> zeros(static_cast<size_t>(plan.zeros_floats), 0.f);
-  const ConvCall call{in, out, wp.get(), biasp.data(), zeros.data()};
+}
 
-  // One parallel region per call: packing, then (after the implicit barrier
-  // of the packing loop) the tiles.
-#pragma omp parallel num_threads(nthreads)
-  {
-    if (lazy) {
-      // (each by-columns item packs its own block)
-    } else if (dw) {
+// Packs columns [j0, j0 + 16) (within NR) of column block nb of group g,
+// every channel and tap, into dst_block ([chunk][tap][c][NR]; zeros past
+// the block's columns).
+void pack_columns(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64_t j0,
+                  float* dst_block, ConvTransposeRowsFn tr) {
+  const int64_t NR = pl.NR, CB = pl.CB, T = pl.T, cred = pl.cred;
+  const int64_t col_stride = pl.col_stride, red_stride = pl.red_stride;
+  const int64_t jw = std::min<int64_t>(16, NR - j0);                      // strip width
+  const int64_t nj = std::clamp<int64_t>(pl.ncol - nb * NR - j0, 0, jw);  // real columns
+  const float* const src = W + g * pl.group_stride + (nb * NR + j0) * col_stride;
+  float* rows[16];
+  int64_t c0 = 0;  // the chunk of channel c
+  for (int64_t c = 0; c < cred; ++c) {
+    if (c == c0 + CB) c0 = c;
+    for (int64_t t = 0; t < T; ++t)
+      rows[t] = dst_block + chunk_offset(pl, c0, pl.tap_of_koff[t], c) + j0;
+    if (c + kPackAhead < cred) prefetch_rows(src + (c + kPackAhead) * red_stride, nj, col_stride);
+    if (nj > 0)
+      tr(src + c * red_stride, col_stride, static_cast<int>(nj), static_cast<int>(T), rows);
+    for (int64_t t = 0; t < T; ++t) std::fill(rows[t] + nj, rows[t] + jw, 0.f);
+  }
+}
+
+// Packs all of column block (g, nb) into dst (lazy: the item's own block).
+void pack_whole(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, float* dst,
+                ConvTransposeRowsFn tr) {
+  const int64_t cred = pl.cred;
+  if (pl.pack_order == PackOrder::Blocks16) {
+    for (int64_t c16 = 0; c16 < pl.nc16; ++c16)
+      pack_block(pl, W, g, nb, c16 * 16, std::min(cred, c16 * 16 + 16), dst, tr);
+  } else if (pl.pack_order == PackOrder::Columns) {
+    for (int64_t j0 = 0; j0 < pl.NR; j0 += 16) pack_columns(pl, W, g, nb, j0, dst, tr);
+  } else {
+    for (int64_t c = 0; c < cred; ++c) pack_block(pl, W, g, nb, c, c + 1, dst, tr);
+  }
+}
+
+// Depthwise weights [tap][C]; small groups [tap][c][OC padded]; dot tiles
+// [g][tap][c/16][j][16]. (Worksharing loops of the caller's parallel region.)
+void pack_depthwise(const ConvPlan& pl, const float* W, float* wp) {
+  const int64_t T = pl.T, cols = pl.cols;
 #pragma omp for schedule(static) nowait
-      for (int64_t t = 0; t < T; ++t) {
-        if (koff[t] < 0) continue;
-        for (int64_t ch = 0; ch < cols; ++ch) wp[t * cols + ch] = W[ch * wv.si + koff[t]];
-      }
-    } else if (vg) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (pl.koff[t] < 0) continue;
+    for (int64_t ch = 0; ch < cols; ++ch) wp[t * cols + ch] = W[ch * pl.w_si + pl.koff[t]];
+  }
+}
+
+void pack_grouped(const ConvPlan& pl, const float* W, float* wp) {
+  const int64_t T = pl.T, cred = pl.cred, ncp = pl.ncp, out_c = pl.out_c, ncol = pl.ncol;
 #pragma omp for schedule(static) nowait
-      for (int64_t t = 0; t < T; ++t) {
-        if (koff[t] < 0) continue;
-        for (int64_t c = 0; c < cred; ++c) {
-          float* d = wp.get() + (t * cred + c) * ncp;
-          for (int64_t oc = 0; oc < ncp; ++oc)
-            d[oc] = oc < out_c ? W[(oc / ncol) * p.ICg * wv.si + (oc % ncol) * col_stride +
-                                   c * red_stride + koff[t]]
-                               : 0.f;
-        }
-      }
-    } else if (dot) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (pl.koff[t] < 0) continue;
+    for (int64_t c = 0; c < cred; ++c) {
+      float* d = wp + (t * cred + c) * ncp;
+      for (int64_t oc = 0; oc < ncp; ++oc)
+        d[oc] = oc < out_c ? W[(oc / ncol) * pl.group_stride + (oc % ncol) * pl.col_stride +
+                               c * pl.red_stride + pl.koff[t]]
+                           : 0.f;
+    }
+  }
+}
+
+void pack_dot(const ConvPlan& pl, const float* W, float* wp) {
+  const int64_t G = pl.G, T = pl.T, NR = pl.NR, credp = pl.credp, cred = pl.cred;
 #pragma omp for collapse(2) schedule(static) nowait
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t t = 0; t < T; ++t) {
-          if (koff[t] < 0) continue;
-          const float* src = W + g * p.ICg * wv.si + koff[t];
-          float* d = wp.get() + g * block_floats + t * credp * NR;
-          for (int64_t c16 = 0; c16 < credp / 16; ++c16)
-            for (int64_t j = 0; j < NR; ++j)
-              for (int64_t l = 0; l < 16; ++l) {
-                const int64_t c = c16 * 16 + l;
-                d[(c16 * NR + j) * 16 + l] =
-                    c < cred ? src[j * col_stride + c * red_stride] : 0.f;
-              }
-        }
-    } else if (red_stride == 1) {  // 16 channels per transpose
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t t = 0; t < T; ++t) {
+      if (pl.koff[t] < 0) continue;
+      const float* src = W + g * pl.group_stride + pl.koff[t];
+      float* d = wp + g * pl.block_floats + t * credp * NR;
+      for (int64_t c16 = 0; c16 < credp / 16; ++c16)
+        for (int64_t j = 0; j < NR; ++j)
+          for (int64_t l = 0; l < 16; ++l) {
+            const int64_t c = c16 * 16 + l;
+            d[(c16 * NR + j) * 16 + l] =
+                c < cred ? src[j * pl.col_stride + c * pl.red_stride] : 0.f;
+          }
+    }
+}
+
+// Packs every block of the weights up front (not lazy), in the plan's order;
+// worksharing loops of the caller's parallel region (no barrier).
+void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
+  const float* const W = call.W;
+  float* const wp = call.wp;
+  const int64_t G = pl.G, NB = pl.NB, NR = pl.NR, cred = pl.cred, bf = pl.block_floats;
+  const ConvTransposeRowsFn tr = pl.tr_pack;
+  switch (pl.pack_order) {
+    case PackOrder::Depthwise:
+      pack_depthwise(pl, W, wp);
+      break;
+    case PackOrder::Grouped:
+      pack_grouped(pl, W, wp);
+      break;
+    case PackOrder::Dot:
+      pack_dot(pl, W, wp);
+      break;
+    case PackOrder::Blocks16:  // 16 channels per transpose
 #pragma omp for collapse(3) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
-          for (int64_t c16 = 0; c16 < nc16; ++c16)
-            pack_block(g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
-                       wp.get() + (g * NB + nb) * block_floats, tr_shared);
-    } else if (plan.pack_order == PackOrder::Columns) {
+          for (int64_t c16 = 0; c16 < pl.nc16; ++c16)
+            pack_block(pl, W, g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
+                       wp + (g * NB + nb) * bf, tr);
+      break;
+    case PackOrder::Columns:
 #pragma omp for collapse(3) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t j0 = 0; j0 < NR; j0 += 16)
-            pack_columns(g, nb, j0, wp.get() + (g * NB + nb) * block_floats, tr_shared);
-    } else {
+            pack_columns(pl, W, g, nb, j0, wp + (g * NB + nb) * bf, tr);
+      break;
+    case PackOrder::Channels:
       // A channel's columns (or columns x taps) are contiguous or regularly
       // spaced in W: channel by channel, every column block, so that each
       // thread reads W in order (IOX, 512 x 512 x 9 from memory: 2x faster
@@ -1836,288 +1564,807 @@ bool run_conv(const ConvPlan& plan, const float* in, const float* W, const float
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < cred; ++c)
           for (int64_t nb = 0; nb < NB; ++nb)
-            pack_block(g, nb, c, c + 1, wp.get() + (g * NB + nb) * block_floats, tr_shared);
-    }
-#if defined(__SSE2__)
-    if (stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
-#endif
-#pragma omp barrier
-    const RowBufSizes& bs = plan.row_bufs;
-    std::vector<const float*> ind(static_cast<size_t>(bs.ind));
-    std::vector<float*> outp(static_cast<size_t>(bs.outp));
-    std::vector<float> scratch(static_cast<size_t>(bs.scratch));  // dummy rows' output
-    // Per tile (GEMM): the taps kept and their number.
-    std::vector<int32_t> tile_wtap(static_cast<size_t>(bs.tile_wtap));
-    std::vector<int64_t> tile_ntaps(static_cast<size_t>(bs.tiles));
-    std::vector<char> tile_pad(static_cast<size_t>(bs.tiles));  // tile_wtap used
-    std::vector<char> tile_fused(static_cast<size_t>(bs.tiles));
-    std::vector<int> tile_real(static_cast<size_t>(bs.tiles));  // leading rows that are not dummies
-    // Row mode tiles: their rows' base pointers (tap 0's input).
-    std::vector<char> tile_rowmode(static_cast<size_t>(bs.tiles));
-    std::vector<const float*> row_base(static_cast<size_t>(bs.outp));
-    // Windows of a lazy axis 2 (one row block's rows).
-    std::vector<int64_t> win_in(static_cast<size_t>(bs.win_in));
-    std::vector<int64_t> win_out(static_cast<size_t>(bs.win));
-    std::vector<char> win_int(static_cast<size_t>(bs.win));
+            pack_block(pl, W, g, nb, c, c + 1, wp + (g * NB + nb) * bf, tr);
+      break;
+  }
+}
 
-    // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
-    // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
-    // channel offsets). Returns the number of tiles.
-    auto build_rows = [&](int64_t n, const Phase& ph, int64_t blk) {
-      const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
-      const int64_t Tp = ph.taps;
-      int64_t r0 = blk * TB * MR;
-      int64_t prows = ph.rows;
-      // Lazy axis 2: the block is rows [first, first + len) of one line,
-      // built into this thread's windows and walked as a phase of len rows.
-      int64_t line = -1, first = 0;
-      if (a2.lazy) {
-        const int64_t per_line = (a2.rows + TB * MR - 1) / (TB * MR);
-        line = blk / per_line;
-        first = blk % per_line * TB * MR;
-        prows = std::min(TB * MR, a2.rows - first);
-        r0 = 0;
-        fill_window(a2, first, prows, win_in.data(), win_out.data(), win_int.data());
-      }
-      const int64_t ntiles = (std::min(prows - r0, TB * MR) + MR - 1) / MR;
-      const float* const in_base = in + n * in_pix * in_c;
-      float* const out_base = out + n * out_pix * out_c;
-      // Locals (the lambda's captures live in memory): the loops below are
-      // a large part of the time when the reduction per tap is short.
-      const float* const zp = zeros.data();
-      const float** const indp = ind.data();
-      float** const outpp = outp.data();
-      float* const scr = scratch.data();
-      const int64_t mr = MR, T0 = a0.taps, T1 = a1.taps, T2 = a2.taps;
-      const bool lz = line >= 0;
-      const int64_t R1 = a1.rows, R2 = lz ? prows : a2.rows;
-      const int64_t *in0 = a0.in_off.data(), *in1 = a1.in_off.data();
-      const int64_t* in2 = lz ? win_in.data() : a2.in_off.data();
-      const int64_t *oo0 = a0.out_off.data(), *oo1 = a1.out_off.data();
-      const int64_t* oo2 = lz ? win_out.data() : a2.out_off.data();
-      // Row r0's coordinates in the phase, then stepped with carries (or
-      // looked up in the phase's row order).
-      const int64_t* const perm = ph.perm.empty() ? nullptr : ph.perm.data();
-      int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
-      if (lz) j2 = 0, j1 = line % R1, j0 = line / R1;
-      auto next = [R1, R2](int64_t& c0, int64_t& c1, int64_t& c2) {  // the next row
-        if (++c2 == R2) {
-          c2 = 0;
-          if (++c1 == R1) {
-            c1 = 0;
-            ++c0;
-          }
-        }
-      };
-      const bool rows_ok = !ph.tapoff.empty();
-      const char *int0 = a0.interior.data(), *int1 = a1.interior.data();
-      const char* int2 = lz ? win_int.data() : a2.interior.data();
-      for (int64_t tile = 0; tile < ntiles; ++tile) {
-        // Row mode when every real row of the tile is interior on every
-        // axis: one base pointer per row, no indirection to build.
-        tile_rowmode[tile] = 0;
-        if (rows_ok) {
-          bool all = true;
-          int64_t k0 = j0, k1 = j1, k2 = j2;
-          for (int64_t m = 0; m < mr && all; ++m) {
-            if (r0 + tile * mr + m >= prows) break;
-            all = int0[k0] && int1[k1] && int2[k2];
-            next(k0, k1, k2);
-          }
-          if (all) {
-            const float** rb = row_base.data() + tile * mr;
-            for (int64_t m = 0; m < mr; ++m) {
-              if (r0 + tile * mr + m >= prows) {  // dummy row: row 0's inputs, scratch out
-                rb[m] = rb[0];
-                outpp[tile * mr + m] = scr;
-                continue;
-              }
-              rb[m] = in_base + in0[j0 * T0] + in1[j1 * T1] + in2[j2 * T2];
-              outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
-              next(j0, j1, j2);
-            }
-            tile_rowmode[tile] = 1;
-            tile_fused[tile] = fuse;  // every axis-2 tap is inside
-            tile_pad[tile] = 0;
-            continue;
-          }
-        }
-        bool pad = false;  // some row of the tile reads padding
-        if (fuse) {
-          // Fusable when every real row has all its axis-2 taps inside.
-          bool ok = true;
-          for (int64_t m = 0, jj = j2; m < mr && ok; ++m, jj = jj + 1 == R2 ? 0 : jj + 1) {
-            if (r0 + tile * mr + m >= prows) break;
-            for (int64_t t2 = 0; t2 < T2 && ok; ++t2) ok = in2[jj * T2 + t2] >= 0;
-          }
-          tile_fused[tile] = ok;
-          if (ok) {
-            const int64_t Tf = T0 * T1;
-            for (int64_t m = 0; m < mr; ++m) {
-              const int64_t r = r0 + tile * mr + m;
-              const float** a = indp + tile * Tp * mr + m;
-              if (r >= prows) {
-                outpp[tile * mr + m] = scr;
-                for (int64_t t = 0; t < Tf; ++t) a[t * mr] = zp;
-                pad = true;
-                continue;
-              }
-              outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
-              const int64_t* i0 = in0 + j0 * T0;
-              const int64_t* i1 = in1 + j1 * T1;
-              const int64_t o2 = in2[j2 * T2];
-              for (int64_t t0 = 0; t0 < T0; ++t0)
-                for (int64_t t1 = 0; t1 < T1; ++t1, a += mr) {
-                  const int64_t o = i0[t0] + i1[t1] + o2;
-                  pad |= o < 0;
-                  *a = o >= 0 ? in_base + o : zp;
-                }
-              next(j0, j1, j2);
-            }
-            tile_pad[tile] = pad;
-            continue;
-          }
-        }
-        for (int64_t m = 0; m < mr; ++m) {
-          const int64_t r = r0 + tile * mr + m;
-          const float** a = indp + tile * Tp * mr + m;
-          if (perm && r < prows && perm[r] >= 0) {
-            j2 = perm[r] % R2;
-            j1 = (perm[r] / R2) % R1;
-            j0 = perm[r] / (R2 * R1);
-          }
-          if (r >= prows || (perm && perm[r] < 0)) {  // dummy row: zeros in, scratch out
-            outpp[tile * mr + m] = scr;
-            for (int64_t t = 0; t < Tp; ++t) a[t * mr] = zp;
-            pad = true;
-            continue;
-          }
-          outpp[tile * mr + m] = out_base + oo0[j0] + oo1[j1] + oo2[j2];
-          const int64_t* i0 = in0 + j0 * T0;
-          const int64_t* i1 = in1 + j1 * T1;
-          const int64_t* i2 = in2 + j2 * T2;
-          for (int64_t t0 = 0; t0 < T0; ++t0)
-            for (int64_t t1 = 0; t1 < T1; ++t1) {
-              const int64_t o01 = i0[t0] + i1[t1];
-              for (int64_t t2 = 0; t2 < T2; ++t2, a += mr) {
-                const int64_t o = o01 + i2[t2];
-                pad |= o < 0;
-                *a = o >= 0 ? in_base + o : zp;
-              }
-            }
-          next(j0, j1, j2);
-        }
-        tile_pad[tile] = pad;
-      }
-      // Dummy rows (scratch output) end a tile: the GEMM tiles skip them.
-      for (int64_t tile = 0; tile < ntiles; ++tile) {
-        int real = 0;
-        while (real < mr && outpp[tile * mr + real] != scr) ++real;
-        tile_real[tile] = real;
-      }
-      // Drop the taps that hit padding for every row of a tile (image
-      // borders): their FMAs would only add zeros. Tiles without padding
-      // keep every tap (wtap = null).
-      for (int64_t tile = 0; tile < ntiles; ++tile) {
-        const int64_t Tt = fuse && tile_fused[tile] ? Tp / K2 : Tp;  // taps of the tile
-        if (!tile_pad[tile] || whole_pixel || tile_rowmode[tile]) {
-          tile_ntaps[tile] = Tt;
-          tile_pad[tile] = 0;
+// Route Patch (see patch_applies): per input pixel one GEMM row over taps x
+// OCg columns into a per-thread tile buffer, each tap's outputs then copied
+// to their pixel.
+
+// Row r of the patch GEMM = input pixel (n, i0, i1, i2).
+struct Pixel {
+  int64_t n, i0, i1, i2;
+};
+inline Pixel patch_pixel(const ConvProblem& p, int64_t in_pix, int64_t r) {
+  const int64_t ip = r % in_pix;
+  return Pixel{r / in_pix, ip / (p.I[2] * p.I[1]), (ip / p.I[2]) % p.I[1], ip % p.I[2]};
+}
+
+// Calls f(k0 * K1 + k1, output pixel of (k0, k1) at axis-2 position 0, in
+// its image) for the taps (k0, k1) of pixel q that land inside dst.
+template <class F>
+inline __attribute__((always_inline)) void for_each_tap01(const ConvProblem& p, const Pixel& q,
+                                                          F&& f) {
+  for (int64_t k0 = 0; k0 < p.K[0]; ++k0) {
+    const int64_t o0 = q.i0 * p.s[0] - p.pb[0] + k0;
+    if (o0 < 0 || o0 >= p.O[0]) continue;
+    for (int64_t k1 = 0; k1 < p.K[1]; ++k1) {
+      const int64_t o1 = q.i1 * p.s[1] - p.pb[1] + k1;
+      if (o1 >= 0 && o1 < p.O[1]) f(k0 * p.K[1] + k1, (o0 * p.O[1] + o1) * p.O[2]);
+    }
+  }
+}
+
+// Packed [nb][c][NR], column j = tap * OC + oc, taps in (k0, k1, k2) order
+// (a worksharing loop of the caller's region, with its barrier).
+void pack_patch_weights(const ConvPlan& pl, const float* W, float* wp) {
+  const int64_t IC = pl.p.ICg, OC = pl.p.OCg, T = pl.p.taps(), NB = pl.NB, NR = pl.NR;
+  const std::vector<int64_t>& tap_off = pl.patch.tap_off;
+#pragma omp for schedule(static)
+  for (int64_t c = 0; c < IC; ++c) {
+    // Column j = t * OC + oc, walked by (t, oc): no divisions per element.
+    const float* src = W + c * pl.w_si;
+    int64_t t = 0, oc = 0;
+    for (int64_t nb = 0; nb < NB; ++nb) {
+      float* d = wp + (nb * IC + c) * NR;
+      for (int64_t jj = 0; jj < NR; ++jj) {
+        if (t >= T) {
+          d[jj] = 0.f;
           continue;
         }
-        const float** a = indp + tile * Tp * mr;
-        int32_t* wt = tile_wtap.data() + tile * Tp;
-        int64_t kept = 0;
-        for (int64_t t = 0; t < Tt; ++t) {
-          bool any = false;
-          for (int64_t m = 0; m < mr && !any; ++m) any = a[t * mr + m] != zp;
-          if (!any) continue;
-          if (kept != t)
-            for (int64_t m = 0; m < mr; ++m) a[kept * mr + m] = a[t * mr + m];
-          wt[kept++] = static_cast<int32_t>(t);
+        d[jj] = src[oc * pl.col_stride + tap_off[t]];
+        if (++oc == OC) {
+          oc = 0;
+          ++t;
         }
-        tile_ntaps[tile] = kept;
       }
-      return ntiles;
-    };
+    }
+  }
+}
 
-    // The tiles built by build_rows, for column block q = g*NB + nb, whose
-    // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
-    auto run_tiles = [&](const Phase& ph, int64_t ntiles, int64_t q, const float* wblock) {
-      const int64_t g = q / NB, nb = q % NB;
-      ConvTileArgs args;
-      args.stream = stream;
-      args.prefetch = prefetch;
-      args.bias = biasp.data() + q * NR;
-      args.col_off = g * cols + nb * NR;
-      args.ncols = std::min<int64_t>(NR, cols - nb * NR);
-      // One pass (bias only) when there is nothing to reduce.
-      if (vg) {
-        ConvGroupedArgs ga{nullptr, wp.get() + ph.tap_off * cred * ncp, biasp.data(), nullptr,
-                           plan.vg_idx.data(), plan.vg_base.data(), ph.taps, cred, out_c, ncp, in_c};
-        for (int64_t tile = 0; tile < ntiles; ++tile) {
-          ga.a = ind.data() + tile * ph.taps * MR;
-          ga.out = outp.data() + tile * MR;
-          plan.grouped(&ga);
-        }
-        return;
-      }
-      const int64_t passes = dw || ph.taps == 0 || cred == 0 ? 1 : nchunks;
-      for (int64_t cb = 0; cb < passes; ++cb) {
-        const int64_t c0 = cb * CB, cn = dw ? cred : std::min(CB, cred - c0);
-        args.w = dw    ? wp.get() + ph.tap_off * cols
-                 : dot ? wblock + ph.tap_off * credp * NR
-                       : wblock + packed_offset(ph.tap_off, c0);
-        args.cred = cn;
-        args.a_off = g * cred + c0;
-        args.accumulate = cb > 0;
-        for (int64_t tile = 0; tile < ntiles; ++tile) {
-          args.a = ind.data() + tile * ph.taps * MR;
-          args.out = outp.data() + tile * MR;
-          args.wtap = tile_pad[tile] ? tile_wtap.data() + tile * ph.taps : nullptr;
-          args.ntaps = tile_ntaps[tile];
-          const bool fused = fuse && tile_fused[tile];
-          args.cred = fused ? cn * K2 : cn;
-          args.rows = tile_rowmode[tile] ? row_base.data() + tile * MR : nullptr;
-          args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
-          (partial && tile_real[tile] < MR ? partial[tile_real[tile]] : kern_fn)(&args);
-        }
-      }
-    };
+// The GEMM of the tile of rows [r0, r0 + nr) into the tile buffer (o).
+inline __attribute__((always_inline)) void patch_gemm(const ConvPlan& pl, const float* in,
+                                                      const float* wp, const float* biasp,
+                                                      const float** a, float* const* o,
+                                                      int64_t r0, int64_t nr) {
+  const int MR = pl.MR;
+  const int64_t IC = pl.p.ICg, NR = pl.NR, NB = pl.NB, CB = pl.CB, ncol = pl.patch.ncol;
+  for (int m = 0; m < MR; ++m) a[m] = in + (r0 + std::min<int64_t>(m, nr - 1)) * IC;
+  ConvTileArgs args;
+  args.a = a;
+  args.out = o;
+  args.wtap = nullptr;
+  args.ntaps = 1;
+  for (int64_t nb = 0; nb < NB; ++nb) {
+    args.bias = biasp + nb * NR;
+    args.col_off = nb * NR;
+    args.ncols = std::min<int64_t>(NR, ncol - nb * NR);
+    for (int64_t cb = 0; cb < pl.nchunks; ++cb) {
+      const int64_t c0 = cb * CB;
+      args.w = wp + (nb * IC + c0) * NR;
+      args.cred = std::min(CB, IC - c0);
+      args.a_off = c0;
+      args.accumulate = cb > 0;
+      pl.fn(&args);
+    }
+  }
+}
 
-    if (by_lines) {
-      run_lines(plan, call);
-    } else if (by_columns) {
+// Streamed: a full tile of consecutive pixels of one image row, every
+// axis-2 tap inside: per (k0, k1) its outputs are one contiguous run of
+// MR * K2 * OCg floats, written as whole 64-byte lines when each run starts
+// a line. False (nothing written) for the other tiles.
+inline __attribute__((always_inline)) bool patch_stream(const ConvPlan& pl, float* out,
+                                                        const float* tile, int64_t r0,
+                                                        int64_t nr) {
+#if defined(__SSE2__)
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OCg, ldS = pl.patch.ldS, run = pl.patch.run;
+  const Pixel q = patch_pixel(p, pl.in_pix, r0);
+  const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
+  bool whole = nr == pl.MR && q.i2 + nr <= p.I[2] && b2 >= 0 &&
+               (q.i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
+  float* const obase = out + (q.n * pl.out_pix + b2) * OC;
+  if (whole)
+    for_each_tap01(p, q, [&](int64_t, int64_t orow) {
+      whole = whole && (reinterpret_cast<uintptr_t>(obase + orow * OC) & 63) == 0;
+    });
+  if (!whole) return false;
+  for_each_tap01(p, q, [&](int64_t t01, int64_t orow) {
+    float* const dp = obase + orow * OC;
+    for (int64_t m = 0; m < nr; ++m) {
+      const float* sp = tile + m * ldS + t01 * run;
+      for (int64_t e = 0; e < run; e += 4) _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
+    }
+  });
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Scatter: row r = input pixel (n, i0, i1, i2), each tap's outputs copied.
+inline __attribute__((always_inline)) void patch_scatter(const ConvPlan& pl, float* out,
+                                                         const float* tile, int64_t r0,
+                                                         int64_t nr) {
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OCg, ldS = pl.patch.ldS, run = pl.patch.run;
+  for (int64_t m = 0; m < nr; ++m) {
+    const Pixel q = patch_pixel(p, pl.in_pix, r0 + m);
+    const float* srow = tile + m * ldS;
+    // Axis 2: taps [k2a, k2b) land inside the output.
+    const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
+    const int64_t k2a = std::max<int64_t>(0, -b2), k2b = std::min(p.K[2], p.O[2] - b2);
+    if (k2a >= k2b) continue;
+    float* const obase = out + (q.n * pl.out_pix + b2 + k2a) * OC;
+    const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
+    for_each_tap01(p, q, [&](int64_t t01, int64_t orow) {
+      const float* sp = srow + t01 * run + k2a * OC;
+      float* dp = obase + orow * OC;
+      int64_t e = 0;
+#if defined(__SSE2__)
+      for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
+#endif
+      for (; e < len; ++e) dp[e] = sp[e];
+    });
+  }
+}
+
+void run_patch(const ConvPlan& pl, const float* in, const float* W, const float* bias,
+               float* out) {
+  const PatchPlan& pp = pl.patch;
+  const int MR = pl.MR;
+  const int64_t OC = pl.p.OCg, ldS = pp.ldS, tiles = pp.tiles, TB = pp.TB;
+  AlignedBuf<float> wp = aligned_buffer<float>(pl.wp_floats, 16);
+  std::vector<float> biasp(static_cast<size_t>(pl.bias_floats), 0.f);
+  for (int64_t j = 0; j < pp.ncol; ++j) biasp[j] = bias ? bias[j % OC] : 0.f;
+#pragma omp parallel num_threads(pl.nthreads)
+  {
+    pack_patch_weights(pl, W, wp.get());
+    AlignedBuf<float> tile = aligned_buffer<float>(MR * ldS, 16);
+    std::vector<const float*> a(static_cast<size_t>(MR));
+    std::vector<float*> o(static_cast<size_t>(MR));
+    for (int m = 0; m < MR; ++m) o[m] = tile.get() + m * ldS;
 #pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t item = 0; item < ncolblocks * rsplit; ++item) {
-        const int64_t it = item / rsplit, part = item % rsplit;
-        float* const wblock = wp.get() + (lazy ? omp_get_thread_num() : it) * block_floats;
-        if (lazy) pack_whole(it / NB, it % NB, wblock, plan.tr_lazy);
-        // All chunks per row block (backward-data: the indirection of its
-        // many taps is built once per row block; forward: one chunk).
-        int64_t k = 0;
-        const int64_t k0 = all_blocks * part / rsplit, k1 = all_blocks * (part + 1) / rsplit;
-        for (int64_t n = 0; n < NI; ++n)
-          for (const Phase& ph : phases)
-            for (int64_t blk = 0; blk < ph.blocks; ++blk, ++k)
-              if (k >= k0 && k < k1) run_tiles(ph, build_rows(n, ph, blk), it, wblock);
-      }
-    } else {
-      const int64_t total = NI * blocks_per_img * CG;
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t it = 0; it < total; ++it) {
-        const int64_t cg = it % CG;
-        const int64_t blk_all = (it / CG) % blocks_per_img, n = it / CG / blocks_per_img;
-        const auto [pi, blk] = block_order[static_cast<size_t>(blk_all)];
-        const Phase& ph = phases[static_cast<size_t>(pi)];
-        const int64_t ntiles = build_rows(n, ph, blk);
-        const int64_t q_lo = ncolblocks * cg / CG, q_hi = ncolblocks * (cg + 1) / CG;
-        for (int64_t q = q_lo; q < q_hi; ++q)
-          run_tiles(ph, ntiles, q, whole_pixel ? nullptr : wp.get() + q * block_floats);
+    for (int64_t it = 0; it < pp.items; ++it) {
+      const int64_t t_hi = std::min(tiles, (it + 1) * TB);
+      for (int64_t ti = it * TB; ti < t_hi; ++ti) {
+        const int64_t r0 = ti * MR, nr = std::min<int64_t>(MR, pp.rows - r0);
+        patch_gemm(pl, in, wp.get(), biasp.data(), a.data(), o.data(), r0, nr);
+        if (pp.stream && patch_stream(pl, out, tile.get(), r0, nr)) continue;
+        patch_scatter(pl, out, tile.get(), r0, nr);
       }
     }
 #if defined(__SSE2__)
-    if (stream) _mm_sfence();  // the streamed outputs, before the region's barrier
+    if (pp.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
+#endif
+  }
+}
+
+// Tiles line by line (depthwise layers; backward-data with fused taps, see
+// plan_schedule). A line is one (image, phase, axis-0 row, axis-1 row): its
+// taps along axes 0 and 1 are either inside the input or padding for all of
+// its pixels, so a line lists the valid ones once (wtap) and its tiles of MR
+// pixels along axis 2 read no zeros there. Tiles whose pixels are interior
+// along axis 2 run in row mode (a base pointer per pixel plus the line's tap
+// offsets; fused: one tap per valid (t0, t1), a run of K2 pixels); the
+// others (image borders along axis 2) get pointers per (tap, pixel), a zero
+// vector for padding. Items are runs of up to 64 consecutive lines
+// (plan_lines), walked strip by strip (the same tile position in every line
+// of the run, then the next): consecutive lines read overlapping input rows,
+// which a strip still finds in L1. Zen 5, the depthwise k4 s2 upsampler's
+// backward-data (rotated A/B): 1.2x over the tiles across lines of the row
+// blocks (whose border tiles built pointers for every tap and pixel), strips
+// 1.15x over line-by-line order, runs of 32 lines 2-5 % over runs of 8;
+// strips two tiles wide and software prefetch of the next line's tile no
+// faster.
+
+// Per-thread buffers of run_lines (sizes: ConvPlan::line_bufs, LB, MR).
+struct LineBufs {
+  // Per line of an item: its valid taps (packed index, row-mode offset) and
+  // its valid (t0, t1) pairs (fused tap index, offset: also the fused
+  // row-mode offsets), its tap counts and output base; per tile: pointers.
+  size_t per_line;
+  std::vector<int32_t> wtap, wtap_f;
+  std::vector<int64_t> tapoff, off01;
+  std::vector<int64_t> ntap, n01, obase;
+  std::vector<const float*> ind, rows;
+  std::vector<float*> outp;
+  std::vector<float> scratch;
+  std::vector<int64_t> jl;                         // positions along axis 2 in tile order
+  std::vector<std::pair<int64_t, int64_t>> tiles;  // (first position in jl, rows)
+
+  explicit LineBufs(const ConvPlan& pl)
+      : per_line(static_cast<size_t>(pl.line_bufs.per_line)),
+        wtap(pl.LB * per_line),
+        wtap_f(pl.LB * per_line),
+        tapoff(pl.LB * per_line),
+        off01(pl.LB * per_line),
+        ntap(static_cast<size_t>(pl.LB)),
+        n01(static_cast<size_t>(pl.LB)),
+        obase(static_cast<size_t>(pl.LB)),
+        ind(static_cast<size_t>(pl.line_bufs.ind)),
+        rows(static_cast<size_t>(pl.MR)),
+        outp(static_cast<size_t>(pl.MR)),
+        scratch(static_cast<size_t>(pl.line_bufs.scratch)) {}
+};
+
+// The valid taps of each line of the item.
+void list_line_taps(const Phase& ph, const LineItem& item, LineBufs& lb) {
+  const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
+  const int64_t T0 = a0.taps, T1 = a1.taps, T2 = a2.taps;
+  const bool any_interior = !a2.delta.empty();
+  for (int64_t l = 0; l < item.nl; ++l) {
+    const int64_t j0 = item.j0, j1 = item.j1 + l;
+    const size_t L = static_cast<size_t>(l) * lb.per_line;
+    int64_t k = 0, v = 0;
+    for (int64_t t0 = 0; t0 < T0; ++t0)
+      for (int64_t t1 = 0; t1 < T1; ++t1) {
+        const int64_t o = a0.in_off[j0 * T0 + t0] + a1.in_off[j1 * T1 + t1];
+        if (o < 0) continue;  // padding (kPad) on axis 0 or 1
+        lb.wtap_f[L + v] = static_cast<int32_t>(t0 * T1 + t1);
+        lb.off01[L + v++] = o;
+        for (int64_t t2 = 0; t2 < T2; ++t2, ++k) {
+          lb.wtap[L + k] = static_cast<int32_t>((t0 * T1 + t1) * T2 + t2);
+          lb.tapoff[L + k] = o + (any_interior ? a2.delta[t2] : 0);
+        }
+      }
+    lb.ntap[l] = k;
+    lb.n01[l] = v;
+    lb.obase[l] = a0.out_off[j0] + a1.out_off[j1];
+  }
+}
+
+// Tiles along a line: (first position in jl, rows). GEMM tiles (which have
+// partial variants): the interior run in tiles from its start, then the
+// border positions gathered into pointer tiles; depthwise: tiles from
+// position 0.
+void cut_line_tiles(const ConvPlan& pl, const AxisMap& a2, LineBufs& lb) {
+  const int64_t MR = pl.MR, R2 = a2.rows;
+  lb.jl.clear();
+  lb.tiles.clear();
+  int64_t lo = 0, hi = 0;
+  if (!pl.dw) {
+    while (lo < R2 && !a2.interior[lo]) ++lo;
+    hi = lo;
+    while (hi < R2 && a2.interior[hi]) ++hi;
+  }
+  // Runs of positions cut into tiles of MR rows (depthwise: the last one
+  // filled up with dummy rows) or, GEMM, into tiles of near-equal size
+  // (no tile of one or two rows, whose weight loads serve few FMAs).
+  auto cut = [&](int64_t first, int64_t len) {
+    const int64_t nt = (len + MR - 1) / MR;
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t a = pl.dw ? t * MR : len * t / nt;
+      const int64_t b = pl.dw ? std::min(len, a + MR) : len * (t + 1) / nt;
+      lb.tiles.push_back({first + a, b - a});
+    }
+  };
+  for (int64_t j = lo; j < hi; ++j) lb.jl.push_back(j);
+  cut(0, hi - lo);
+  const int64_t nb0 = static_cast<int64_t>(lb.jl.size());
+  for (int64_t j = 0; j < R2; ++j)
+    if (j < lo || j >= hi) lb.jl.push_back(j);
+  cut(nb0, R2 - nb0);
+}
+
+// One strip: the tile of `real` positions at jl[tj] in every line of the
+// item (in_base / out_base: the item's image).
+inline __attribute__((always_inline)) void run_line_strip(
+    const ConvPlan& d, const ConvCall& call, LineBufs& lb, const Phase& ph, int64_t nl,
+    const float* in_base, float* out_base, ConvTileArgs& args, int64_t tj, int64_t real) {
+  const AxisMap& a2 = ph.ax[2];
+  const int64_t MR = d.MR, T2 = a2.taps;
+  const size_t per_line = lb.per_line;
+  const float* const zp = call.zeros;
+  const bool fused = d.K2 > 1;
+  // The buffers' pointers as locals (kept in registers across the tile calls).
+  const int32_t* const wtap = lb.wtap.data();
+  const int32_t* const wtap_f = lb.wtap_f.data();
+  const int64_t* const tapoff = lb.tapoff.data();
+  const int64_t* const off01 = lb.off01.data();
+  const int64_t* const ntap = lb.ntap.data();
+  const int64_t* const n01 = lb.n01.data();
+  const int64_t* const obase = lb.obase.data();
+  const float** const ind = lb.ind.data();
+  const float** const rows = lb.rows.data();
+  float** const outp = lb.outp.data();
+  float* const scratch = lb.scratch.data();
+  const int64_t* jp = lb.jl.data() + tj;
+  bool interior = true;
+  for (int64_t m = 0; m < real && interior; ++m) interior = a2.interior[jp[m]] != 0;
+  for (int64_t l = 0; l < nl; ++l) {
+    const size_t L = static_cast<size_t>(l) * per_line;
+    const int64_t T = ntap[l];
+    const bool row_mode = interior && T > 0;
+    const bool fuse_tile = fused && row_mode;
+    args.ntaps = fuse_tile ? n01[l] : T;
+    args.wtap = T == ph.taps ? nullptr : fuse_tile ? wtap_f + L : wtap + L;
+    args.cred = fuse_tile ? d.cred * d.K2 : d.cred;
+    for (int64_t m = 0; m < MR; ++m)
+      outp[m] = m < real ? out_base + obase[l] + a2.out_off[jp[m]] : scratch;
+    if (row_mode) {
+      for (int64_t m = 0; m < MR; ++m)
+        rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
+      args.rows = rows;
+      args.tapoff = fuse_tile ? off01 + L : tapoff + L;
+      args.a = nullptr;
+    } else {
+      const int64_t* o01 = off01 + L;
+      for (int64_t m = 0; m < MR; ++m) {
+        const float** a = ind + m;
+        if (m >= real) {
+          for (int64_t t = 0; t < T; ++t) a[t * MR] = zp;
+          continue;
+        }
+        const int64_t* i2 = a2.in_off.data() + jp[m] * T2;
+        int64_t t = 0;
+        for (int64_t v = 0; v < n01[l]; ++v)
+          for (int64_t t2 = 0; t2 < T2; ++t2, ++t)
+            a[t * MR] = i2[t2] >= 0 ? in_base + o01[v] + i2[t2] : zp;
+      }
+      args.rows = nullptr;
+      args.a = ind;
+    }
+    if (d.dw) {
+      args.w = call.wp + ph.tap_off * d.cols;
+      args.bias = call.biasp;
+      args.ncols = d.cols;
+      d.fn(&args);
+      continue;
+    }
+    const ConvTileFn fn = real < MR ? d.partial[real] : d.fn;
+    for (int64_t q = 0; q < d.NB; ++q) {
+      args.w = call.wp + q * d.block_floats + ph.tap_off * d.cred * d.NR;
+      args.bias = call.biasp + q * d.NR;
+      args.col_off = q * d.NR;
+      args.ncols = std::min(d.NR, d.cols - q * d.NR);
+      fn(&args);
+    }
+  }
+}
+
+void run_lines(const ConvPlan& pl, const ConvCall& call) {
+  LineBufs lb(pl);
+  const std::vector<LineItem>& items = pl.line_items;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (size_t it = 0; it < items.size(); ++it) {
+    const LineItem& item = items[it];
+    const Phase& ph = pl.phases[static_cast<size_t>(item.phase)];
+    const float* const in_base = call.in + item.n * pl.in_img;
+    float* const out_base = call.out + item.n * pl.out_img;
+    list_line_taps(ph, item, lb);
+    ConvTileArgs args;
+    args.stream = pl.stream;
+    args.prefetch = pl.prefetch;
+    args.out = lb.outp.data();
+    cut_line_tiles(pl, ph.ax[2], lb);
+    for (const auto& [tj, real] : lb.tiles)
+      run_line_strip(pl, call, lb, ph, item.nl, in_base, out_base, args, tj, real);
+  }
+}
+
+// Per-thread buffers of the row-block tiles (sizes: ConvPlan::row_bufs).
+struct RowBufs {
+  std::vector<const float*> ind;  // [tile][tap][MR]
+  std::vector<float*> outp;       // [tile][MR]
+  std::vector<float> scratch;     // dummy rows' output
+  // Per tile (GEMM): the taps kept and their number.
+  std::vector<int32_t> tile_wtap;
+  std::vector<int64_t> tile_ntaps;
+  std::vector<char> tile_pad;  // tile_wtap used
+  std::vector<char> tile_fused;
+  std::vector<int> tile_real;  // leading rows that are not dummies
+  // Row mode tiles: their rows' base pointers (tap 0's input).
+  std::vector<char> tile_rowmode;
+  std::vector<const float*> row_base;
+  // Windows of a lazy axis 2 (one row block's rows).
+  std::vector<int64_t> win_in, win_out;
+  std::vector<char> win_int;
+
+  explicit RowBufs(const RowBufSizes& s)
+      : ind(static_cast<size_t>(s.ind)),
+        outp(static_cast<size_t>(s.outp)),
+        scratch(static_cast<size_t>(s.scratch)),
+        tile_wtap(static_cast<size_t>(s.tile_wtap)),
+        tile_ntaps(static_cast<size_t>(s.tiles)),
+        tile_pad(static_cast<size_t>(s.tiles)),
+        tile_fused(static_cast<size_t>(s.tiles)),
+        tile_real(static_cast<size_t>(s.tiles)),
+        tile_rowmode(static_cast<size_t>(s.tiles)),
+        row_base(static_cast<size_t>(s.outp)),
+        win_in(static_cast<size_t>(s.win_in)),
+        win_out(static_cast<size_t>(s.win)),
+        win_int(static_cast<size_t>(s.win)) {}
+};
+
+// The row block being built (build_rows): rows [r0, prows) of its phase
+// (a lazy axis 2: of its line's window), as locals that the per-tile loops
+// keep in registers (they are a large part of the time when the reduction
+// per tap is short).
+struct BlockRows {
+  const float* in_base;
+  float* out_base;
+  const float* zp;     // zero vector
+  const float** indp;  // RowBufs::ind
+  float** outpp;       // RowBufs::outp
+  float* scr;          // RowBufs::scratch
+  int64_t mr, T0, T1, T2, Tp, R1, R2, r0, prows;
+  const int64_t *in0, *in1, *in2, *oo0, *oo1, *oo2;
+  const char *int0, *int1, *int2;
+  const int64_t* perm;  // the phase's row order, or null
+};
+
+// The next row of a phase: (c0, c1, c2) stepped with carries.
+inline __attribute__((always_inline)) void next_row(int64_t R1, int64_t R2, int64_t& c0,
+                                                    int64_t& c1, int64_t& c2) {
+  if (++c2 == R2) {
+    c2 = 0;
+    if (++c1 == R1) {
+      c1 = 0;
+      ++c0;
+    }
+  }
+}
+
+// Row mode when every real row of the tile is interior on every axis: one
+// base pointer per row, no indirection to build. False (and nothing
+// stepped) when some row is not.
+inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows& b, RowBufs& bufs,
+                                                         int64_t tile, bool fuse, int64_t& j0,
+                                                         int64_t& j1, int64_t& j2) {
+  const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
+  bool all = true;
+  int64_t k0 = j0, k1 = j1, k2 = j2;
+  for (int64_t m = 0; m < mr && all; ++m) {
+    if (r0 + tile * mr + m >= prows) break;
+    all = b.int0[k0] && b.int1[k1] && b.int2[k2];
+    next_row(R1, R2, k0, k1, k2);
+  }
+  if (!all) return false;
+  const float** rb = bufs.row_base.data() + tile * mr;
+  for (int64_t m = 0; m < mr; ++m) {
+    if (r0 + tile * mr + m >= prows) {  // dummy row: row 0's inputs, scratch out
+      rb[m] = rb[0];
+      b.outpp[tile * mr + m] = b.scr;
+      continue;
+    }
+    rb[m] = b.in_base + b.in0[j0 * b.T0] + b.in1[j1 * b.T1] + b.in2[j2 * b.T2];
+    b.outpp[tile * mr + m] = b.out_base + b.oo0[j0] + b.oo1[j1] + b.oo2[j2];
+    next_row(R1, R2, j0, j1, j2);
+  }
+  bufs.tile_rowmode[tile] = 1;
+  bufs.tile_fused[tile] = fuse;  // every axis-2 tap is inside
+  bufs.tile_pad[tile] = 0;
+  return true;
+}
+
+// Fused taps (backward-data) when every real row has all its axis-2 taps
+// inside: K0 x K1 pointers per row. False (nothing built) when some has not.
+inline __attribute__((always_inline)) bool fused_tile(const BlockRows& b, RowBufs& bufs,
+                                                      int64_t tile, int64_t& j0, int64_t& j1,
+                                                      int64_t& j2) {
+  const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
+  const int64_t T0 = b.T0, T1 = b.T1, T2 = b.T2;
+  const float* const zp = b.zp;
+  bool ok = true;
+  for (int64_t m = 0, jj = j2; m < mr && ok; ++m, jj = jj + 1 == R2 ? 0 : jj + 1) {
+    if (r0 + tile * mr + m >= prows) break;
+    for (int64_t t2 = 0; t2 < T2 && ok; ++t2) ok = b.in2[jj * T2 + t2] >= 0;
+  }
+  bufs.tile_fused[tile] = ok;
+  if (!ok) return false;
+  bool pad = false;  // some row of the tile reads padding
+  const int64_t Tf = T0 * T1;
+  for (int64_t m = 0; m < mr; ++m) {
+    const int64_t r = r0 + tile * mr + m;
+    const float** a = b.indp + tile * b.Tp * mr + m;
+    if (r >= prows) {
+      b.outpp[tile * mr + m] = b.scr;
+      for (int64_t t = 0; t < Tf; ++t) a[t * mr] = zp;
+      pad = true;
+      continue;
+    }
+    b.outpp[tile * mr + m] = b.out_base + b.oo0[j0] + b.oo1[j1] + b.oo2[j2];
+    const int64_t* i0 = b.in0 + j0 * T0;
+    const int64_t* i1 = b.in1 + j1 * T1;
+    const int64_t o2 = b.in2[j2 * T2];
+    for (int64_t t0 = 0; t0 < T0; ++t0)
+      for (int64_t t1 = 0; t1 < T1; ++t1, a += mr) {
+        const int64_t o = i0[t0] + i1[t1] + o2;
+        pad |= o < 0;
+        *a = o >= 0 ? b.in_base + o : zp;
+      }
+    next_row(R1, R2, j0, j1, j2);
+  }
+  bufs.tile_pad[tile] = pad;
+  return true;
+}
+
+// One pointer per (tap, row): the input pixel or the zero vector (padding,
+// dummy rows); rows in the phase's row order when it has one.
+inline __attribute__((always_inline)) void pointer_tile(const BlockRows& b, RowBufs& bufs,
+                                                        int64_t tile, int64_t& j0, int64_t& j1,
+                                                        int64_t& j2) {
+  const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2, Tp = b.Tp;
+  const int64_t T0 = b.T0, T1 = b.T1, T2 = b.T2;
+  const float* const zp = b.zp;
+  const int64_t* const perm = b.perm;
+  bool pad = false;  // some row of the tile reads padding
+  for (int64_t m = 0; m < mr; ++m) {
+    const int64_t r = r0 + tile * mr + m;
+    const float** a = b.indp + tile * Tp * mr + m;
+    if (perm && r < prows && perm[r] >= 0) {
+      j2 = perm[r] % R2;
+      j1 = (perm[r] / R2) % R1;
+      j0 = perm[r] / (R2 * R1);
+    }
+    if (r >= prows || (perm && perm[r] < 0)) {  // dummy row: zeros in, scratch out
+      b.outpp[tile * mr + m] = b.scr;
+      for (int64_t t = 0; t < Tp; ++t) a[t * mr] = zp;
+      pad = true;
+      continue;
+    }
+    b.outpp[tile * mr + m] = b.out_base + b.oo0[j0] + b.oo1[j1] + b.oo2[j2];
+    const int64_t* i0 = b.in0 + j0 * T0;
+    const int64_t* i1 = b.in1 + j1 * T1;
+    const int64_t* i2 = b.in2 + j2 * T2;
+    for (int64_t t0 = 0; t0 < T0; ++t0)
+      for (int64_t t1 = 0; t1 < T1; ++t1) {
+        const int64_t o01 = i0[t0] + i1[t1];
+        for (int64_t t2 = 0; t2 < T2; ++t2, a += mr) {
+          const int64_t o = o01 + i2[t2];
+          pad |= o < 0;
+          *a = o >= 0 ? b.in_base + o : zp;
+        }
+      }
+    next_row(R1, R2, j0, j1, j2);
+  }
+  bufs.tile_pad[tile] = pad;
+}
+
+// After the pointers: each tile's real rows (dummy rows, with the scratch
+// output, end a tile: the GEMM tiles skip them), and the taps that hit
+// padding for every row of a tile (image borders) dropped: their FMAs would
+// only add zeros. Tiles without padding keep every tap (wtap = null).
+void finish_tiles(const ConvPlan& pl, const BlockRows& b, RowBufs& bufs, int64_t ntiles) {
+  const int64_t mr = b.mr, Tp = b.Tp;
+  const float* const zp = b.zp;
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    int real = 0;
+    while (real < mr && b.outpp[tile * mr + real] != b.scr) ++real;
+    bufs.tile_real[tile] = real;
+  }
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    const int64_t Tt = pl.fuse && bufs.tile_fused[tile] ? Tp / pl.K2 : Tp;  // taps of the tile
+    if (!bufs.tile_pad[tile] || pl.whole_pixel || bufs.tile_rowmode[tile]) {
+      bufs.tile_ntaps[tile] = Tt;
+      bufs.tile_pad[tile] = 0;
+      continue;
+    }
+    const float** a = b.indp + tile * Tp * mr;
+    int32_t* wt = bufs.tile_wtap.data() + tile * Tp;
+    int64_t kept = 0;
+    for (int64_t t = 0; t < Tt; ++t) {
+      bool any = false;
+      for (int64_t m = 0; m < mr && !any; ++m) any = a[t * mr + m] != zp;
+      if (!any) continue;
+      if (kept != t)
+        for (int64_t m = 0; m < mr; ++m) a[kept * mr + m] = a[t * mr + m];
+      wt[kept++] = static_cast<int32_t>(t);
+    }
+    bufs.tile_ntaps[tile] = kept;
+  }
+}
+
+// Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
+// and outp[tile][MR], pointing at channel 0 (the kernels add the group's
+// channel offsets). Returns the number of tiles.
+int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs, int64_t n,
+                   const Phase& ph, int64_t blk) {
+  const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
+  const int64_t TB = pl.TB, MR = pl.MR;
+  BlockRows b;
+  b.Tp = ph.taps;
+  b.r0 = blk * TB * MR;
+  b.prows = ph.rows;
+  // Lazy axis 2: the block is rows [first, first + len) of one line,
+  // built into this thread's windows and walked as a phase of len rows.
+  int64_t line = -1, first = 0;
+  if (a2.lazy) {
+    const int64_t per_line = (a2.rows + TB * MR - 1) / (TB * MR);
+    line = blk / per_line;
+    first = blk % per_line * TB * MR;
+    b.prows = std::min(TB * MR, a2.rows - first);
+    b.r0 = 0;
+    fill_window(a2, first, b.prows, bufs.win_in.data(), bufs.win_out.data(), bufs.win_int.data());
+  }
+  const int64_t ntiles = (std::min(b.prows - b.r0, TB * MR) + MR - 1) / MR;
+  b.in_base = call.in + n * pl.in_pix * pl.in_c;
+  b.out_base = call.out + n * pl.out_pix * pl.out_c;
+  b.zp = call.zeros;
+  b.indp = bufs.ind.data();
+  b.outpp = bufs.outp.data();
+  b.scr = bufs.scratch.data();
+  b.mr = MR;
+  b.T0 = a0.taps;
+  b.T1 = a1.taps;
+  b.T2 = a2.taps;
+  const bool lz = line >= 0;
+  b.R1 = a1.rows;
+  b.R2 = lz ? b.prows : a2.rows;
+  b.in0 = a0.in_off.data();
+  b.in1 = a1.in_off.data();
+  b.in2 = lz ? bufs.win_in.data() : a2.in_off.data();
+  b.oo0 = a0.out_off.data();
+  b.oo1 = a1.out_off.data();
+  b.oo2 = lz ? bufs.win_out.data() : a2.out_off.data();
+  b.int0 = a0.interior.data();
+  b.int1 = a1.interior.data();
+  b.int2 = lz ? bufs.win_int.data() : a2.interior.data();
+  b.perm = ph.perm.empty() ? nullptr : ph.perm.data();
+  // Row r0's coordinates in the phase, then stepped with carries (or
+  // looked up in the phase's row order).
+  const int64_t R1 = b.R1, R2 = b.R2;
+  int64_t j2 = b.r0 % R2, j1 = (b.r0 / R2) % R1, j0 = b.r0 / (R2 * R1);
+  if (lz) j2 = 0, j1 = line % R1, j0 = line / R1;
+  const bool rows_ok = !ph.tapoff.empty(), fuse = pl.fuse;
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    bufs.tile_rowmode[tile] = 0;
+    if (rows_ok && row_mode_tile(b, bufs, tile, fuse, j0, j1, j2)) continue;
+    if (fuse && fused_tile(b, bufs, tile, j0, j1, j2)) continue;
+    pointer_tile(b, bufs, tile, j0, j1, j2);
+  }
+  finish_tiles(pl, b, bufs, ntiles);
+  return ntiles;
+}
+
+// The tiles built by build_rows, for column block q = g*NB + nb, whose
+// packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
+void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs& bufs, const Phase& ph,
+               int64_t ntiles, int64_t q, const float* wblock) {
+  const int MR = pl.MR;
+  const int64_t NR = pl.NR, cols = pl.cols, cred = pl.cred, CB = pl.CB, K2 = pl.K2;
+  const int64_t g = q / pl.NB, nb = q % pl.NB;
+  const bool dw = pl.dw, fuse = pl.fuse;
+  const ConvTileFn fn = pl.fn;
+  const ConvTileFn* const partial = pl.partial;
+  // The buffers' pointers as locals (kept in registers across the tile calls).
+  const float* const* const ind = bufs.ind.data();
+  float* const* const outp = bufs.outp.data();
+  const int32_t* const tile_wtap = bufs.tile_wtap.data();
+  const int64_t* const tile_ntaps = bufs.tile_ntaps.data();
+  const char* const tile_pad = bufs.tile_pad.data();
+  const char* const tile_fused = bufs.tile_fused.data();
+  const int* const tile_real = bufs.tile_real.data();
+  const char* const tile_rowmode = bufs.tile_rowmode.data();
+  const float* const* const row_base = bufs.row_base.data();
+  ConvTileArgs args;
+  args.stream = pl.stream;
+  args.prefetch = pl.prefetch;
+  args.bias = call.biasp + q * NR;
+  args.col_off = g * cols + nb * NR;
+  args.ncols = std::min<int64_t>(NR, cols - nb * NR);
+  if (pl.vg) {
+    ConvGroupedArgs ga{nullptr, call.wp + ph.tap_off * cred * pl.ncp, call.biasp, nullptr,
+                       pl.vg_idx.data(), pl.vg_base.data(), ph.taps, cred, pl.out_c, pl.ncp,
+                       pl.in_c};
+    for (int64_t tile = 0; tile < ntiles; ++tile) {
+      ga.a = ind + tile * ph.taps * MR;
+      ga.out = outp + tile * MR;
+      pl.grouped(&ga);
+    }
+    return;
+  }
+  // One pass (bias only) when there is nothing to reduce.
+  const int64_t passes = dw || ph.taps == 0 || cred == 0 ? 1 : pl.nchunks;
+  for (int64_t cb = 0; cb < passes; ++cb) {
+    const int64_t c0 = cb * CB, cn = dw ? cred : std::min(CB, cred - c0);
+    args.w = dw       ? call.wp + ph.tap_off * cols
+             : pl.dot ? wblock + ph.tap_off * pl.credp * NR
+                      : wblock + packed_offset(pl, ph.tap_off, c0);
+    args.cred = cn;
+    args.a_off = g * cred + c0;
+    args.accumulate = cb > 0;
+    for (int64_t tile = 0; tile < ntiles; ++tile) {
+      args.a = ind + tile * ph.taps * MR;
+      args.out = outp + tile * MR;
+      args.wtap = tile_pad[tile] ? tile_wtap + tile * ph.taps : nullptr;
+      args.ntaps = tile_ntaps[tile];
+      const bool fused = fuse && tile_fused[tile];
+      args.cred = fused ? cn * K2 : cn;
+      args.rows = tile_rowmode[tile] ? row_base + tile * MR : nullptr;
+      args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
+      (partial && tile_real[tile] < MR ? partial[tile_real[tile]] : fn)(&args);
+    }
+  }
+}
+
+// By columns: each item one column block (lazy: packed by the item into
+// its thread's buffer), sweeping its part of every row block, all chunks
+// per row block (backward-data: the indirection of its many taps is built
+// once per row block; forward: one chunk).
+void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
+  const int64_t rsplit = pl.rsplit, NB = pl.NB, all_blocks = pl.all_blocks;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
+    const int64_t it = item / rsplit, part = item % rsplit;
+    float* const wblock = call.wp + (pl.lazy ? omp_get_thread_num() : it) * pl.block_floats;
+    if (pl.lazy) pack_whole(pl, call.W, it / NB, it % NB, wblock, pl.tr_lazy);
+    int64_t k = 0;
+    const int64_t k0 = all_blocks * part / rsplit, k1 = all_blocks * (part + 1) / rsplit;
+    for (int64_t n = 0; n < pl.NI; ++n)
+      for (const Phase& ph : pl.phases)
+        for (int64_t blk = 0; blk < ph.blocks; ++blk, ++k)
+          if (k >= k0 && k < k1)
+            run_tiles(pl, call, bufs, ph, build_rows(pl, call, bufs, n, ph, blk), it, wblock);
+  }
+}
+
+// By rows: items (image, row block in block_order, range of CG column
+// blocks), the row block's indirection built once for its column blocks.
+void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
+  const int64_t CG = pl.CG, blocks_per_img = pl.blocks_per_img, ncolblocks = pl.ncolblocks;
+  const int64_t total = pl.NI * blocks_per_img * CG;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (int64_t it = 0; it < total; ++it) {
+    const int64_t cg = it % CG;
+    const int64_t blk_all = (it / CG) % blocks_per_img, n = it / CG / blocks_per_img;
+    const auto [pi, blk] = pl.block_order[static_cast<size_t>(blk_all)];
+    const Phase& ph = pl.phases[static_cast<size_t>(pi)];
+    const int64_t ntiles = build_rows(pl, call, bufs, n, ph, blk);
+    const int64_t q_lo = ncolblocks * cg / CG, q_hi = ncolblocks * (cg + 1) / CG;
+    for (int64_t q = q_lo; q < q_hi; ++q)
+      run_tiles(pl, call, bufs, ph, ntiles, q,
+                pl.whole_pixel ? nullptr : call.wp + q * pl.block_floats);
+  }
+}
+
+// Executes the plan: the weights packed inside the parallel region (up
+// front, or by each by-columns item: lazy), then the tiles by the plan's
+// schedule. False: no kernel for this ISA / shape (the reference runs).
+bool run_conv(const ConvPlan& pl, const float* in, const float* W, const float* bias,
+              float* out) {
+  switch (pl.route) {
+    case Route::Reference:
+      return false;
+    case Route::Nothing:
+      return true;
+    case Route::Patch:
+      run_patch(pl, in, W, bias, out);
+      return true;
+    default:
+      break;
+  }
+  AlignedBuf<float> wp = aligned_buffer<float>(pl.wp_floats, 16);
+  // Bias padded to whole column blocks (zeros without bias / for backward).
+  std::vector<float> biasp(static_cast<size_t>(pl.bias_floats), 0.f);
+  if (pl.fwd && bias) {
+    for (int64_t g = 0; g < pl.G; ++g)
+      for (int64_t j = 0; j < pl.cols; ++j) biasp[g * pl.NB * pl.NR + j] = bias[g * pl.cols + j];
+  }
+  // Zero vector for padding taps, read at channel offsets up to in_c.
+  std::vector<float> zeros(static_cast<size_t>(pl.zeros_floats), 0.f);
+  const ConvCall call{in, out, W, wp.get(), biasp.data(), zeros.data()};
+  // One parallel region per call: packing, then (after the barrier) the tiles.
+#pragma omp parallel num_threads(pl.nthreads)
+  {
+    if (!pl.lazy) pack_up_front(pl, call);
+#if defined(__SSE2__)
+    if (pl.stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
+#endif
+#pragma omp barrier
+    if (pl.schedule == Schedule::Lines) {
+      run_lines(pl, call);
+    } else {
+      RowBufs bufs(pl.row_bufs);
+      if (pl.schedule == Schedule::Columns) run_by_columns(pl, call, bufs);
+      else run_by_rows(pl, call, bufs);
+    }
+#if defined(__SSE2__)
+    if (pl.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
 #endif
   }
   return true;
