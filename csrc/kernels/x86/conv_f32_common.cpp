@@ -711,11 +711,13 @@ bool plan_kernel(ConvPlan& c, const ConvF32Table& tab) {
     c.tile = std::string(tab.isa) + "_dw";
     c.fn = tab.dw;
     c.MR = tab.dw_rows;
+    c.NR = c.cols;
   } else if (c.vg) {
     c.route = Route::Grouped;
     c.tile = std::string(tab.isa) + "_grouped";
     c.grouped = tab.grouped;
     c.MR = tab.grouped_rows;
+    c.NR = c.ncp;
   } else if (c.dot) {
     c.route = Route::Dot;
     c.tile = std::string(tab.isa) + "_dot" + std::to_string(ncol);
@@ -732,8 +734,6 @@ bool plan_kernel(ConvPlan& c, const ConvF32Table& tab) {
     c.MR = k.mr;
     c.NR = k.nr;
   }
-  if (c.dw) c.NR = c.cols;
-  if (c.vg) c.NR = c.ncp;
   c.NB = c.whole_pixel ? 1 : (ncol + c.NR - 1) / c.NR;
   return c.vg ? c.grouped != nullptr : c.fn != nullptr;
 }
@@ -1201,6 +1201,10 @@ int64_t workspace_bytes(const ConvPlan& c) {
   return shared + c.nthreads * thread;
 }
 
+// The plan of one forward / backward-data call on this ISA with nthreads
+// threads, for weights with wv's strides (wv.data is not read): pure, and
+// its only allocations are the geometry tables it holds (the phases' axis
+// maps, bounded by kLazyEntries per axis; the row orders; the line runs).
 ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
   ConvPlan c;
   c.isa = isa;
@@ -1209,7 +1213,7 @@ ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& 
   c.nthreads = std::max(nthreads, 1);
   c.p = p;
   const ConvF32Table* tab = table_for(isa);
-  if (!tab) return c;  // Route::Reference
+  if (!tab || pass == Pass::BackwardWeights) return c;  // Route::Reference
   const bool fwd = c.fwd;
   c.N = p.N;
   c.cred = fwd ? p.ICg : p.OCg;
@@ -1222,7 +1226,7 @@ ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& 
     c.route = Route::Nothing;  // nothing to write
     return c;
   }
-  if (fwd && patch_applies(*tab, p)) {
+  if (fwd && tab->ngemm > 0 && patch_applies(*tab, p)) {
     plan_patch(c, *tab, wv);
     return c;
   }
@@ -1248,7 +1252,10 @@ uint32_t row_order_hash(const ConvPlan& c) {
 
 std::string describe(const ConvPlan& c) {
   std::ostringstream o;
-  o << "conv pass=" << (c.fwd ? "forward" : "backward_data") << " route=" << route_name(c.route);
+  const char* pass = c.pass == Pass::Forward        ? "forward"
+                     : c.pass == Pass::BackwardData ? "backward_data"
+                                                    : "backward_weights";
+  o << "conv pass=" << pass << " route=" << route_name(c.route);
   if (c.route == Route::Nothing || c.route == Route::Reference) return o.str();
   o << " tile=" << c.tile << " mr=" << c.MR << " nr=" << c.NR << " nb=" << c.NB;
   if (c.route == Route::Patch) {

@@ -131,11 +131,13 @@ constexpr int kMaxConvGemmTiles = 4;
 constexpr int kMaxDotColumns = 4;
 
 // The f32 forward / backward-data micro-kernels of one ISA and the constants
-// measured per ISA, looked up once per call by the driver's plan. A null
-// kernel: the ISA has none (grouped: the groups run as GEMMs instead).
+// measured per ISA (each ISA file fills one, conv_f32_table_<isa>()), looked
+// up once per call by the driver's plan. A null GEMM / depthwise / dot
+// kernel (or ngemm 0): the plan routes to the reference (the entry point
+// returns false); a null grouped kernel: the small groups run as GEMMs.
 struct ConvF32Table {
   const char* isa;  // "avx512", "avx2"
-  int lanes;        // floats per vector
+  int lanes;        // floats per vector (the patch route: OCg below one vector)
   ConvGemmTile gemm[kMaxConvGemmTiles];
   int ngemm;
   ConvTileFn dw;
