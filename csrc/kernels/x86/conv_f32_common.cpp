@@ -1751,7 +1751,7 @@ void run_patch(const ConvPlan& pl, const float* in, const float* W, const float*
 }
 
 // Tiles line by line (depthwise layers; backward-data with fused taps, see
-// plan_schedule). A line is one (image, phase, axis-0 row, axis-1 row): its
+// lines_preferred). A line is one (image, phase, axis-0 row, axis-1 row): its
 // taps along axes 0 and 1 are either inside the input or padding for all of
 // its pixels, so a line lists the valid ones once (wtap) and its tiles of MR
 // pixels along axis 2 read no zeros there. Tiles whose pixels are interior
