@@ -3,13 +3,19 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../kernels/dispatch.h"
 #include "../kernels/kernels.h"
+#include "../kernels/plan.h"
 #include "../problem.h"
 #include "common.h"
 #include "ops.h"
@@ -17,6 +23,11 @@
 namespace tct {
 namespace ops {
 namespace {
+
+// Step 1 of issue #20: the plan is built once per call and the routes below
+// still decide as before; every decision they take must be the plan's.
+#define TCT_PLAN_CHECK(cond) \
+  TORCH_INTERNAL_ASSERT(cond, "the call plan disagrees with the route taken: " #cond)
 
 DType dtype_of(at::ScalarType t) {
   switch (t) {
@@ -82,6 +93,75 @@ bool dense_ncx_pair(const Tensor& in, const Tensor& out, DataFormat f) {
   return is_dense_ncx(in, f) && is_dense_ncx(out, f);
 }
 
+// Whether t's dims, taken in `order`, are contiguous: ATen's is_contiguous
+// rule (sizes of 1 are skipped, an empty tensor is contiguous) without a view.
+bool contiguous_in(const Tensor& t, const std::vector<int64_t>& order) {
+  if (t.numel() == 0) return true;
+  int64_t expected = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    const int64_t size = t.size(*d);
+    if (size == 1) continue;
+    if (t.stride(*d) != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+ActLayout layout_of(const Tensor& t, DataFormat f) {
+  return {contiguous_in(t, nxc_order(f, static_cast<int>(t.dim()) - 2)), is_dense_ncx(t, f)};
+}
+
+// The inputs of a call's plan: the ISA, the NCX path setting and the thread
+// count are read here, once per call.
+CallSpec call_spec(Pass pass, const ConvProblem& p, const Tensor& a, const Tensor& b,
+                   DataFormat f) {
+  CallSpec s;
+  s.pass = pass;
+  s.dtype = dtype_of(a.scalar_type());
+  s.p = p;
+  s.a = layout_of(a, f);
+  s.b = layout_of(b, f);
+  s.isa = active_isa();
+  s.amd = avx512_amd();
+  s.ncx_path = ncx_path();
+  s.nthreads = at::get_num_threads();
+  return s;
+}
+
+// torch_convtranspose.plans(): the frames open now, each collecting the plan
+// lines of the calls made while it is open (process-wide).
+struct PlanFrame {
+  bool execute;
+  std::vector<std::string> lines;
+};
+std::mutex g_plan_mutex;
+std::vector<PlanFrame> g_plan_frames;
+std::atomic<int> g_plan_depth{0};
+
+bool verbose() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_CONVTRANSPOSE_VERBOSE");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
+
+// Prints the plan (TORCH_CONVTRANSPOSE_VERBOSE=1) and records it (plans());
+// false: a dry run, the call returns its result uninitialized.
+bool observe(const CallPlan& plan) {
+  const bool print = verbose();
+  if (!print && g_plan_depth.load(std::memory_order_acquire) == 0) return true;
+  const std::string line = describe(plan);
+  if (print) std::fprintf(stderr, "torch_convtranspose plan: %s\n", line.c_str());
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  bool execute = true;
+  for (PlanFrame& frame : g_plan_frames) {
+    frame.lines.push_back(line);
+    execute = execute && frame.execute;
+  }
+  return execute;
+}
+
 // The f32 activation as a dense channels-last (N, X..., C) tensor: a view when
 // it already is one (NXC data, or NCX data in channels_last memory format).
 Tensor dense_nxc(const Tensor& t, DataFormat f, WorkspaceSlot slot) {
@@ -127,43 +207,17 @@ using ChannelsLastKernel = std::function<bool(const ConvProblem&, const float*, 
 // memory stays near 10 % of the tensors (or 2 MiB) and each chunk is still in
 // cache when it is used. Anything else is copied
 // through whole channels-last buffers.
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// The part of problem p (pass: forward or backward-data) that computes the
-// kernel's outputs [o0, o1) along axis a: outputs and inputs narrowed on that
-// axis (inputs [*lo, *lo + q.in[a]), every one the slab reads), the pads
-// shifted so that local coordinates keep the global arithmetic (and the
-// forward's stride phases). pe/op are left alone: the kernels read I, O, pb.
-ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
-                         int64_t* lo_out) {
-  ConvProblem q = p;
-  const int64_t s = p.s[a], d = p.d[a], pb = p.pb[a], reach = (p.K[a] - 1) * d;
-  int64_t lo, hi;
-  if (forward) {  // src i feeds o = i*s - pb + k*d
-    const int64_t ei = p.I[a];
-    lo = std::max<int64_t>(0, std::min(floor_div(o0 + pb - reach + s - 1, s), floor_div(o0 + pb, s)));
-    lo = std::min(lo, ei - 1);
-    hi = std::clamp<int64_t>(floor_div(o1 - 1 + pb, s) + 1, lo + 1, ei);
-    q.I[a] = hi - lo;
-    q.O[a] = o1 - o0;
-    q.pb[a] = pb + o0 - lo * s;
-  } else {  // src i reads o = i*s - pb + k*d
-    const int64_t ei = p.O[a];
-    lo = std::clamp<int64_t>(o0 * s - pb, 0, ei - 1);
-    hi = std::clamp<int64_t>((o1 - 1) * s - pb + reach + 1, lo + 1, ei);
-    q.I[a] = o1 - o0;
-    q.O[a] = hi - lo;
-    q.pb[a] = pb - o0 * s + lo;
-  }
-  *lo_out = lo;
-  return q;
-}
 
 void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int64_t in_c,
                        int64_t in_pixels, const Tensor& out, int64_t out_c, int64_t out_pixels,
                        int64_t weights_numel, const ChannelsLastKernel& kernel,
-                       const std::function<void()>& reference, bool forward) {
+                       const std::function<void()>& reference, bool forward,
+                       const RouteStep& expect) {
   if (!dense_ncx_pair(in, out, f)) {
+    TCT_PLAN_CHECK(expect.route == Route::Nxc);
+    TCT_PLAN_CHECK(expect.a == (layout_of(in, f).nxc ? ToNxc::View
+                                : is_dense_ncx(in, f) ? ToNxc::Transpose : ToNxc::Copy));
+    TCT_PLAN_CHECK(expect.b == (layout_of(out, f).nxc ? ToNxc::View : ToNxc::Transpose));
     Tensor x = dense_nxc(in, f, kInput);
     through_nxc(out, f, [&](float* y) { return kernel(p, x.data_ptr<float>(), y); }, reference);
     return;
@@ -201,6 +255,9 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
     const int64_t in_rows_max = forward ? (rows + 2 * p.K[sa] * p.d[sa]) / p.s[sa] + 2
                                         : rows * p.s[sa] + (p.K[sa] - 1) * p.d[sa] + 1;
     const int64_t in_e = forward ? p.I[sa] : p.O[sa];
+    TCT_PLAN_CHECK(expect.route == Route::NcxSlabs && expect.axis == sa && expect.rows == rows);
+    TCT_PLAN_CHECK(expect.buffer[kInput] == std::min(in_rows_max, in_e) * in_inner * in_c);
+    TCT_PLAN_CHECK(expect.buffer[kOutput] == rows * out_inner * out_c);
     Tensor in_buf = workspace(kInput, {std::min(in_rows_max, in_e) * in_inner * in_c});
     Tensor out_buf = workspace(kOutput, {rows * out_inner * out_c});
     const float* x = in.data_ptr<float>();
@@ -224,6 +281,9 @@ void run_channels_last(const ConvProblem& p, DataFormat f, const Tensor& in, int
       }
     return;
   }
+  TCT_PLAN_CHECK(expect.route == Route::NcxChunks && expect.images == chunk);
+  TCT_PLAN_CHECK(expect.buffer[kInput] == chunk * in_image &&
+                 expect.buffer[kOutput] == chunk * out_image);
   Tensor in_buf = workspace(kInput, {chunk * in_image});
   Tensor out_buf = workspace(kOutput, {chunk * out_image});
   const float* x = in.data_ptr<float>();
@@ -331,7 +391,8 @@ double bwd_w_allowance(const ConvProblem& q, int64_t grad_numel, bool whole) {
 }
 
 bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, const Tensor& dd,
-                                    const Tensor& diff_w, WeightsFormat wf, int nt) {
+                                    const Tensor& diff_w, WeightsFormat wf, int nt,
+                                    const RouteStep& expect) {
   constexpr double kPiece = 2.0 * (1 << 20);  // bytes of activations per piece
   const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
   const double image = 4.0 * static_cast<double>(IC * P + OC * Q);
@@ -354,12 +415,18 @@ bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, con
   // Pieces of kPiece, their gradient sums within a quarter of the activations.
   bool ok = total >= 2 * kPiece && cut(kPiece) && grad * pieces <= 0.25 * total;
   if (!ok) {
-    if (total <= bwd_w_allowance(q, diff_w.numel(), true)) return false;  // whole: within it
+    if (total <= bwd_w_allowance(q, diff_w.numel(), true)) {  // whole: within it
+      TCT_PLAN_CHECK(expect.count == 0);
+      return false;
+    }
     // Larger pieces: as few gradient sums as fit in half the allowance.
     const double allowance = bwd_w_allowance(q, diff_w.numel(), false);
     ok = cut(std::clamp(16.0 * grad, kPiece, std::max(kPiece, 0.5 * allowance)));
   }
+  TCT_PLAN_CHECK(ok == (expect.count > 0));
   if (!ok) return false;
+  TCT_PLAN_CHECK(expect.axis == a && expect.images == imgs && expect.rows == rows &&
+                 expect.count == pieces);
   int64_t in_inner = 1, out_inner = 1;  // positions per step along axis a
   for (int b = a + 1; b < kAxes; ++b) in_inner *= q.I[b], out_inner *= q.O[b];
   Tensor extra = at::empty_like(diff_w);
@@ -387,6 +454,14 @@ bool backward_weights_ncx_in_pieces(const ConvProblem& q, const Tensor& src, con
         qp.op[a] = std::max<int64_t>(-rest, 0);
       }
       const int64_t pp = qp.src_spatial(), qq = qp.dst_spatial();
+      {
+        int64_t lo = 0;
+        const ConvProblem pq = piece_problem(expect, n0, i0, &lo);
+        TCT_PLAN_CHECK(lo == o_lo && pq.N == qp.N && pq.I == qp.I && pq.O == qp.O &&
+                       pq.pb == qp.pb && pq.pe == qp.pe && pq.op == qp.op);
+        TCT_PLAN_CHECK(std::max<int64_t>(1, qp.N * pp * IC) <= expect.buffer[kInput] &&
+                       std::max<int64_t>(1, qp.N * qq * OC) <= expect.buffer[kInput2]);
+      }
       Tensor xb = workspace(kInput, {std::max<int64_t>(1, qp.N * pp * IC)});
       Tensor yb = workspace(kInput2, {std::max<int64_t>(1, qp.N * qq * OC)});
       transpose_f32(x + n0 * IC * P + i0 * in_inner, xb.data_ptr<float>(), qp.N, IC, pp, nt, P,
@@ -410,6 +485,23 @@ bool use_fast_f32(const Tensor& t) {
 
 }  // namespace
 
+// ------------------------------------------------------------------ plans
+
+void plans_begin(bool execute) {
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  g_plan_frames.push_back({execute, {}});
+  g_plan_depth.fetch_add(1, std::memory_order_release);
+}
+
+std::vector<std::string> plans_end() {
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  TORCH_CHECK(!g_plan_frames.empty(), "plans_end: no plans_begin to close");
+  std::vector<std::string> lines = std::move(g_plan_frames.back().lines);
+  g_plan_frames.pop_back();
+  g_plan_depth.fetch_sub(1, std::memory_order_release);
+  return lines;
+}
+
 // ---------------------------------------------------------------- forward
 
 Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
@@ -419,6 +511,9 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   const DataFormat df = plan.attrs.data_format;
   const int S = p.spatial_rank;
   Tensor dst = at::empty(dst_shape(p, df), src.options());
+  const CallPlan cplan = make_call_plan(call_spec(Pass::Forward, p, src, dst, df));
+  if (!observe(cplan)) return dst;
+  TCT_PLAN_CHECK((dst.numel() == 0) == (cplan.step.route == Route::None));
   if (dst.numel() == 0) return dst;
   Tensor b = bias ? bias->contiguous() : Tensor();
   const int nt = at::get_num_threads();
@@ -427,12 +522,14 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     reference_forward(p, dtype_of(src.scalar_type()), act_view(src, df, S), wv,
                       b.defined() ? b.data_ptr() : nullptr, act_view(dst, df, S), nt);
   };
+  TCT_PLAN_CHECK(use_fast_f32(src) == (cplan.step.route != Route::Reference));
   if (!use_fast_f32(src)) {
     reference();
     return dst;
   }
   const float* bias_ptr = b.defined() ? b.data_ptr<float>() : nullptr;
   if (dense_ncx_pair(src, dst, df) && use_planar(p, Pass::Forward)) {
+    TCT_PLAN_CHECK(cplan.s1x1 == Strided1x1::None && cplan.step.route == Route::NcxPlanar);
     if (!fast_forward_ncx_f32(p, src.data_ptr<float>(), wv, bias_ptr, dst.data_ptr<float>(), nt))
       reference();
     return dst;
@@ -450,17 +547,23 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   if (const auto q1 = strided_1x1_at_src(p);
       q1 && ncx_path() == NcxPath::Auto && dense_ncx_pair(src, dst, df)) {
     const int64_t chunk = (p.N + 9) / 10;
+    TCT_PLAN_CHECK(cplan.s1x1 == Strided1x1::Expand && cplan.s1x1_images == chunk);
     bool ok = true;
     for (int64_t n0 = 0; n0 < p.N && ok; n0 += chunk) {
       ConvProblem qc = *q1, pc = p;
       qc.N = pc.N = std::min(chunk, p.N - n0);
+      const RouteStep& expect = qc.N == chunk ? cplan.step : cplan.last;
+      TCT_PLAN_CHECK(qc.N == chunk || cplan.has_last);
+      TCT_PLAN_CHECK(expect.q.N == qc.N && dst_shape(qc, df) == dst_shape(expect.q, df));
       const Tensor x = src.narrow(0, n0, qc.N);
       Tensor y = workspace(kInput2, dst_shape(qc, df));
+      TCT_PLAN_CHECK(use_planar(qc, Pass::Forward) == (expect.route == Route::NcxPlanar));
       if (use_planar(qc, Pass::Forward))
         ok = fast_forward_ncx_f32(qc, x.data_ptr<float>(), wv, bias_ptr, y.data_ptr<float>(), nt);
       else
         run_channels_last(qc, df, x, p.IC(), p.src_spatial(), y, p.OC(), p.src_spatial(),
-                          weights.numel(), channels_last_kernel, [&] { ok = false; }, true);
+                          weights.numel(), channels_last_kernel, [&] { ok = false; }, true,
+                          expect);
       if (ok)
         expand_strided_1x1_f32(pc, y.data_ptr<float>(), bias_ptr,
                                dst.data_ptr<float>() + n0 * p.OC() * p.dst_spatial(), nt);
@@ -468,8 +571,9 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     if (!ok) reference();
     return dst;
   }
+  TCT_PLAN_CHECK(cplan.s1x1 == Strided1x1::None);
   run_channels_last(p, df, src, p.IC(), p.src_spatial(), dst, p.OC(), p.dst_spatial(),
-                    weights.numel(), channels_last_kernel, reference, true);
+                    weights.numel(), channels_last_kernel, reference, true, cplan.step);
   return dst;
 }
 
@@ -489,6 +593,9 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
   const DataFormat df = plan.attrs.data_format;
   const int S = p.spatial_rank;
   Tensor diff_src = at::empty(tct::src_shape(p, df), diff_dst.options());
+  const CallPlan cplan = make_call_plan(call_spec(Pass::BackwardData, p, diff_dst, diff_src, df));
+  if (!observe(cplan)) return diff_src;
+  TCT_PLAN_CHECK((diff_src.numel() == 0) == (cplan.step.route == Route::None));
   if (diff_src.numel() == 0) return diff_src;
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(weights, plan.attrs.weights_format, S);
@@ -496,11 +603,16 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
     reference_backward_data(p, dtype_of(diff_dst.scalar_type()), act_view(diff_dst, df, S), wv,
                             act_view(diff_src, df, S), nt);
   };
+  TCT_PLAN_CHECK(use_fast_f32(diff_dst) == (cplan.step.route != Route::Reference));
   if (!use_fast_f32(diff_dst)) {
     reference();
     return diff_src;
   }
   const auto [q, dy] = as_stride_1(p, df, diff_dst, diff_src);
+  TCT_PLAN_CHECK((dy.data_ptr() != diff_dst.data_ptr()) == (cplan.s1x1 == Strided1x1::Gather));
+  TCT_PLAN_CHECK(dst_shape(q, df) == dst_shape(cplan.step.q, df) && q.s == cplan.step.q.s);
+  TCT_PLAN_CHECK((dense_ncx_pair(dy, diff_src, df) && use_planar(q, Pass::BackwardData)) ==
+                 (cplan.step.route == Route::NcxPlanar));
   if (dense_ncx_pair(dy, diff_src, df) && use_planar(q, Pass::BackwardData)) {
     if (!fast_backward_data_ncx_f32(q, dy.data_ptr<float>(), wv, diff_src.data_ptr<float>(), nt))
       reference();
@@ -512,7 +624,7 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
       [&](const ConvProblem& q, const float* dy, float* dx) {
         return fast_backward_data_f32(q, dy, wv, dx, nt);
       },
-      reference, false);
+      reference, false, cplan.step);
   return diff_src;
 }
 
@@ -551,7 +663,12 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   const DataFormat df = plan.attrs.data_format;
   const int S = p.spatial_rank;
   Tensor diff_w = at::empty(tct::weights_shape(p, plan.attrs.weights_format), src.options());
+  const CallPlan cplan =
+      make_call_plan(call_spec(Pass::BackwardWeights, p, src, diff_dst, df));
+  if (!observe(cplan)) return diff_w;
+  TCT_PLAN_CHECK((diff_w.numel() == 0) == (cplan.step.route == Route::None));
   if (diff_w.numel() == 0) return diff_w;
+  TCT_PLAN_CHECK(use_fast_f32(src) == (cplan.step.route != Route::Reference));
   const int nt = at::get_num_threads();
   const WeightsView wv = weights_view(diff_w, plan.attrs.weights_format, S);
   if (use_fast_f32(src)) {
@@ -559,11 +676,22 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
     // The fast routes for problem q on (x, dy), the gradient into target.
     auto run = [&](const ConvProblem& q, const Tensor& x, const Tensor& dy, const Tensor& target) {
       const WeightsView tv = weights_view(target, wf, S);
+      const RouteStep& expect = q.N == cplan.step.q.N ? cplan.step : cplan.last;
+      TCT_PLAN_CHECK(q.N == cplan.step.q.N || cplan.has_last);
+      TCT_PLAN_CHECK(expect.q.N == q.N && expect.q.s == q.s && expect.q.O == q.O);
+      TCT_PLAN_CHECK((dense_ncx_pair(x, dy, df) && use_planar(q, Pass::BackwardWeights)) ==
+                     expect.planar);
       if (dense_ncx_pair(x, dy, df) && use_planar(q, Pass::BackwardWeights) &&
           fast_backward_weights_ncx_f32(q, x.data_ptr<float>(), dy.data_ptr<float>(), tv, nt))
         return true;
-      if (dense_ncx_pair(x, dy, df) && backward_weights_ncx_in_pieces(q, x, dy, target, wf, nt))
+      if (dense_ncx_pair(x, dy, df) &&
+          backward_weights_ncx_in_pieces(q, x, dy, target, wf, nt, expect))
         return true;
+      TCT_PLAN_CHECK(expect.route == Route::Nxc);
+      TCT_PLAN_CHECK(expect.a == (layout_of(x, df).nxc ? ToNxc::View
+                                  : is_dense_ncx(x, df) ? ToNxc::Transpose : ToNxc::Copy));
+      TCT_PLAN_CHECK(expect.b == (layout_of(dy, df).nxc ? ToNxc::View
+                                  : is_dense_ncx(dy, df) ? ToNxc::Transpose : ToNxc::Copy));
       Tensor xc = dense_nxc(x, df, kInput), dyc = dense_nxc(dy, df, kInput2);
       return fast_backward_weights_f32(q, xc.data_ptr<float>(), dyc.data_ptr<float>(), tv, nt);
     };
@@ -577,6 +705,8 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
     if (p.N * per_image > allowance && gathers_1x1(p, df, diff_dst, src)) {
       const ConvProblem q = *strided_1x1_at_src(p);
       const int64_t imgs = static_cast<int64_t>(0.5 * allowance / per_image);
+      TCT_PLAN_CHECK((imgs >= 1) == (cplan.s1x1 == Strided1x1::GatherChunks));
+      TCT_PLAN_CHECK(imgs < 1 || cplan.s1x1_images == imgs);
       bool ok = true;
       if (imgs >= 1) {
         Tensor extra = at::empty_like(diff_w);
@@ -596,6 +726,8 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
       if (ok) return diff_w;
     } else {
       const auto [q, dd] = as_stride_1(p, df, diff_dst, src);
+      TCT_PLAN_CHECK((dd.data_ptr() != diff_dst.data_ptr()) ==
+                     (cplan.s1x1 == Strided1x1::Gather));
       if (run(q, src, dd, diff_w)) return diff_w;
     }
   }

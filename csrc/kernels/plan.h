@@ -1,0 +1,111 @@
+// The plan of one call: every route decision, made once per call from the
+// problem, the pass, the dtype, the activations' layouts, the CPU's ISA (read
+// once by the caller), the NCX path setting (read once) and the thread count.
+// Executing a plan (routes.cpp) reads only the plan: it never asks for the ISA
+// or the NCX path again, so a concurrent set_isa cannot mix one ISA's rules
+// with another's kernels. No torch headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dispatch.h"
+#include "kernels.h"
+
+namespace tct {
+
+// An activation's memory as the kernels see it: dense channels-last (the
+// (N, X..., C) order contiguous), dense NCX (an f32 tensor in NCX data format,
+// contiguous), both (one channel or one pixel), or neither (other strides).
+struct ActLayout {
+  bool nxc = false;
+  bool ncx = false;
+};
+
+// The activations of a call: a and b are (src, dst) for the forward,
+// (diff_dst, diff_src) for backward-data, (src, diff_dst) for backward-weights.
+struct CallSpec {
+  Pass pass = Pass::Forward;
+  DType dtype = DType::F32;
+  ConvProblem p;
+  ActLayout a, b;
+  Isa isa = Isa::Reference;
+  bool amd = false;  // avx512_amd(): an AMD AVX-512 core, where the NCX path rule differs
+  NcxPath ncx_path = NcxPath::Auto;
+  int nthreads = 1;
+};
+
+enum class Route : uint8_t {
+  None,       // empty result: nothing to compute
+  Reference,  // plain loops over any strides (other dtypes, no fast ISA)
+  Nxc,        // the channels-last kernels; activations viewed, transposed or copied
+  NcxPlanar,  // the planar kernels, on dense NCX tensors in place
+  NcxChunks,  // the channels-last kernels through transposed batch chunks
+  NcxSlabs,   // the channels-last kernels through transposed slabs of one image
+  NcxPieces,  // backward-weights: channels-last pieces, their gradients added in order
+};
+
+// How an activation reaches the channels-last kernels on Route::Nxc.
+enum class ToNxc : uint8_t {
+  View,       // dense channels-last already: read or written in place
+  Transpose,  // dense NCX: through a per-thread buffer, transposed
+  Copy,       // other strides: made dense channels-last by the caller before execute()
+};
+
+// The per-thread buffers a call uses (Workspace::buffer).
+enum WorkspaceSlot { kInput = 0, kInput2 = 1, kOutput = 2, kSlots = 3 };
+
+// One problem on one route: the call's, or one batch chunk's of a strided 1x1 form.
+struct RouteStep {
+  Route route = Route::Reference;
+  ConvProblem q;  // the problem the route runs
+  ToNxc a = ToNxc::View, b = ToNxc::View;  // Route::Nxc (and backward-weights' fallback)
+  bool planar = false;  // backward-weights: the planar kernels first, then pieces, then Nxc
+  // NcxChunks: images per chunk and chunks; NcxSlabs: the slab axis, kernel
+  // outputs (rows) per slab and slabs per image; NcxPieces: images and src
+  // rows along `axis` per piece and the pieces (rows < I[axis]: slabs).
+  int axis = 0;
+  int64_t images = 0, rows = 0, count = 0;
+  int64_t buffer[kSlots] = {0, 0, 0};  // floats of each per-thread buffer (largest request)
+};
+
+// The strided 1x1 forms (K = 1 on every axis, some s > 1) on dense NCX tensors.
+enum class Strided1x1 : uint8_t {
+  None,
+  Expand,        // forward: at src's resolution in batch chunks, then expanded
+  Gather,        // backward passes: diff_dst gathered whole, run as stride 1
+  GatherChunks,  // backward-weights: gathered in batch chunks, gradients added in order
+};
+
+struct CallPlan {
+  CallSpec spec;  // the inputs (spec.p: the call's problem)
+  Strided1x1 s1x1 = Strided1x1::None;
+  int64_t s1x1_images = 0, s1x1_chunks = 0;  // Expand / GatherChunks: images per chunk, chunks
+  int64_t s1x1_floats = 0;  // floats of the chunk's buffer at src's resolution (or the gather)
+  RouteStep step;       // the whole (or gathered) problem, or each full chunk's
+  RouteStep last;       // the last chunk's, when it has fewer images (has_last)
+  bool has_last = false;
+  int64_t grad_floats = 0;  // backward-weights: one gradient copy (pieces, chunks)
+};
+
+// Pure and cheap (no allocation beyond the plan).
+CallPlan make_call_plan(const CallSpec& spec);
+// One line, space-separated key=value fields in a stable order, each route
+// step with the describe_* line of the driver it runs (x86.h) in braces.
+std::string describe(const CallPlan& plan);
+
+// --- shared by the plan and its execution (one source of truth each) ---
+
+// A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
+// problem at src's resolution (stride 1, no padding, O = I), whose outputs are
+// the strided problem's at o = i*s - pb. False for other problems.
+bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src);
+// The part of problem p (forward or backward-data) that computes the kernel's
+// outputs [o0, o1) along axis a, and the first input row it reads (*lo).
+ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
+                         int64_t* lo);
+// Backward-weights piece (n0, i0) of a NcxPieces step: its problem and the
+// first diff_dst row of its window along step.axis (*o_lo).
+ConvProblem piece_problem(const RouteStep& step, int64_t n0, int64_t i0, int64_t* o_lo);
+
+}  // namespace tct
