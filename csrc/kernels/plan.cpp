@@ -37,7 +37,7 @@ bool use_planar(const CallSpec& s, const ConvProblem& q, Pass pass) {
     case NcxPath::ChannelsLast: return false;
     case NcxPath::Auto: break;
   }
-  return x86::planar_preferred(s.isa, q, pass, s.isa == Isa::Avx512 && s.amd);
+  return x86::planar_preferred(s.isa, q, pass, s.amd);
 }
 
 // Channels-last kernels for a result in data_format layout (forward or
@@ -49,9 +49,7 @@ bool use_planar(const CallSpec& s, const ConvProblem& q, Pass pass) {
 // through whole channels-last buffers.
 RouteStep channels_last_step(const CallSpec& s, const ConvProblem& q, ActLayout a, ActLayout b) {
   const bool forward = s.pass == Pass::Forward;
-  const int64_t in_c = forward ? q.IC() : q.OC(), out_c = forward ? q.OC() : q.IC();
-  const int64_t in_pixels = forward ? q.src_spatial() : q.dst_spatial();
-  const int64_t out_pixels = forward ? q.dst_spatial() : q.src_spatial();
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, q);
   const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
   RouteStep st;
   st.q = q;
@@ -485,6 +483,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
 
 }  // namespace
 
+ConvSides conv_sides(bool forward, const ConvProblem& q) {
+  if (forward) return {q.IC(), q.src_spatial(), q.OC(), q.dst_spatial()};
+  return {q.OC(), q.dst_spatial(), q.IC(), q.src_spatial()};
+}
+
 bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src) {
   if (p.taps() != 1) return false;
   bool strided = false;
@@ -558,7 +561,7 @@ std::string describe(const CallPlan& plan) {
   std::ostringstream os;
   os << "pass=" << name(s.pass) << " dtype=" << name(s.dtype) << " " << an[0] << "="
      << name(s.a) << " " << an[1] << "=" << name(s.b) << " isa=" << isa_name(s.isa)
-     << " amd=" << (s.isa == Isa::Avx512 && s.amd) << " ncx_path=" << ncx_path_name(s.ncx_path)
+     << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
   if (plan.s1x1 != Strided1x1::None) {
     os << " s1x1=" << name(plan.s1x1);
@@ -578,9 +581,12 @@ std::string describe(const CallPlan& plan) {
   return os.str();
 }
 
-CallPlan make_call_plan(const CallSpec& spec) {
+CallPlan make_call_plan(const CallSpec& in) {
   CallPlan plan;
-  plan.spec = spec;
+  plan.spec = in;
+  plan.spec.amd = in.amd && in.isa == Isa::Avx512;  // (Zen 3, also AMD, has no AVX-512)
+  const CallSpec spec = plan.spec;  // (a copy: the builders below write into plan)
+  plan.transpose = transpose_f32_kernels(spec.isa);
   plan.step.q = spec.p;
   if (result_floats(spec) == 0) {
     plan.step.route = Route::None;
@@ -598,6 +604,8 @@ CallPlan make_call_plan(const CallSpec& spec) {
     case Pass::BackwardData: plan_backward_data(spec, &plan); break;
     case Pass::BackwardWeights: plan_backward_weights(spec, &plan); break;
   }
+  plan.copy_a = plan.step.route == Route::Nxc && plan.step.a == ToNxc::Copy;
+  plan.copy_b = plan.step.route == Route::Nxc && plan.step.b == ToNxc::Copy;
   return plan;
 }
 

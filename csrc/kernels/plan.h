@@ -3,7 +3,12 @@
 // once by the caller), the NCX path setting (read once) and the thread count.
 // Executing a plan (routes.cpp) reads only the plan: it never asks for the ISA
 // or the NCX path again, so a concurrent set_isa cannot mix one ISA's rules
-// with another's kernels. No torch headers.
+// with another's kernels. No torch headers: the caller (ops/) hands down the
+// tensors as element-strided views and its buffers through Workspace.
+//
+//   CallPlan plan = make_call_plan(spec);   // pure, cheap
+//   describe(plan);                         // one line
+//   execute(plan, args, workspace);         // the layout changes and the kernels
 #pragma once
 
 #include <cstdint>
@@ -30,7 +35,7 @@ struct CallSpec {
   ConvProblem p;
   ActLayout a, b;
   Isa isa = Isa::Reference;
-  bool amd = false;  // avx512_amd(): an AMD AVX-512 core, where the NCX path rule differs
+  bool amd = false;  // avx512_amd(): an AMD core, whose AVX-512 kernels have their own NCX rule
   NcxPath ncx_path = NcxPath::Auto;
   int nthreads = 1;
 };
@@ -79,6 +84,10 @@ enum class Strided1x1 : uint8_t {
 
 struct CallPlan {
   CallSpec spec;  // the inputs (spec.p: the call's problem)
+  TransposeF32Kernels transpose;  // the layout changes' register blocks (spec.isa's)
+  // Inputs with other strides that the route reads channels-last: the caller
+  // hands them to execute() as dense channels-last copies (ops/: ATen's).
+  bool copy_a = false, copy_b = false;
   Strided1x1 s1x1 = Strided1x1::None;
   int64_t s1x1_images = 0, s1x1_chunks = 0;  // Expand / GatherChunks: images per chunk, chunks
   int64_t s1x1_floats = 0;  // floats of the chunk's buffer at src's resolution (or the gather)
@@ -94,7 +103,46 @@ CallPlan make_call_plan(const CallSpec& spec);
 // step with the describe_* line of the driver it runs (x86.h) in braces.
 std::string describe(const CallPlan& plan);
 
+// --- execution (routes.cpp) ---
+
+// The buffers a call needs beyond its tensors, from the caller (ops/: ATen's
+// allocator, so that they are 64-byte aligned and counted like its tensors).
+class Workspace {
+ public:
+  // At least n floats of the calling thread's buffer `slot`, kept for later
+  // calls (a fresh large allocation is new pages every call, and faulting
+  // them in costs as much as a transpose); valid until `slot` is asked again.
+  virtual float* buffer(WorkspaceSlot slot, int64_t n) = 0;
+  // n floats for this call only (a gathered diff_dst, a gradient copy), until release().
+  virtual float* acquire(int64_t n) = 0;
+  virtual void release(float* data) = 0;
+
+ protected:
+  ~Workspace() = default;
+};
+
+// The tensors of a call: a and b as in CallSpec (copies where copy_a /
+// copy_b: dense channels-last), w the weights, or for backward-weights
+// diff_w (dense: plan.grad_floats elements). The result (b, or diff_w) is written.
+struct CallArgs {
+  ActView a, b;
+  WeightsView w;
+  const void* bias = nullptr;  // forward, may be null; of the call's dtype
+};
+
+// Runs the plan: the route, the reference where a kernel declines (returns
+// false), nothing for Route::None.
+void execute(const CallPlan& plan, const CallArgs& args, Workspace& ws);
+
 // --- shared by the plan and its execution (one source of truth each) ---
+
+// Channels and positions per image of the tensor the channels-last kernels
+// read (in) and write (out): (src, dst) for the forward, (diff_dst, diff_src)
+// for backward-data.
+struct ConvSides {
+  int64_t in_c, in_pixels, out_c, out_pixels;
+};
+ConvSides conv_sides(bool forward, const ConvProblem& q);
 
 // A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
 // problem at src's resolution (stride 1, no padding, O = I), whose outputs are
