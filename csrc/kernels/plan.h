@@ -68,7 +68,8 @@ struct RouteStep {
   bool planar = false;  // backward-weights: the planar kernels first, then pieces, then Nxc
   // NcxChunks: images per chunk and chunks; NcxSlabs: the slab axis, kernel
   // outputs (rows) per slab and slabs per image; NcxPieces: images and src
-  // rows along `axis` per piece and the pieces (rows < I[axis]: slabs).
+  // rows along `axis` per piece and the pieces (rows < I[axis]: slabs), also
+  // on a backward-weights NcxPlanar step (its fallback; count 0: none).
   int axis = 0;
   int64_t images = 0, rows = 0, count = 0;
   int64_t buffer[kSlots] = {0, 0, 0};  // floats of each per-thread buffer (largest request)
