@@ -126,7 +126,7 @@ TORCH_LIBRARY_IMPL(graph, CompositeImplicitAutograd, m) {
   m.impl("conv_transpose_backprop_data", &tct::ops::backprop_data);
 }
 
-// Kernel selection and the machine's FMA peak, for tests and benchmarks.
+// Kernel selection, the call plans and the machine's FMA peak, for tests and benchmarks.
 TORCH_LIBRARY(torch_convtranspose, m) {
   m.def("set_isa(str isa) -> ()", &tct::ops::set_isa);
   m.def("get_isa() -> str", &tct::ops::get_isa);
@@ -134,4 +134,6 @@ TORCH_LIBRARY(torch_convtranspose, m) {
   m.def("set_ncx_path(str path) -> ()", &tct::ops::set_ncx_path);
   m.def("get_ncx_path() -> str", &tct::ops::get_ncx_path);
   m.def("fma_peak_gflops(int nthreads, float seconds) -> float", &tct::ops::fma_peak_gflops);
+  m.def("plans_begin(bool execute) -> ()", &tct::ops::plans_begin);
+  m.def("plans_end() -> str[]", &tct::ops::plans_end);
 }

@@ -16,6 +16,7 @@ from ._library import (
     use_isa,
     use_ncx_path,
 )
+from ._plans import plans
 from ._version import __version__  # noqa: F401
 from .convert import convert, revert
 from .functional import (
@@ -50,4 +51,5 @@ __all__ = [
     "set_ncx_path",
     "use_ncx_path",
     "fma_peak_gflops",
+    "plans",
 ]

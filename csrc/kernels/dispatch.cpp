@@ -8,8 +8,6 @@
 #include <cpuid.h>
 #endif
 
-#include "x86/x86.h"
-
 namespace tct {
 namespace {
 
@@ -140,55 +138,5 @@ NcxPath ncx_path() {
 }
 
 void set_ncx_path(NcxPath path) { g_ncx.store(static_cast<int>(path), std::memory_order_relaxed); }
-
-bool use_planar(const ConvProblem& p, Pass pass) {
-  const Isa isa = active_isa();
-  if (isa == Isa::Reference) return false;
-  switch (ncx_path()) {
-    case NcxPath::Planar: return true;
-    case NcxPath::ChannelsLast: return false;
-    case NcxPath::Auto: break;
-  }
-  return x86::planar_preferred(isa, p, pass, isa == Isa::Avx512 && avx512_amd());
-}
-
-bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
-                          const float* bias, float* dst, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference && x86::planar_f32(isa, p, true, src, w, bias, dst, nthreads);
-}
-
-bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
-                                float* diff_src, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference &&
-         x86::planar_f32(isa, p, false, diff_dst, w, nullptr, diff_src, nthreads);
-}
-
-bool fast_backward_weights_ncx_f32(const ConvProblem& p, const float* src, const float* diff_dst,
-                                   WeightsView diff_w, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference &&
-         x86::planar_bwd_weights_f32(isa, p, src, diff_dst, diff_w, nthreads);
-}
-
-bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
-                      float* dst, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference && x86::forward_f32(isa, p, src, w, bias, dst, nthreads);
-}
-
-bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
-                            float* diff_src, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference && x86::backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads);
-}
-
-bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
-                               WeightsView diff_w, int nthreads) {
-  const Isa isa = active_isa();
-  return isa != Isa::Reference &&
-         x86::backward_weights_f32(isa, p, src, diff_dst, diff_w, nthreads);
-}
 
 }  // namespace tct

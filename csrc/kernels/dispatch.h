@@ -27,17 +27,6 @@ void set_active_isa(Isa isa);
 // there from Intel's AVX-512 cores.
 bool avx512_amd();
 
-// f32 fast paths over dense channels-last activations: (N, X0, X1, X2, C)
-// contiguous, C the full channel count. Weights in any layout; the kernel
-// packs them. Each returns false when the active ISA has no kernel for the
-// problem, and the caller then runs the reference kernel.
-bool fast_forward_f32(const ConvProblem& p, const float* src, WeightsView w, const float* bias,
-                      float* dst, int nthreads);
-bool fast_backward_data_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
-                            float* diff_src, int nthreads);
-bool fast_backward_weights_f32(const ConvProblem& p, const float* src, const float* diff_dst,
-                               WeightsView diff_w, int nthreads);
-
 // How dense NCX (channels-first) f32 activations reach the kernels:
 //   Auto:         the planar kernels where they are expected to win, else ChannelsLast;
 //   Planar:       the planar kernels (forward / backward-data), in place;
@@ -49,27 +38,24 @@ NcxPath parse_ncx_path(const std::string& name);  // any case; throws ProblemErr
 NcxPath ncx_path();
 void set_ncx_path(NcxPath path);
 
-// f32 fast paths over dense NCX activations (N, C, X0, X1, X2) contiguous,
-// read and written in place: the planar kernels. Same contract otherwise as
-// fast_forward_f32 / fast_backward_data_f32.
-bool fast_forward_ncx_f32(const ConvProblem& p, const float* src, WeightsView w,
-                          const float* bias, float* dst, int nthreads);
-bool fast_backward_data_ncx_f32(const ConvProblem& p, const float* diff_dst, WeightsView w,
-                                float* diff_src, int nthreads);
-bool fast_backward_weights_ncx_f32(const ConvProblem& p, const float* src, const float* diff_dst,
-                                   WeightsView diff_w, int nthreads);
 enum class Pass { Forward, BackwardData, BackwardWeights };
-// Whether ncx_path() sends this pass of a dense NCX problem to the planar kernels.
-bool use_planar(const ConvProblem& p, Pass pass);
+
+// The register blocks of the f32 transpose for one ISA; null: scalar loops.
+struct TransposeF32Kernels {
+  void (*block16)(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) = nullptr;
+  void (*rows)(const float* src, int64_t ld_src, int nrows, int ncols, float* const* dst) =
+      nullptr;
+};
+TransposeF32Kernels transpose_f32_kernels(Isa isa);
 
 // Batched transpose: dst[b][j][i] = src[b][i][j] for i < rows, j < cols
 // (both dense). Turns NCX (rows = C) into channels-last and back (rows = pixels).
 // src_ld / src_batch: the source's row and batch strides, when not dense
 // (default cols and rows * src_ld): e.g. a slab of each channel plane;
 // dst_ld / dst_batch the same for the destination (default rows, cols * dst_ld).
-void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, int64_t src_ld = -1, int64_t src_batch = -1,
-                   int64_t dst_ld = -1, int64_t dst_batch = -1);
+void transpose_f32(const TransposeF32Kernels& k, const float* src, float* dst, int64_t batch,
+                   int64_t rows, int64_t cols, int nthreads, int64_t src_ld = -1,
+                   int64_t src_batch = -1, int64_t dst_ld = -1, int64_t dst_batch = -1);
 
 // Forward of a 1x1 kernel with strides (K = 1 on every axis), dense NCX, from
 // its values at src's resolution: y (N, OC, I...) holds, per src position i,

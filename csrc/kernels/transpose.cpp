@@ -55,26 +55,29 @@ void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int6
 
 }  // namespace
 
-void transpose_f32(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, int64_t src_ld, int64_t src_batch, int64_t dst_ld,
-                   int64_t dst_batch) {
-  const Isa isa = active_isa();
+TransposeF32Kernels transpose_f32_kernels(Isa isa) {
+  TransposeF32Kernels k;
+  switch (isa) {
+    case Isa::Avx512: k = {x86::transpose_block16_avx512, x86::transpose_rows_avx512}; break;
+    case Isa::Avx2: k = {x86::transpose_block16_avx2, x86::transpose_rows_avx2}; break;
+    case Isa::Reference: break;
+  }
+  return k;
+}
+
+void transpose_f32(const TransposeF32Kernels& k, const float* src, float* dst, int64_t batch,
+                   int64_t rows, int64_t cols, int nthreads, int64_t src_ld, int64_t src_batch,
+                   int64_t dst_ld, int64_t dst_batch) {
   const int64_t lds = src_ld < 0 ? cols : src_ld;  // source row stride
   const int64_t sb = src_batch < 0 ? rows * lds : src_batch;
   const int64_t ldd = dst_ld < 0 ? rows : dst_ld;  // destination row stride
   const int64_t db = dst_batch < 0 ? cols * ldd : dst_batch;
-  void (*const block)(const float*, int64_t, float*, int64_t) =
-      isa == Isa::Avx512 ? x86::transpose_block16_avx512
-      : isa == Isa::Avx2 ? x86::transpose_block16_avx2
-                         : nullptr;
+  void (*const block)(const float*, int64_t, float*, int64_t) = k.block16;
   // Edges (fewer than 16 rows or columns left) of 8 and more on both sides:
   // masked register blocks into row pointers (AlexNet's 1D 384 -> 256 on 13
   // pixels, NCX, all passes 1.02-1.035x on Zen 5); narrower ones, a few
   // channels or pixels, stay scalar (the vector blocks were no faster there).
-  void (*const edge)(const float*, int64_t, int, int, float* const*) =
-      isa == Isa::Avx512 ? x86::transpose_rows_avx512
-      : isa == Isa::Avx2 ? x86::transpose_rows_avx2
-                         : nullptr;
+  void (*const edge)(const float*, int64_t, int, int, float* const*) = k.rows;
   // dst[(j0 + j) * ldd + i0 + i] = src[(i0 + i) * lds + j0 + j], i < ni, j < nj.
   auto edges = [&](const float* s, float* d, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (!edge || std::min(i1 - i0, j1 - j0) < 8) {

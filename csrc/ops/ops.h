@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "../problem.h"
 
@@ -68,6 +70,12 @@ Tensor backprop_data(const Tensor& output_delta, const Tensor& filter, IntArrayR
                      string_view auto_pad, IntArrayRef output_padding, int64_t groups,
                      string_view data_format, string_view filter_format,
                      at::OptionalSymIntArrayRef src_shape);
+
+// torch_convtranspose.plans(): plans_begin opens a frame that collects the
+// plan line of every call until plans_end closes it and returns them; with
+// execute false the calls only plan (a dry run: uninitialized results).
+void plans_begin(bool execute);
+std::vector<std::string> plans_end();
 
 // Calls through the dispatcher (so autograd and tracing see the ops).
 Tensor call_conv_transpose(TCT_CONV_TRANSPOSE_ARGS);

@@ -25,7 +25,7 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
       // (16 floats past the end, which no write may reach)
       std::vector<float> src(batch * rows * cols), dst(src.size() + 16, -1.f);
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-      transpose_f32(src.data(), dst.data(), batch, rows, cols, 2);
+      transpose_f32(transpose_f32_kernels(isa), src.data(), dst.data(), batch, rows, cols, 2);
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < cols; ++j)
@@ -50,7 +50,8 @@ TEST(Transpose, StridedSourceMatchesNaive) {
       const int64_t sbatch = rows * ld + 7;
       std::vector<float> src(batch * sbatch), dst(batch * rows * cols + 16, -1.f);
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-      transpose_f32(src.data(), dst.data(), batch, rows, cols, 2, ld, sbatch);
+      transpose_f32(transpose_f32_kernels(isa), src.data(), dst.data(), batch, rows, cols, 2, ld,
+                    sbatch);
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < cols; ++j)

@@ -1,0 +1,612 @@
+// The call plan (plan.h): the route rules of every pass, in one place, with
+// the measurements that justify them. routes.cpp executes what they decide.
+#include "plan.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "x86/x86.h"
+
+namespace tct {
+namespace {
+
+constexpr double kF32 = sizeof(float);  // bytes per element
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Input and result both dense NCX: what the planar kernels take in place.
+bool dense_ncx_pair(ActLayout a, ActLayout b) { return a.ncx && b.ncx; }
+
+// A dense NCX tensor of n images of c channels and `pixels` positions (a batch
+// chunk of one, a gathered diff_dst): dense channels-last too when one of them
+// is 1 or it is empty.
+ActLayout dense_ncx(int64_t n, int64_t c, int64_t pixels) {
+  return {n * c * pixels == 0 || c == 1 || pixels == 1, true};
+}
+
+ToNxc to_nxc(ActLayout l) { return l.nxc ? ToNxc::View : l.ncx ? ToNxc::Transpose : ToNxc::Copy; }
+
+int64_t weights_floats(const ConvProblem& q) { return q.IC() * q.OCg * q.taps(); }
+
+// Whether the NCX path setting sends this pass of a dense NCX problem to the
+// planar kernels.
+bool use_planar(const CallSpec& s, const ConvProblem& q, Pass pass) {
+  switch (s.ncx_path) {
+    case NcxPath::Planar: return true;
+    case NcxPath::ChannelsLast: return false;
+    case NcxPath::Auto: break;
+  }
+  return x86::planar_preferred(s.isa, q, pass, s.amd);
+}
+
+// Channels-last kernels for a result in data_format layout (forward or
+// backward-data). NXC tensors go straight through. Dense NCX tensors are
+// transposed in batch chunks of about a tenth of the batch (larger where the
+// weights, packed again by each call, would dominate, and at least 2 MiB of
+// activations), so the extra memory stays near 10 % of the tensors (or 2 MiB)
+// and each chunk is still in cache when it is used. Anything else is copied
+// through whole channels-last buffers.
+RouteStep channels_last_step(const CallSpec& s, const ConvProblem& q, ActLayout a, ActLayout b) {
+  const bool forward = s.pass == Pass::Forward;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, q);
+  const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
+  RouteStep st;
+  st.q = q;
+  if (!dense_ncx_pair(a, b)) {
+    st.route = Route::Nxc;
+    st.a = to_nxc(a);
+    st.b = to_nxc(b);
+    if (st.a == ToNxc::Transpose) st.buffer[kInput] = q.N * in_image;
+    if (st.b == ToNxc::Transpose) st.buffer[kOutput] = q.N * out_image;
+    return st;
+  }
+  const int64_t weights_numel = weights_floats(q);
+  // Each call packs the weights again: a chunk's activations must outweigh
+  // them. Small tensors go in one chunk of up to 2 MiB (one L2): each call
+  // has fixed costs (thread team, weight packing) that would dominate.
+  const int64_t image = std::max<int64_t>(1, in_image + out_image);
+  const int64_t amortized = (8 * weights_numel) / image + 1;
+  const int64_t in_l2 = std::max<int64_t>(1, (int64_t{512} * 1024) / image);
+  const int64_t chunk = std::min(q.N, std::max({(q.N + 9) / 10, amortized, in_l2}));
+  // Few large images (one long 1D signal): a chunk of whole images would be
+  // most of the tensors. Then each image goes in slabs of the outermost
+  // axis with more than one output position, each slab's inputs (with the
+  // rows its taps reach) and outputs transposed through buffers of about a
+  // tenth of the tensors (at least 2 MiB, and 8x the weights, which every
+  // call packs again).
+  const int64_t total = q.N * image;
+  const int64_t want = std::max({total / 10, 8 * weights_numel, int64_t{1} << 19});
+  int sa = 0;  // slab axis
+  {
+    const auto& od = forward ? q.O : q.I;
+    while (sa < kAxes - 1 && od[sa] == 1) ++sa;
+  }
+  const int64_t eo = forward ? q.O[sa] : q.I[sa];
+  if (chunk * image > 2 * want && eo >= 2) {
+    int64_t in_inner = 1, out_inner = 1;  // positions per step along the slab axis
+    for (int c = sa + 1; c < kAxes; ++c) {
+      in_inner *= forward ? q.I[c] : q.O[c];
+      out_inner *= forward ? q.O[c] : q.I[c];
+    }
+    const int64_t rows = std::clamp<int64_t>(eo * want / image, 1, eo);
+    const int64_t in_rows_max = forward ? (rows + 2 * q.K[sa] * q.d[sa]) / q.s[sa] + 2
+                                        : rows * q.s[sa] + (q.K[sa] - 1) * q.d[sa] + 1;
+    const int64_t in_e = forward ? q.I[sa] : q.O[sa];
+    st.route = Route::NcxSlabs;
+    st.axis = sa;
+    st.rows = rows;
+    st.count = ceil_div(eo, rows);
+    st.buffer[kInput] = std::min(in_rows_max, in_e) * in_inner * in_c;
+    st.buffer[kOutput] = rows * out_inner * out_c;
+    return st;
+  }
+  st.route = Route::NcxChunks;
+  st.images = chunk;
+  st.count = chunk > 0 ? ceil_div(q.N, chunk) : 0;
+  st.buffer[kInput] = chunk * in_image;
+  st.buffer[kOutput] = chunk * out_image;
+  return st;
+}
+
+// Forward or backward-data of problem q: planar in place where the NCX path
+// setting says so, else through the channels-last kernels.
+RouteStep conv_step(const CallSpec& s, const ConvProblem& q, ActLayout a, ActLayout b) {
+  if (dense_ncx_pair(a, b) && use_planar(s, q, s.pass)) {
+    RouteStep st;
+    st.route = Route::NcxPlanar;
+    st.q = q;
+    return st;
+  }
+  return channels_last_step(s, q, a, b);
+}
+
+// Backward passes of a 1x1 kernel with strides above 1 on dense NCX tensors
+// read diff_dst only at the positions i*s - pb, 1/prod(s) of it (at s = 2,
+// every other element of every other row), which the channels-last path
+// would transpose in full. When every src position lands inside diff_dst,
+// those elements, gathered into a dense NCX tensor of src's spatial shape,
+// make the same pass a 1x1 stride-1 problem. ResNet's 256 <- 512 1x1 s2 on
+// 56x56 (26 MB), Zen 5: backward-data 1.12-1.2x, backward-weights 1.23x (not
+// measured on Intel or AVX2-only CPUs). Below 2 MiB the gather's fixed costs
+// outweigh it (a 0.75 MB 3D one ran 2x slower); channels-last tensors, which
+// the kernels read in place at stride s, are left alone (the gather made them
+// slower). `other` is the pass's other activation (diff_src, src).
+bool gathers_1x1(const ConvProblem& p, ActLayout diff_dst, ActLayout other, ConvProblem* q) {
+  if (!strided_1x1_at_src(p, q) || !dense_ncx_pair(diff_dst, other) ||
+      p.N * p.OC() * p.dst_spatial() < (int64_t{1} << 19))
+    return false;
+  for (int a = 0; a < kAxes; ++a) {
+    const auto [lo, hi] = p.tap_src_range(a, 0);
+    if (lo != 0 || hi != p.I[a]) return false;
+  }
+  return true;
+}
+
+// Extra memory a backward-weights call may spend on copies of the
+// activations (their layout changes, the gathered diff_dst of a strided 1x1
+// kernel): 10 % of the largest tensor, or two gradients' worth (gradient
+// copies are allowed per thread; a constant, not the thread count, so that
+// the route does not depend on it), at least 4 MiB. `whole`: the allowance
+// for whole-tensor layout changes, eight gradients' worth instead of two,
+// which stays bounded by the gradient, not by the batch or the line: cutting
+// layers whose activations are a few gradients into pieces costs more than it
+// saves, as each piece writes the whole gradient and adds it (the 3D U-Net
+// 256 -> 128 k2 s2 on 8^3, 5 gradients of activations, ran 1.09x slower in
+// four pieces, 1 thread, Xeon Sapphire Rapids).
+double bwd_w_allowance(const ConvProblem& q, int64_t grad_numel, bool whole) {
+  const double largest = kF32 * std::max({static_cast<double>(q.N) * q.IC() * q.src_spatial(),
+                                          static_cast<double>(q.N) * q.OC() * q.dst_spatial(),
+                                          static_cast<double>(grad_numel)});
+  return std::max({0.1 * largest, (whole ? 8.0 : 2.0) * kF32 * grad_numel, kF32 * (1 << 20)});
+}
+
+// Backward-weights of dense NCX activations through channels-last buffers in
+// pieces whose buffers stay in the caches while the kernels read them (the
+// whole-tensor transposes wrote them to memory and read them back): batch
+// chunks, or, for images of more than a piece, slabs of src rows along the
+// outermost spatial axis of more than one position, each with the window of
+// diff_dst its taps reach (a halo of (K-1)*d - s + 1 rows shared with the
+// next slab; none where the kernel tiles diff_dst, K = s). The first piece's
+// gradient goes to diff_w, each later one to a second copy that is added in,
+// in piece order (at most one extra copy of the gradient). Pieces of 2 MiB of
+// activations (4 MiB and more in all) while the pieces' gradient sums stay
+// small next to them; else, when the whole-tensor transposes would exceed
+// bwd_w_allowance() (issue #24: a 2 x 2**30 line transposed whole), larger
+// pieces within half of it. The pieces, and whether this path runs at all,
+// depend on the problem alone, not on the thread count: the bits are the same
+// for any thread count (SPEC 5). False where it does not apply.
+bool plan_pieces(const ConvProblem& q, RouteStep* st) {
+  constexpr double kPiece = 2.0 * (1 << 20);  // bytes of activations per piece
+  const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
+  const int64_t grad_numel = weights_floats(q);
+  const double image = kF32 * static_cast<double>(IC * P + OC * Q);
+  const double total = q.N * image, grad = kF32 * grad_numel;
+  int a = 0;  // outermost spatial axis with more than one src position
+  while (a < kAxes - 1 && q.I[a] == 1) ++a;
+  const bool can_slab = q.I[a] > 1;
+  // How many pieces of `piece` bytes (batch chunks of imgs images, or slabs
+  // of `rows` src rows along axis a).
+  int64_t imgs = 1, rows = q.I[a], pieces = 0;
+  auto cut = [&](double piece) {
+    const bool slabs = image > piece;
+    if (slabs && !can_slab) return false;
+    imgs = slabs ? 1 : std::max<int64_t>(1, static_cast<int64_t>(piece / image));
+    rows = slabs ? std::clamp<int64_t>(static_cast<int64_t>(q.I[a] * piece / image), 1, q.I[a])
+                 : q.I[a];
+    pieces = (q.N + imgs - 1) / imgs * ((q.I[a] + rows - 1) / rows);
+    return pieces >= 2;
+  };
+  // Pieces of kPiece, their gradient sums within a quarter of the activations.
+  bool ok = total >= 2 * kPiece && cut(kPiece) && grad * pieces <= 0.25 * total;
+  if (!ok) {
+    if (total <= bwd_w_allowance(q, grad_numel, true)) return false;  // whole: within it
+    // Larger pieces: as few gradient sums as fit in half the allowance.
+    const double allowance = bwd_w_allowance(q, grad_numel, false);
+    ok = cut(std::clamp(16.0 * grad, kPiece, std::max(kPiece, 0.5 * allowance)));
+  }
+  if (!ok) return false;
+  st->axis = a;
+  st->images = imgs;
+  st->rows = rows;
+  st->count = pieces;
+  // The buffers grow to the largest piece's: the first image's slabs cover every size.
+  for (int64_t i0 = 0; i0 < q.I[a]; i0 += rows) {
+    int64_t o_lo = 0;
+    const ConvProblem qp = piece_problem(*st, 0, i0, &o_lo);
+    st->buffer[kInput] = std::max({st->buffer[kInput], int64_t{1}, qp.N * qp.src_spatial() * IC});
+    st->buffer[kInput2] = std::max({st->buffer[kInput2], int64_t{1}, qp.N * qp.dst_spatial() * OC});
+  }
+  return true;
+}
+
+// Backward-weights of problem q on (src a, diff_dst b): on dense NCX tensors
+// the planar kernels where the NCX path setting says so, else pieces where
+// they apply; else (and where those fail) the channels-last kernel on the
+// activations viewed, transposed or copied channels-last.
+RouteStep bwd_weights_step(const CallSpec& s, const ConvProblem& q, ActLayout a, ActLayout b) {
+  RouteStep st;
+  st.q = q;
+  st.a = to_nxc(a);
+  st.b = to_nxc(b);
+  const bool pair = dense_ncx_pair(a, b);
+  st.planar = pair && use_planar(s, q, Pass::BackwardWeights);
+  const bool pieces = pair && plan_pieces(q, &st);  // also the planar kernels' fallback
+  if (st.planar || pieces) {
+    st.route = st.planar ? Route::NcxPlanar : Route::NcxPieces;
+    return st;
+  }
+  st.route = Route::Nxc;
+  if (st.a == ToNxc::Transpose) st.buffer[kInput] = q.N * q.IC() * q.src_spatial();
+  if (st.b == ToNxc::Transpose) st.buffer[kInput2] = q.N * q.OC() * q.dst_spatial();
+  return st;
+}
+
+void plan_forward(const CallSpec& s, CallPlan* plan) {
+  const ConvProblem& p = s.p;
+  ConvProblem q1;
+  // A 1x1 kernel with strides on dense NCX tensors (ResNet's 1x1 s2
+  // upsampling): computed at src's resolution (NCX, by the path its own
+  // problem takes), then written out once, the positions between the strided
+  // ones the bias alone. Channels-last, the whole output went through a buffer,
+  // prod(s) - 1 of its positions only bias, and was transposed back. In batch
+  // chunks of about a tenth of the batch: the buffer at src's resolution stays
+  // within 10 % of the output.
+  const bool planar = dense_ncx_pair(s.a, s.b) && use_planar(s, p, Pass::Forward);
+  if (planar || !strided_1x1_at_src(p, &q1) || s.ncx_path != NcxPath::Auto ||
+      !dense_ncx_pair(s.a, s.b)) {
+    plan->step = conv_step(s, p, s.a, s.b);
+    return;
+  }
+  const int64_t chunk = (p.N + 9) / 10;
+  plan->s1x1 = Strided1x1::Expand;
+  plan->s1x1_images = chunk;
+  plan->s1x1_chunks = ceil_div(p.N, chunk);
+  plan->s1x1_floats = chunk * p.OC() * p.src_spatial();
+  ConvProblem qc = q1;
+  qc.N = chunk;
+  const ActLayout x = dense_ncx(chunk, p.IC(), p.src_spatial());
+  const ActLayout y = dense_ncx(chunk, p.OC(), p.src_spatial());
+  plan->step = conv_step(s, qc, x, y);
+  if (p.N % chunk != 0) {
+    qc.N = p.N % chunk;
+    plan->last = conv_step(s, qc, dense_ncx(qc.N, p.IC(), p.src_spatial()),
+                           dense_ncx(qc.N, p.OC(), p.src_spatial()));
+    plan->has_last = true;
+  }
+}
+
+void plan_backward_data(const CallSpec& s, CallPlan* plan) {
+  ConvProblem q;
+  if (gathers_1x1(s.p, s.a, s.b, &q)) {
+    plan->s1x1 = Strided1x1::Gather;
+    plan->s1x1_floats = q.N * q.OC() * q.dst_spatial();
+    plan->step = conv_step(s, q, dense_ncx(q.N, q.OC(), q.dst_spatial()), s.b);
+    return;
+  }
+  plan->step = conv_step(s, s.p, s.a, s.b);
+}
+
+void plan_backward_weights(const CallSpec& s, CallPlan* plan) {
+  const ConvProblem& p = s.p;
+  plan->grad_floats = weights_floats(p);
+  ConvProblem q;
+  // A strided 1x1 kernel (gathers_1x1) whose gathered diff_dst would
+  // exceed bwd_w_allowance(): gathered in batch chunks within half of it,
+  // each chunk's gradient added in chunk order (ResNet's 1x1 s2 keeps its
+  // gather); where one image's gather is too large (long lines), not
+  // gathered: the strided problem runs as it is (its pieces bound it).
+  const double per_image = kF32 * static_cast<double>(p.OC()) * p.src_spatial();
+  const double allowance = bwd_w_allowance(p, plan->grad_floats, false);
+  const bool gathers = gathers_1x1(p, s.b, s.a, &q);
+  if (gathers && p.N * per_image > allowance) {
+    const int64_t imgs = static_cast<int64_t>(0.5 * allowance / per_image);
+    if (imgs < 1) {
+      plan->step = bwd_weights_step(s, p, s.a, s.b);
+      return;
+    }
+    plan->s1x1 = Strided1x1::GatherChunks;
+    plan->s1x1_images = imgs;
+    plan->s1x1_chunks = ceil_div(p.N, imgs);
+    plan->s1x1_floats = std::min(imgs, p.N) * q.OC() * q.dst_spatial();
+    ConvProblem qc = q;
+    qc.N = std::min(imgs, p.N);
+    plan->step = bwd_weights_step(s, qc, dense_ncx(qc.N, p.IC(), p.src_spatial()),
+                                  dense_ncx(qc.N, q.OC(), q.dst_spatial()));
+    if (p.N % imgs != 0) {
+      qc.N = p.N % imgs;
+      plan->last = bwd_weights_step(s, qc, dense_ncx(qc.N, p.IC(), p.src_spatial()),
+                                    dense_ncx(qc.N, q.OC(), q.dst_spatial()));
+      plan->has_last = true;
+    }
+    return;
+  }
+  if (gathers) {
+    plan->s1x1 = Strided1x1::Gather;
+    plan->s1x1_floats = q.N * q.OC() * q.dst_spatial();
+    plan->step = bwd_weights_step(s, q, s.a, dense_ncx(q.N, q.OC(), q.dst_spatial()));
+    return;
+  }
+  plan->step = bwd_weights_step(s, p, s.a, s.b);
+}
+
+int64_t result_floats(const CallSpec& s) {
+  const ConvProblem& p = s.p;
+  switch (s.pass) {
+    case Pass::Forward: return p.N * p.OC() * p.dst_spatial();
+    case Pass::BackwardData: return p.N * p.IC() * p.src_spatial();
+    case Pass::BackwardWeights: return weights_floats(p);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- describe
+
+const char* name(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "forward";
+    case Pass::BackwardData: return "backward_data";
+    case Pass::BackwardWeights: return "backward_weights";
+  }
+  return "?";
+}
+
+const char* name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+  }
+  return "?";
+}
+
+const char* name(ActLayout l) {
+  return l.nxc && l.ncx ? "ncx+nxc" : l.nxc ? "nxc" : l.ncx ? "ncx" : "other";
+}
+
+const char* name(Route r) {
+  switch (r) {
+    case Route::None: return "none";
+    case Route::Reference: return "reference";
+    case Route::Nxc: return "nxc";
+    case Route::NcxPlanar: return "ncx_planar";
+    case Route::NcxChunks: return "ncx_chunks";
+    case Route::NcxSlabs: return "ncx_slabs";
+    case Route::NcxPieces: return "ncx_pieces";
+  }
+  return "?";
+}
+
+const char* name(ToNxc t) {
+  switch (t) {
+    case ToNxc::View: return "view";
+    case ToNxc::Transpose: return "transpose";
+    case ToNxc::Copy: return "copy";
+  }
+  return "?";
+}
+
+const char* name(Strided1x1 f) {
+  switch (f) {
+    case Strided1x1::None: return "none";
+    case Strided1x1::Expand: return "expand";
+    case Strided1x1::Gather: return "gather";
+    case Strided1x1::GatherChunks: return "gather_chunks";
+  }
+  return "?";
+}
+
+// The real spatial values of one of p's arrays, as 4x4.
+std::string dims(const ConvProblem& p, const std::array<int64_t, kAxes>& a) {
+  std::string out;
+  for (int64_t v : p.spatial(a)) out += (out.empty() ? "" : "x") + std::to_string(v);
+  return out;
+}
+
+std::string problem_token(const ConvProblem& p) {
+  std::ostringstream os;
+  os << "n" << p.N << "_g" << p.G << "_ic" << p.IC() << "_oc" << p.OC() << "_i" << dims(p, p.I)
+     << "_o" << dims(p, p.O) << "_k" << dims(p, p.K) << "_s" << dims(p, p.s) << "_d"
+     << dims(p, p.d) << "_pb" << dims(p, p.pb) << "_pe" << dims(p, p.pe);
+  return os.str();
+}
+
+// The describe_* line of the driver a route step calls on problem q.
+std::string driver(const CallPlan& plan, const RouteStep& st, const ConvProblem& q) {
+  const CallSpec& s = plan.spec;
+  if (st.route == Route::NcxPlanar) return x86::describe_planar_f32(s.isa, s.pass, q, s.nthreads);
+  if (s.pass == Pass::BackwardWeights) return x86::describe_bwd_weights_f32(s.isa, q, s.nthreads);
+  return x86::describe_conv_f32(s.isa, s.pass, q, s.nthreads);
+}
+
+// The first and the last problem a step hands its driver (equal but for chunks,
+// slabs and pieces).
+std::pair<ConvProblem, ConvProblem> driver_problems(const CallPlan& plan, const RouteStep& st) {
+  ConvProblem first = st.q, last = st.q;
+  int64_t lo = 0;
+  switch (st.route) {
+    case Route::NcxChunks:
+      first.N = std::min(st.images, st.q.N);
+      last.N = st.q.N - (st.count - 1) * st.images;
+      break;
+    case Route::NcxSlabs: {
+      const bool forward = plan.spec.pass == Pass::Forward;
+      const int64_t eo = forward ? st.q.O[st.axis] : st.q.I[st.axis];
+      const int64_t o_last = (st.count - 1) * st.rows;
+      first = slab_problem(st.q, forward, st.axis, 0, std::min(eo, st.rows), &lo);
+      last = slab_problem(st.q, forward, st.axis, o_last, std::min(eo, o_last + st.rows), &lo);
+      first.N = last.N = 1;
+      break;
+    }
+    case Route::NcxPieces: {
+      const int64_t n_last = (st.q.N - 1) / st.images * st.images;
+      const int64_t i_last = (st.q.I[st.axis] - 1) / st.rows * st.rows;
+      first = piece_problem(st, 0, 0, &lo);
+      last = piece_problem(st, n_last, i_last, &lo);
+      break;
+    }
+    default: break;
+  }
+  return {first, last};
+}
+
+bool same(const ConvProblem& a, const ConvProblem& b) {
+  return a.N == b.N && a.I == b.I && a.O == b.O && a.pb == b.pb && a.pe == b.pe && a.op == b.op;
+}
+
+void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) {
+  os << "route=" << name(st.route);
+  switch (st.route) {
+    case Route::None:
+    case Route::Reference: return;
+    case Route::Nxc: os << " to_nxc=" << name(st.a) << "," << name(st.b); break;
+    case Route::NcxPlanar: break;
+    case Route::NcxChunks: os << " images=" << st.images << " chunks=" << st.count; break;
+    case Route::NcxSlabs:
+      os << " axis=" << st.axis << " rows=" << st.rows << " slabs=" << st.count;
+      break;
+    case Route::NcxPieces:
+      os << " axis=" << st.axis << " images=" << st.images << " rows=" << st.rows
+         << " pieces=" << st.count << " extra_grad_bytes=" << plan.grad_floats * sizeof(float);
+      break;
+  }
+  if (st.route != Route::NcxPlanar) {
+    static const char* const slot_names[kSlots] = {"ws_in", "ws_in2", "ws_out"};
+    for (int k = 0; k < kSlots; ++k)
+      if (st.buffer[k] > 0) os << " " << slot_names[k] << "=" << st.buffer[k] * sizeof(float);
+  }
+  const auto [first, last] = driver_problems(plan, st);
+  os << " driver={" << driver(plan, st, first) << "}";
+  if (!same(first, last)) os << " driver_last={" << driver(plan, st, last) << "}";
+}
+
+}  // namespace
+
+ConvSides conv_sides(bool forward, const ConvProblem& q) {
+  if (forward) return {q.IC(), q.src_spatial(), q.OC(), q.dst_spatial()};
+  return {q.OC(), q.dst_spatial(), q.IC(), q.src_spatial()};
+}
+
+bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src) {
+  if (p.taps() != 1) return false;
+  bool strided = false;
+  for (int a = 0; a < kAxes; ++a) strided = strided || p.s[a] > 1;
+  if (!strided) return false;
+  ConvProblem q = p;
+  q.s = q.d = {1, 1, 1};
+  q.pb = q.pe = q.op = {0, 0, 0};
+  q.O = q.I;
+  *at_src = q;
+  return true;
+}
+
+// The pads are shifted so that local coordinates keep the global arithmetic
+// (and the forward's stride phases): outputs and inputs narrowed on axis a
+// (inputs [*lo, *lo + q.I[a]) for the forward, every one the slab reads).
+// pe/op are left alone: the kernels read I, O, pb.
+ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
+                         int64_t* lo_out) {
+  ConvProblem q = p;
+  const int64_t s = p.s[a], d = p.d[a], pb = p.pb[a], reach = (p.K[a] - 1) * d;
+  int64_t lo, hi;
+  if (forward) {  // src i feeds o = i*s - pb + k*d
+    const int64_t ei = p.I[a];
+    lo = std::max<int64_t>(0, std::min(floor_div(o0 + pb - reach + s - 1, s), floor_div(o0 + pb, s)));
+    lo = std::min(lo, ei - 1);
+    hi = std::clamp<int64_t>(floor_div(o1 - 1 + pb, s) + 1, lo + 1, ei);
+    q.I[a] = hi - lo;
+    q.O[a] = o1 - o0;
+    q.pb[a] = pb + o0 - lo * s;
+  } else {  // src i reads o = i*s - pb + k*d
+    const int64_t ei = p.O[a];
+    lo = std::clamp<int64_t>(o0 * s - pb, 0, ei - 1);
+    hi = std::clamp<int64_t>((o1 - 1) * s - pb + reach + 1, lo + 1, ei);
+    q.I[a] = o1 - o0;
+    q.O[a] = hi - lo;
+    q.pb[a] = pb - o0 * s + lo;
+  }
+  *lo_out = lo;
+  return q;
+}
+
+ConvProblem piece_problem(const RouteStep& st, int64_t n0, int64_t i0, int64_t* o_lo) {
+  const ConvProblem& q = st.q;
+  const int a = st.axis;
+  const int64_t reach = (q.K[a] - 1) * q.d[a];  // diff_dst rows a src row's taps span, - 1
+  ConvProblem qp = q;
+  qp.N = std::min(st.images, q.N - n0);
+  *o_lo = 0;
+  if (st.rows < q.I[a]) {  // a slab and its diff_dst window [o_lo, o_hi) along axis a
+    const int64_t nr = std::min(st.rows, q.I[a] - i0);
+    *o_lo = std::clamp<int64_t>(i0 * q.s[a] - q.pb[a], 0, q.O[a]);
+    const int64_t o_hi =
+        std::clamp<int64_t>((i0 + nr - 1) * q.s[a] - q.pb[a] + reach + 1, *o_lo, q.O[a]);
+    qp.I[a] = nr;
+    qp.O[a] = o_hi - *o_lo;
+    qp.pb[a] = q.pb[a] + *o_lo - i0 * q.s[a];  // >= 0: o_lo >= i0*s - pb
+    // pe - op from O = (I-1)*s - pb - pe + reach + 1 + op
+    const int64_t rest = (nr - 1) * q.s[a] - qp.pb[a] + reach + 1 - qp.O[a];
+    qp.pe[a] = std::max<int64_t>(rest, 0);
+    qp.op[a] = std::max<int64_t>(-rest, 0);
+  }
+  return qp;
+}
+
+std::string describe(const CallPlan& plan) {
+  const CallSpec& s = plan.spec;
+  static const char* const act_names[3][2] = {
+      {"src", "dst"}, {"diff_dst", "diff_src"}, {"src", "diff_dst"}};
+  const auto& an = act_names[static_cast<int>(s.pass)];
+  std::ostringstream os;
+  os << "pass=" << name(s.pass) << " dtype=" << name(s.dtype) << " " << an[0] << "="
+     << name(s.a) << " " << an[1] << "=" << name(s.b) << " isa=" << isa_name(s.isa)
+     << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
+     << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
+  if (plan.s1x1 != Strided1x1::None) {
+    os << " s1x1=" << name(plan.s1x1);
+    if (plan.s1x1 != Strided1x1::Gather)
+      os << " s1x1_images=" << plan.s1x1_images << " s1x1_chunks=" << plan.s1x1_chunks;
+    os << " s1x1_bytes=" << plan.s1x1_floats * sizeof(float);
+    if (plan.s1x1 == Strided1x1::GatherChunks)
+      os << " extra_grad_bytes=" << plan.grad_floats * sizeof(float);
+  }
+  os << " ";
+  describe_step(os, plan, plan.step);
+  if (plan.has_last) {
+    os << " last={";
+    describe_step(os, plan, plan.last);
+    os << "}";
+  }
+  return os.str();
+}
+
+CallPlan make_call_plan(const CallSpec& in) {
+  CallPlan plan;
+  plan.spec = in;
+  plan.spec.amd = in.amd && in.isa == Isa::Avx512;  // (Zen 3, also AMD, has no AVX-512)
+  const CallSpec spec = plan.spec;  // (a copy: the builders below write into plan)
+  plan.transpose = transpose_f32_kernels(spec.isa);
+  plan.step.q = spec.p;
+  if (result_floats(spec) == 0) {
+    plan.step.route = Route::None;
+    return plan;
+  }
+  // f32 only, on an ISA with kernels; the results are allocated dense by the
+  // caller (ops/), so any other result layout is not planned.
+  if (spec.dtype != DType::F32 || spec.isa == Isa::Reference ||
+      (spec.pass != Pass::BackwardWeights && !spec.b.nxc && !spec.b.ncx)) {
+    plan.step.route = Route::Reference;
+    return plan;
+  }
+  switch (spec.pass) {
+    case Pass::Forward: plan_forward(spec, &plan); break;
+    case Pass::BackwardData: plan_backward_data(spec, &plan); break;
+    case Pass::BackwardWeights: plan_backward_weights(spec, &plan); break;
+  }
+  plan.copy_a = plan.step.route == Route::Nxc && plan.step.a == ToNxc::Copy;
+  plan.copy_b = plan.step.route == Route::Nxc && plan.step.b == ToNxc::Copy;
+  return plan;
+}
+
+}  // namespace tct

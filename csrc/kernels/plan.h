@@ -1,0 +1,160 @@
+// The plan of one call: every route decision, made once per call from the
+// problem, the pass, the dtype, the activations' layouts, the CPU's ISA (read
+// once by the caller), the NCX path setting (read once) and the thread count.
+// Executing a plan (routes.cpp) reads only the plan: it never asks for the ISA
+// or the NCX path again, so a concurrent set_isa cannot mix one ISA's rules
+// with another's kernels. No torch headers: the caller (ops/) hands down the
+// tensors as element-strided views and its buffers through Workspace.
+//
+//   CallPlan plan = make_call_plan(spec);   // pure, cheap
+//   describe(plan);                         // one line
+//   execute(plan, args, workspace);         // the layout changes and the kernels
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dispatch.h"
+#include "kernels.h"
+
+namespace tct {
+
+// An activation's memory as the kernels see it: dense channels-last (the
+// (N, X..., C) order contiguous), dense NCX (an f32 tensor in NCX data format,
+// contiguous), both (one channel or one pixel), or neither (other strides).
+struct ActLayout {
+  bool nxc = false;
+  bool ncx = false;
+};
+
+// The activations of a call: a and b are (src, dst) for the forward,
+// (diff_dst, diff_src) for backward-data, (src, diff_dst) for backward-weights.
+struct CallSpec {
+  Pass pass = Pass::Forward;
+  DType dtype = DType::F32;
+  ConvProblem p;
+  ActLayout a, b;
+  Isa isa = Isa::Reference;
+  bool amd = false;  // avx512_amd(): an AMD core, whose AVX-512 kernels have their own NCX rule
+  NcxPath ncx_path = NcxPath::Auto;
+  int nthreads = 1;
+};
+
+enum class Route : uint8_t {
+  None,       // empty result: nothing to compute
+  Reference,  // plain loops over any strides (other dtypes, no fast ISA)
+  Nxc,        // the channels-last kernels; activations viewed, transposed or copied
+  NcxPlanar,  // the planar kernels, on dense NCX tensors in place
+  NcxChunks,  // the channels-last kernels through transposed batch chunks
+  NcxSlabs,   // the channels-last kernels through transposed slabs of one image
+  NcxPieces,  // backward-weights: channels-last pieces, their gradients added in order
+};
+
+// How an activation reaches the channels-last kernels on Route::Nxc.
+enum class ToNxc : uint8_t {
+  View,       // dense channels-last already: read or written in place
+  Transpose,  // dense NCX: through a per-thread buffer, transposed
+  Copy,       // other strides: made dense channels-last by the caller before execute()
+};
+
+// The per-thread buffers a call uses (Workspace::buffer).
+enum WorkspaceSlot { kInput = 0, kInput2 = 1, kOutput = 2, kSlots = 3 };
+
+// One problem on one route: the call's, or one batch chunk's of a strided 1x1 form.
+struct RouteStep {
+  Route route = Route::Reference;
+  ConvProblem q;  // the problem the route runs
+  ToNxc a = ToNxc::View, b = ToNxc::View;  // Route::Nxc (and backward-weights' fallback)
+  bool planar = false;  // backward-weights: the planar kernels first, then pieces, then Nxc
+  // NcxChunks: images per chunk and chunks; NcxSlabs: the slab axis, kernel
+  // outputs (rows) per slab and slabs per image; NcxPieces: images and src
+  // rows along `axis` per piece and the pieces (rows < I[axis]: slabs), also
+  // on a backward-weights NcxPlanar step (its fallback; count 0: none).
+  int axis = 0;
+  int64_t images = 0, rows = 0, count = 0;
+  int64_t buffer[kSlots] = {0, 0, 0};  // floats of each per-thread buffer (largest request)
+};
+
+// The strided 1x1 forms (K = 1 on every axis, some s > 1) on dense NCX tensors.
+enum class Strided1x1 : uint8_t {
+  None,
+  Expand,        // forward: at src's resolution in batch chunks, then expanded
+  Gather,        // backward passes: diff_dst gathered whole, run as stride 1
+  GatherChunks,  // backward-weights: gathered in batch chunks, gradients added in order
+};
+
+struct CallPlan {
+  CallSpec spec;  // the inputs (spec.p: the call's problem)
+  TransposeF32Kernels transpose;  // the layout changes' register blocks (spec.isa's)
+  // Inputs with other strides that the route reads channels-last: the caller
+  // hands them to execute() as dense channels-last copies (ops/: ATen's).
+  bool copy_a = false, copy_b = false;
+  Strided1x1 s1x1 = Strided1x1::None;
+  int64_t s1x1_images = 0, s1x1_chunks = 0;  // Expand / GatherChunks: images per chunk, chunks
+  int64_t s1x1_floats = 0;  // floats of the chunk's buffer at src's resolution (or the gather)
+  RouteStep step;       // the whole (or gathered) problem, or each full chunk's
+  RouteStep last;       // the last chunk's, when it has fewer images (has_last)
+  bool has_last = false;
+  int64_t grad_floats = 0;  // backward-weights: one gradient copy (pieces, chunks)
+};
+
+// Pure and cheap (no allocation beyond the plan).
+CallPlan make_call_plan(const CallSpec& spec);
+// One line, space-separated key=value fields in a stable order, each route
+// step with the describe_* line of the driver it runs (x86.h) in braces.
+std::string describe(const CallPlan& plan);
+
+// --- execution (routes.cpp) ---
+
+// The buffers a call needs beyond its tensors, from the caller (ops/: ATen's
+// allocator, so that they are 64-byte aligned and counted like its tensors).
+class Workspace {
+ public:
+  // At least n floats of the calling thread's buffer `slot`, kept for later
+  // calls (a fresh large allocation is new pages every call, and faulting
+  // them in costs as much as a transpose); valid until `slot` is asked again.
+  virtual float* buffer(WorkspaceSlot slot, int64_t n) = 0;
+  // n floats for this call only (a gathered diff_dst, a gradient copy), until release().
+  virtual float* acquire(int64_t n) = 0;
+  virtual void release(float* data) = 0;
+
+ protected:
+  ~Workspace() = default;
+};
+
+// The tensors of a call: a and b as in CallSpec (copies where copy_a /
+// copy_b: dense channels-last), w the weights, or for backward-weights
+// diff_w (dense: plan.grad_floats elements). The result (b, or diff_w) is written.
+struct CallArgs {
+  ActView a, b;
+  WeightsView w;
+  const void* bias = nullptr;  // forward, may be null; of the call's dtype
+};
+
+// Runs the plan: the route, the reference where a kernel declines (returns
+// false), nothing for Route::None.
+void execute(const CallPlan& plan, const CallArgs& args, Workspace& ws);
+
+// --- shared by the plan and its execution (one source of truth each) ---
+
+// Channels and positions per image of the tensor the channels-last kernels
+// read (in) and write (out): (src, dst) for the forward, (diff_dst, diff_src)
+// for backward-data.
+struct ConvSides {
+  int64_t in_c, in_pixels, out_c, out_pixels;
+};
+ConvSides conv_sides(bool forward, const ConvProblem& q);
+
+// A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
+// problem at src's resolution (stride 1, no padding, O = I), whose outputs are
+// the strided problem's at o = i*s - pb. False for other problems.
+bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src);
+// The part of problem p (forward or backward-data) that computes the kernel's
+// outputs [o0, o1) along axis a, and the first input row it reads (*lo).
+ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
+                         int64_t* lo);
+// Backward-weights piece (n0, i0) of a NcxPieces step: its problem and the
+// first diff_dst row of its window along step.axis (*o_lo).
+ConvProblem piece_problem(const RouteStep& step, int64_t n0, int64_t i0, int64_t* o_lo);
+
+}  // namespace tct

@@ -1,0 +1,304 @@
+// Execution of a call plan (plan.h): the layout changes between NCX and the
+// channels-last buffers of the kernels, the strided 1x1 forms, the
+// backward-weights pieces, the drivers (x86.h) and the reference. Reads only
+// the plan: every route, size and ISA comes from it.
+#include <stdexcept>
+
+#include "plan.h"
+#include "x86/x86.h"
+
+namespace tct {
+namespace {
+
+const float* in_ptr(const ActView& v) { return static_cast<const float*>(v.data); }
+float* out_ptr(const ActView& v) { return static_cast<float*>(v.data); }
+
+// A buffer of this call only, released at the end of its scope.
+class Temporary {
+ public:
+  Temporary(Workspace& ws, int64_t n) : ws_(ws), data_(ws.acquire(n)) {}
+  ~Temporary() { ws_.release(data_); }
+  Temporary(const Temporary&) = delete;
+  Temporary& operator=(const Temporary&) = delete;
+  float* get() const { return data_; }
+
+ private:
+  Workspace& ws_;
+  float* data_;
+};
+
+// What the route functions share during one call.
+struct Ctx {
+  const CallPlan& plan;
+  const CallArgs& args;
+  Workspace& ws;
+
+  Isa isa() const { return plan.spec.isa; }
+  int nt() const { return plan.spec.nthreads; }
+  bool forward() const { return plan.spec.pass == Pass::Forward; }
+  const float* bias() const { return static_cast<const float*>(args.bias); }
+  void transpose(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols,
+                 int64_t src_ld = -1, int64_t src_batch = -1, int64_t dst_ld = -1,
+                 int64_t dst_batch = -1) const {
+    transpose_f32(plan.transpose, src, dst, batch, rows, cols, nt(), src_ld, src_batch, dst_ld,
+                  dst_batch);
+  }
+};
+
+// The channels-last kernel of the pass (forward or backward-data) on dense
+// channels-last x and y.
+bool channels_last_kernel(const Ctx& c, const ConvProblem& q, const float* x, float* y) {
+  if (c.forward()) return x86::forward_f32(c.isa(), q, x, c.args.w, c.bias(), y, c.nt());
+  return x86::backward_data_f32(c.isa(), q, x, c.args.w, y, c.nt());
+}
+
+// Route::Nxc (forward, backward-data): the input viewed or transposed into a
+// buffer, the result written in place or through a buffer transposed back.
+bool run_nxc(const Ctx& c, const RouteStep& st, const float* in, float* out) {
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(c.forward(), st.q);
+  const float* x = in;
+  if (st.a == ToNxc::Transpose) {
+    float* buf = c.ws.buffer(kInput, st.buffer[kInput]);
+    c.transpose(in, buf, st.q.N, in_c, in_pixels);
+    x = buf;
+  }
+  float* y = st.b == ToNxc::View ? out : c.ws.buffer(kOutput, st.buffer[kOutput]);
+  if (!channels_last_kernel(c, st.q, x, y)) return false;
+  if (st.b == ToNxc::Transpose) c.transpose(y, out, st.q.N, out_pixels, out_c);
+  return true;
+}
+
+// Route::NcxChunks: batch chunks of dense NCX in and out, each transposed
+// into a channels-last buffer and back.
+bool run_chunks(const Ctx& c, const RouteStep& st, const float* x, float* y) {
+  const ConvProblem& p = st.q;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(c.forward(), p);
+  const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
+  float* in_buf = c.ws.buffer(kInput, st.buffer[kInput]);
+  float* out_buf = c.ws.buffer(kOutput, st.buffer[kOutput]);
+  for (int64_t n0 = 0; n0 < p.N; n0 += st.images) {
+    ConvProblem q = p;
+    q.N = std::min(st.images, p.N - n0);
+    c.transpose(x + n0 * in_image, in_buf, q.N, in_c, in_pixels);
+    if (!channels_last_kernel(c, q, in_buf, out_buf)) return false;
+    c.transpose(out_buf, y + n0 * out_image, q.N, out_pixels, out_c);
+  }
+  return true;
+}
+
+// Route::NcxSlabs: each image in slabs of st.rows kernel outputs along
+// st.axis, each slab's inputs (with the rows its taps reach) and outputs
+// transposed through the buffers.
+bool run_slabs(const Ctx& c, const RouteStep& st, const float* x, float* y) {
+  const ConvProblem& p = st.q;
+  const bool forward = c.forward();
+  const int sa = st.axis;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
+  const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
+  const int64_t eo = forward ? p.O[sa] : p.I[sa];
+  int64_t in_inner = 1, out_inner = 1;  // positions per step along the slab axis
+  for (int b = sa + 1; b < kAxes; ++b) {
+    in_inner *= forward ? p.I[b] : p.O[b];
+    out_inner *= forward ? p.O[b] : p.I[b];
+  }
+  float* in_buf = c.ws.buffer(kInput, st.buffer[kInput]);
+  float* out_buf = c.ws.buffer(kOutput, st.buffer[kOutput]);
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t o0 = 0; o0 < eo; o0 += st.rows) {
+      int64_t lo = 0;
+      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + st.rows), &lo);
+      q.N = 1;
+      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
+      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+      if (qin * in_c > st.buffer[kInput] || qout * out_c > st.buffer[kOutput])
+        throw std::logic_error("run_slabs: a slab outgrows the plan's buffers");
+      c.transpose(x + n * in_image + lo * in_inner, in_buf, 1, in_c, qin, in_pixels, in_image);
+      if (!channels_last_kernel(c, q, in_buf, out_buf)) return false;
+      c.transpose(out_buf, y + n * out_image + o0 * out_inner, 1, qout, out_c, -1, -1,
+                  out_pixels, out_image);
+    }
+  return true;
+}
+
+// A forward or backward-data step from `in` to `out` (dense NCX unless Nxc).
+bool run_conv_step(const Ctx& c, const RouteStep& st, const float* in, float* out) {
+  switch (st.route) {
+    case Route::NcxPlanar:
+      return x86::planar_f32(c.isa(), st.q, c.forward(), in, c.args.w,
+                             c.forward() ? c.bias() : nullptr, out, c.nt());
+    case Route::Nxc: return run_nxc(c, st, in, out);
+    case Route::NcxChunks: return run_chunks(c, st, in, out);
+    case Route::NcxSlabs: return run_slabs(c, st, in, out);
+    default: return false;
+  }
+}
+
+// Strided1x1::Expand: each batch chunk computed at src's resolution into a
+// buffer (by its step), then written out at the strided positions, the
+// positions between them the bias alone.
+bool run_expand(const Ctx& c) {
+  const ConvProblem& p = c.plan.spec.p;
+  const int64_t chunk = c.plan.s1x1_images;
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const RouteStep& st = p.N - n0 < chunk ? c.plan.last : c.plan.step;
+    ConvProblem pc = p;
+    pc.N = st.q.N;
+    float* y = c.ws.buffer(kInput2, st.q.N * p.OC() * p.src_spatial());
+    if (!run_conv_step(c, st, in_ptr(c.args.a) + n0 * p.IC() * p.src_spatial(), y)) return false;
+    expand_strided_1x1_f32(pc, y, c.bias(), out_ptr(c.args.b) + n0 * p.OC() * p.dst_spatial(),
+                           c.nt());
+  }
+  return true;
+}
+
+bool run_forward(const Ctx& c) {
+  if (c.plan.s1x1 == Strided1x1::Expand) return run_expand(c);
+  return run_conv_step(c, c.plan.step, in_ptr(c.args.a), out_ptr(c.args.b));
+}
+
+bool run_backward_data(const Ctx& c) {
+  if (c.plan.s1x1 != Strided1x1::Gather)
+    return run_conv_step(c, c.plan.step, in_ptr(c.args.a), out_ptr(c.args.b));
+  Temporary g(c.ws, c.plan.s1x1_floats);
+  gather_strided_1x1_f32(c.plan.spec.p, in_ptr(c.args.a), g.get(), c.nt());
+  return run_conv_step(c, c.plan.step, g.get(), out_ptr(c.args.b));
+}
+
+// ------------------------------------------------------- backward weights
+
+// diff_w += extra, both dense with the same strides (n elements).
+void add_gradient(const WeightsView& w, const float* extra, int64_t n, int nt) {
+  float* out = static_cast<float*>(w.data);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= 32768)
+  for (int64_t i = 0; i < n; ++i) out[i] += extra[i];
+}
+
+WeightsView with_data(WeightsView w, float* data) {
+  w.data = data;
+  return w;
+}
+
+// Route::NcxPieces: each piece's src and diff_dst window transposed into the
+// buffers, its gradient into target (the first) or a second copy added in,
+// in piece order.
+bool run_pieces(const Ctx& c, const RouteStep& st, const float* x, const float* y,
+                const WeightsView& target) {
+  const ConvProblem& q = st.q;
+  const int a = st.axis;
+  const int64_t P = q.src_spatial(), Q = q.dst_spatial(), IC = q.IC(), OC = q.OC();
+  int64_t in_inner = 1, out_inner = 1;  // positions per step along axis a
+  for (int b = a + 1; b < kAxes; ++b) in_inner *= q.I[b], out_inner *= q.O[b];
+  Temporary extra(c.ws, c.plan.grad_floats);
+  bool first = true;
+  for (int64_t n0 = 0; n0 < q.N; n0 += st.images)
+    for (int64_t i0 = 0; i0 < q.I[a]; i0 += st.rows) {
+      int64_t o_lo = 0;
+      const ConvProblem qp = piece_problem(st, n0, i0, &o_lo);
+      const int64_t pp = qp.src_spatial(), qq = qp.dst_spatial();
+      float* xb = c.ws.buffer(kInput, std::max<int64_t>(1, qp.N * pp * IC));
+      float* yb = c.ws.buffer(kInput2, std::max<int64_t>(1, qp.N * qq * OC));
+      c.transpose(x + n0 * IC * P + i0 * in_inner, xb, qp.N, IC, pp, P, IC * P);
+      if (qq > 0) c.transpose(y + n0 * OC * Q + o_lo * out_inner, yb, qp.N, OC, qq, Q, OC * Q);
+      const WeightsView w = first ? target : with_data(target, extra.get());
+      if (!x86::backward_weights_f32(c.isa(), qp, xb, yb, w, c.nt())) return false;
+      if (!first) add_gradient(target, extra.get(), c.plan.grad_floats, c.nt());
+      first = false;
+    }
+  return true;
+}
+
+// Route::Nxc (backward-weights): src into kInput, diff_dst into kInput2
+// where they are dense NCX (viewed where channels-last).
+bool run_bwd_weights_nxc(const Ctx& c, const RouteStep& st, const float* x, const float* y,
+                         const WeightsView& target) {
+  const ConvProblem& q = st.q;
+  if (st.a == ToNxc::Transpose) {
+    float* buf = c.ws.buffer(kInput, q.N * q.IC() * q.src_spatial());
+    c.transpose(x, buf, q.N, q.IC(), q.src_spatial());
+    x = buf;
+  }
+  if (st.b == ToNxc::Transpose) {
+    float* buf = c.ws.buffer(kInput2, q.N * q.OC() * q.dst_spatial());
+    c.transpose(y, buf, q.N, q.OC(), q.dst_spatial());
+    y = buf;
+  }
+  return x86::backward_weights_f32(c.isa(), q, x, y, target, c.nt());
+}
+
+// A backward-weights step on (src x, diff_dst y), the gradient into target:
+// the planar kernels, then pieces, then channels-last, each where the plan
+// has it and the one before declined.
+bool run_bwd_weights_step(const Ctx& c, const RouteStep& st, const float* x, const float* y,
+                          const WeightsView& target) {
+  if (st.planar && x86::planar_bwd_weights_f32(c.isa(), st.q, x, y, target, c.nt())) return true;
+  if (st.count > 0 && run_pieces(c, st, x, y, target)) return true;
+  return run_bwd_weights_nxc(c, st, x, y, target);
+}
+
+// Strided1x1::GatherChunks: diff_dst gathered a batch chunk at a time, each
+// chunk's gradient added in chunk order.
+bool run_gather_chunks(const Ctx& c) {
+  const ConvProblem& p = c.plan.spec.p;
+  const int64_t imgs = c.plan.s1x1_images;
+  Temporary extra(c.ws, c.plan.grad_floats);
+  Temporary g(c.ws, c.plan.s1x1_floats);
+  for (int64_t n0 = 0; n0 < p.N; n0 += imgs) {
+    const RouteStep& st = p.N - n0 < imgs ? c.plan.last : c.plan.step;
+    ConvProblem pc = p;
+    pc.N = st.q.N;
+    gather_strided_1x1_f32(pc, in_ptr(c.args.b) + n0 * p.OC() * p.dst_spatial(), g.get(),
+                           c.nt());
+    const WeightsView target = n0 == 0 ? c.args.w : with_data(c.args.w, extra.get());
+    if (!run_bwd_weights_step(c, st, in_ptr(c.args.a) + n0 * p.IC() * p.src_spatial(), g.get(),
+                              target))
+      return false;
+    if (n0 > 0) add_gradient(c.args.w, extra.get(), c.plan.grad_floats, c.nt());
+  }
+  return true;
+}
+
+bool run_backward_weights(const Ctx& c) {
+  switch (c.plan.s1x1) {
+    case Strided1x1::GatherChunks: return run_gather_chunks(c);
+    case Strided1x1::Gather: {
+      Temporary g(c.ws, c.plan.s1x1_floats);
+      gather_strided_1x1_f32(c.plan.spec.p, in_ptr(c.args.b), g.get(), c.nt());
+      return run_bwd_weights_step(c, c.plan.step, in_ptr(c.args.a), g.get(), c.args.w);
+    }
+    default:
+      return run_bwd_weights_step(c, c.plan.step, in_ptr(c.args.a), in_ptr(c.args.b), c.args.w);
+  }
+}
+
+void run_reference(const CallPlan& plan, const CallArgs& args) {
+  const CallSpec& s = plan.spec;
+  switch (s.pass) {
+    case Pass::Forward:
+      reference_forward(s.p, s.dtype, args.a, args.w, args.bias, args.b, s.nthreads);
+      break;
+    case Pass::BackwardData:
+      reference_backward_data(s.p, s.dtype, args.a, args.w, args.b, s.nthreads);
+      break;
+    case Pass::BackwardWeights:
+      reference_backward_weights(s.p, s.dtype, args.a, args.b, args.w, s.nthreads);
+      break;
+  }
+}
+
+}  // namespace
+
+void execute(const CallPlan& plan, const CallArgs& args, Workspace& ws) {
+  if (plan.step.route == Route::None) return;
+  bool ok = false;
+  if (plan.step.route != Route::Reference) {
+    const Ctx c{plan, args, ws};
+    switch (plan.spec.pass) {
+      case Pass::Forward: ok = run_forward(c); break;
+      case Pass::BackwardData: ok = run_backward_data(c); break;
+      case Pass::BackwardWeights: ok = run_backward_weights(c); break;
+    }
+  }
+  if (!ok) run_reference(plan, args);
+}
+
+}  // namespace tct
