@@ -270,7 +270,8 @@ def test_verbose_prints_one_plan_line_per_call():
     assert printed == recorded
     assert [ln.split()[0] for ln in printed] == [
         "pass=forward", "pass=backward_data", "pass=backward_weights", "pass=forward"]
-    assert "dtype=f16" in printed[3] and "route=reference" in printed[3]
+    assert "dtype=f16" in printed[3] and "route=convert16" in printed[3]
+    assert "f32={pass=forward dtype=f32" in printed[3]
 
 
 def test_verbose_off_by_default():

@@ -3,6 +3,7 @@
 #include "plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "x86/x86.h"
@@ -374,6 +375,7 @@ const char* name(Route r) {
     case Route::NcxChunks: return "ncx_chunks";
     case Route::NcxSlabs: return "ncx_slabs";
     case Route::NcxPieces: return "ncx_pieces";
+    case Route::Convert16: return "convert16";
   }
   return "?";
 }
@@ -460,6 +462,14 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
   switch (st.route) {
     case Route::None:
     case Route::Reference: return;
+    case Route::Convert16: {
+      const Convert16Plan& c = plan.convert;
+      os << " images=" << c.images << " chunks=" << c.chunks
+         << " f32_bytes=" << (c.a_floats + c.b_floats + c.w_floats) * sizeof(float)
+         << " f32={" << describe(*c.full) << "}";
+      if (c.last) os << " f32_last={" << describe(*c.last) << "}";
+      return;
+    }
     case Route::Nxc: os << " to_nxc=" << name(st.a) << "," << name(st.b); break;
     case Route::NcxPlanar: break;
     case Route::NcxChunks: os << " images=" << st.images << " chunks=" << st.count; break;
@@ -581,6 +591,52 @@ std::string describe(const CallPlan& plan) {
   return os.str();
 }
 
+// Route::Convert16 (plan.h). A chunk's f32 buffers hold at least an eighth
+// of the call's activations, 8 MiB, or 8x the weights (each chunk's f32 plan
+// packs the weights again), whichever is largest; the extra memory is then
+// about a quarter of the 16-bit tensors for large calls.
+static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
+  const ConvProblem& p = spec.p;
+  int64_t a_img, b_img;  // elements per image of a and b
+  if (spec.pass == Pass::BackwardData) {
+    a_img = p.OC() * p.dst_spatial();
+    b_img = p.IC() * p.src_spatial();
+  } else {
+    a_img = p.IC() * p.src_spatial();
+    b_img = p.OC() * p.dst_spatial();
+  }
+  if (p.N == 0 || a_img == 0 || b_img == 0) {  // nothing to widen: zeros, by the reference
+    plan->step.route = Route::Reference;
+    return;
+  }
+  const int64_t per_image = a_img + b_img;
+  const int64_t w = weights_floats(p);
+  const double target = std::max({static_cast<double>(p.N) * per_image / 8.0,
+                                  static_cast<double>(int64_t{1} << 21), 8.0 * w});
+  Convert16Plan& c = plan->convert;
+  c.images = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(target / per_image)), 1, p.N);
+  c.chunks = (p.N + c.images - 1) / c.images;
+  c.a_floats = c.images * a_img;
+  c.b_floats = c.images * b_img;
+  c.w_floats = w;  // fwd / bwd-data: the weights' span is set by execute from the view
+  // Inputs with other strides come as dense channels-last copies (copy_a/b);
+  // the f32 buffers keep each tensor's dense layout.
+  CallSpec f32 = spec;
+  f32.dtype = DType::F32;
+  plan->copy_a = !spec.a.nxc && !spec.a.ncx;
+  plan->copy_b = spec.pass == Pass::BackwardWeights && !spec.b.nxc && !spec.b.ncx;
+  if (plan->copy_a) f32.a = {true, false};
+  if (plan->copy_b) f32.b = {true, false};
+  f32.p.N = c.images;
+  c.full = std::make_shared<const CallPlan>(make_call_plan(f32));
+  const int64_t rest = p.N - (c.chunks - 1) * c.images;
+  if (rest != c.images) {
+    f32.p.N = rest;
+    c.last = std::make_shared<const CallPlan>(make_call_plan(f32));
+  }
+  plan->step.route = Route::Convert16;
+}
+
 CallPlan make_call_plan(const CallSpec& in) {
   CallPlan plan;
   plan.spec = in;
@@ -592,11 +648,17 @@ CallPlan make_call_plan(const CallSpec& in) {
     plan.step.route = Route::None;
     return plan;
   }
-  // f32 only, on an ISA with kernels; the results are allocated dense by the
-  // caller (ops/), so any other result layout is not planned.
-  if (spec.dtype != DType::F32 || spec.isa == Isa::Reference ||
+  // f32 and (through f32) the 16-bit types, on an ISA with kernels; the
+  // results are allocated dense by the caller (ops/), so any other result
+  // layout is not planned.
+  const bool sixteen = spec.dtype == DType::BF16 || spec.dtype == DType::F16;
+  if ((spec.dtype != DType::F32 && !sixteen) || spec.isa == Isa::Reference ||
       (spec.pass != Pass::BackwardWeights && !spec.b.nxc && !spec.b.ncx)) {
     plan.step.route = Route::Reference;
+    return plan;
+  }
+  if (sixteen) {
+    plan_convert16(spec, &plan);
     return plan;
   }
   switch (spec.pass) {

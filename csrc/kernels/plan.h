@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dispatch.h"
@@ -48,6 +49,7 @@ enum class Route : uint8_t {
   NcxChunks,  // the channels-last kernels through transposed batch chunks
   NcxSlabs,   // the channels-last kernels through transposed slabs of one image
   NcxPieces,  // backward-weights: channels-last pieces, their gradients added in order
+  Convert16,  // bf16 / f16: batch chunks converted to f32, run by an f32 plan, rounded once
 };
 
 // How an activation reaches the channels-last kernels on Route::Nxc.
@@ -83,6 +85,21 @@ enum class Strided1x1 : uint8_t {
   GatherChunks,  // backward-weights: gathered in batch chunks, gradients added in order
 };
 
+struct CallPlan;
+
+// Route::Convert16: 16-bit activations (dense, NCX or channels-last) go
+// through the f32 kernels a batch chunk at a time: the chunk is widened into
+// an f32 buffer of the same layout, the f32 plan of the chunk runs on it, and
+// its result is rounded once to the 16-bit output (forward, backward-data).
+// Backward-weights sums the chunks' f32 gradients in chunk order and rounds
+// the total once. Weights (and bias) are widened once per call.
+struct Convert16Plan {
+  int64_t images = 0, chunks = 0;  // images per chunk, chunks
+  int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b
+  int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
+  std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)
+};
+
 struct CallPlan {
   CallSpec spec;  // the inputs (spec.p: the call's problem)
   TransposeF32Kernels transpose;  // the layout changes' register blocks (spec.isa's)
@@ -96,6 +113,7 @@ struct CallPlan {
   RouteStep last;       // the last chunk's, when it has fewer images (has_last)
   bool has_last = false;
   int64_t grad_floats = 0;  // backward-weights: one gradient copy (pieces, chunks)
+  Convert16Plan convert;    // Route::Convert16
 };
 
 // Pure and cheap (no allocation beyond the plan).

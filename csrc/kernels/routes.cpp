@@ -2,8 +2,11 @@
 // channels-last buffers of the kernels, the strided 1x1 forms, the
 // backward-weights pieces, the drivers (x86.h) and the reference. Reads only
 // the plan: every route, size and ISA comes from it.
+#include <algorithm>
+#include <array>
 #include <stdexcept>
 
+#include "convert.h"
 #include "plan.h"
 #include "x86/x86.h"
 
@@ -270,6 +273,99 @@ bool run_backward_weights(const Ctx& c) {
   }
 }
 
+// ------------------------------------------------------ 16-bit (Convert16)
+
+// Elements of the span a weights view covers (strides are not negative).
+int64_t weights_span(const ConvProblem& p, const WeightsView& w) {
+  if (p.IC() * p.OCg * p.taps() == 0) return 0;
+  int64_t span = 1 + (p.IC() - 1) * w.si + (p.OCg - 1) * w.so;
+  for (int a = 0; a < kAxes; ++a) span += (p.K[a] - 1) * w.sk[a];
+  return span;
+}
+
+// A dense activation of c channels and spatial sizes x, channels
+// last (nxc) or NCX, at data.
+ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, bool nxc) {
+  const int64_t pixels = x[0] * x[1] * x[2];
+  ActView v{data, c * pixels, nxc ? 1 : pixels, {0, 0, 0}};
+  int64_t step = nxc ? c : 1;
+  for (int a = kAxes - 1; a >= 0; --a) {
+    v.sx[a] = step;
+    step *= x[a];
+  }
+  return v;
+}
+
+// The two activations of a pass: channels and spatial sizes of a and b.
+struct Sides16 {
+  int64_t a_c, b_c;
+  std::array<int64_t, kAxes> a_x, b_x;
+};
+Sides16 sides16(Pass pass, const ConvProblem& p) {
+  if (pass == Pass::BackwardData) return {p.OC(), p.IC(), p.O, p.I};
+  return {p.IC(), p.OC(), p.I, p.O};
+}
+
+uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
+
+// Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
+// tensors' own dense layout, each run by its f32 plan; results rounded once.
+bool run_convert16(const Ctx& c) {
+  const CallSpec& s = c.plan.spec;
+  const Convert16Plan& cv = c.plan.convert;
+  const ConvProblem& p = s.p;
+  const bool bww = s.pass == Pass::BackwardWeights;
+  const Sides16 sd = sides16(s.pass, p);
+  const int64_t a_img = sd.a_c * sd.a_x[0] * sd.a_x[1] * sd.a_x[2];
+  const int64_t b_img = sd.b_c * sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
+  const bool a_nxc = c.plan.copy_a || s.a.nxc, b_nxc = c.plan.copy_b || s.b.nxc;
+  auto widen = [&](const void* src, float* dst, int64_t n) {
+    widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
+  };
+  Temporary abuf(c.ws, std::max<int64_t>(1, cv.a_floats));
+  Temporary bbuf(c.ws, std::max<int64_t>(1, cv.b_floats));
+  // Weights widened once (forward, backward-data), or the f32 gradient and a
+  // second copy for the later chunks (backward-weights: the result is dense).
+  const int64_t wn = bww ? cv.w_floats : weights_span(p, c.args.w);
+  Temporary wbuf(c.ws, std::max<int64_t>(1, bww ? 2 * wn : wn));
+  CallArgs in;
+  in.w = with_data(c.args.w, wbuf.get());
+  if (!bww) widen(c.args.w.data, wbuf.get(), wn);
+  Temporary biasbuf(c.ws, c.args.bias ? p.OC() : 1);
+  if (c.args.bias) {
+    widen(c.args.bias, biasbuf.get(), p.OC());
+    in.bias = biasbuf.get();
+  }
+  for (int64_t k = 0; k < cv.chunks; ++k) {
+    const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
+    const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
+    widen(bits16(c.args.a.data) + n0 * a_img, abuf.get(), n * a_img);
+    in.a = dense_view(abuf.get(), sd.a_c, sd.a_x, a_nxc);
+    in.b = dense_view(bbuf.get(), sd.b_c, sd.b_x, b_nxc);
+    if (bww) {
+      widen(bits16(c.args.b.data) + n0 * b_img, bbuf.get(), n * b_img);
+      in.w.data = k == 0 ? wbuf.get() : wbuf.get() + wn;
+    }
+    execute(f32, in, c.ws);
+    if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf.get()), wbuf.get() + wn, wn, s.nthreads);
+    if (!bww)
+      narrow_from_f32(s.isa, s.dtype, bbuf.get(), bits16(c.args.b.data) + n0 * b_img, n * b_img,
+                      s.nthreads);
+  }
+  if (bww) narrow_from_f32(s.isa, s.dtype, wbuf.get(), c.args.w.data, wn, s.nthreads);
+  return true;
+}
+
+bool run_route(const Ctx& c) {
+  if (c.plan.step.route == Route::Convert16) return run_convert16(c);
+  switch (c.plan.spec.pass) {
+    case Pass::Forward: return run_forward(c);
+    case Pass::BackwardData: return run_backward_data(c);
+    case Pass::BackwardWeights: return run_backward_weights(c);
+  }
+  return false;
+}
+
 void run_reference(const CallPlan& plan, const CallArgs& args) {
   const CallSpec& s = plan.spec;
   switch (s.pass) {
@@ -292,11 +388,7 @@ void execute(const CallPlan& plan, const CallArgs& args, Workspace& ws) {
   bool ok = false;
   if (plan.step.route != Route::Reference) {
     const Ctx c{plan, args, ws};
-    switch (plan.spec.pass) {
-      case Pass::Forward: ok = run_forward(c); break;
-      case Pass::BackwardData: ok = run_backward_data(c); break;
-      case Pass::BackwardWeights: ok = run_backward_weights(c); break;
-    }
+    ok = run_route(c);
   }
   if (!ok) run_reference(plan, args);
 }

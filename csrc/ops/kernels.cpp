@@ -104,11 +104,13 @@ bool contiguous_in(const Tensor& t, const std::vector<int64_t>& order) {
   return true;
 }
 
-// Dense channels-last (N, X..., C), and dense NCX: an f32 tensor seen as
-// (N, C, pixels), the case the fast transpose serves (ATen's permute-copy is
-// several times slower for it).
+// Dense channels-last (N, X..., C), and dense NCX: a tensor seen as (N, C,
+// pixels), the case the fast transpose serves (ATen's permute-copy is several
+// times slower for it) and the 16-bit routes widen in batch chunks.
 ActLayout layout_of(const Tensor& t, DataFormat f) {
-  const bool ncx = f == DataFormat::NCX && t.scalar_type() == at::kFloat && t.is_contiguous();
+  const auto dt = t.scalar_type();
+  const bool ncx = f == DataFormat::NCX && t.is_contiguous() &&
+                   (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
   return {contiguous_in(t, nxc_order(f, static_cast<int>(t.dim()) - 2)), ncx};
 }
 

@@ -183,7 +183,13 @@ TEST(Plans, AreBuiltForAnyIsaWithoutRunning) {
   s.isa = Isa::Reference;
   EXPECT_EQ(make_call_plan(s).step.route, Route::Reference);
   s.isa = Isa::Avx2;
-  s.dtype = DType::BF16;
+  s.dtype = DType::BF16;  // through f32 chunks, each with its own f32 plan
+  const CallPlan c16 = make_call_plan(s);
+  EXPECT_EQ(c16.step.route, Route::Convert16);
+  ASSERT_TRUE(c16.convert.full);
+  EXPECT_EQ(c16.convert.full->spec.dtype, DType::F32);
+  EXPECT_EQ(c16.convert.images * (c16.convert.chunks - 1) < s.p.N, true);
+  s.dtype = DType::F64;
   EXPECT_EQ(make_call_plan(s).step.route, Route::Reference);
   s.dtype = DType::F32;
   s.p.N = 0;  // an empty result; backward-weights still writes its zeros
