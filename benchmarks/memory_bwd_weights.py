@@ -33,7 +33,7 @@ CASES = {
     "img_2d_32ch_k3s2_cl": (2, 32, 32, (256, 256), (3, 3), (2, 2), (1, 1), "NCX",
                             "channels_last"),
     "line_256ch_k16s8": (1, 256, 256, (8192,), (16,), (8,), (4,), "NCX", "auto"),
-    # Strided 1x1 on NCX (the gathered diff_dst of as_stride_1).
+    # Strided 1x1 on NCX (the gathered diff_dst of the call plan's gathers_1x1).
     "line_1x1_s2": (1, 16, 16, (1 << 20,), (1,), (2,), (0,), "NCX", "auto"),
     "img_1x1_s2": (4, 64, 64, (128, 128), (1, 1), (2, 2), (0, 0), "NCX", "auto"),
     # Benchmark layers whose NCX route changed (bench.py's cases).

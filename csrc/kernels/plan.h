@@ -59,8 +59,13 @@ enum class ToNxc : uint8_t {
   Copy,       // other strides: made dense channels-last by the caller before execute()
 };
 
-// The per-thread buffers a call uses (Workspace::buffer).
-enum WorkspaceSlot { kInput = 0, kInput2 = 1, kOutput = 2, kSlots = 3 };
+// The per-thread buffers a call uses (Workspace::buffer): the layout changes'
+// (kInput, kInput2, kOutput) and Route::Convert16's f32 copies (kWideA,
+// kWideB: a chunk's activations; kWideW: the weights or the gradients).
+enum WorkspaceSlot {
+  kInput = 0, kInput2 = 1, kOutput = 2, kRouteSlots = 3,
+  kWideA = 3, kWideB = 4, kWideW = 5, kSlots = 6
+};
 
 // One problem on one route: the call's, or one batch chunk's of a strided 1x1 form.
 struct RouteStep {
@@ -74,7 +79,7 @@ struct RouteStep {
   // on a backward-weights NcxPlanar step (its fallback; count 0: none).
   int axis = 0;
   int64_t images = 0, rows = 0, count = 0;
-  int64_t buffer[kSlots] = {0, 0, 0};  // floats of each per-thread buffer (largest request)
+  int64_t buffer[kRouteSlots] = {0, 0, 0};  // floats of each per-thread buffer (largest request)
 };
 
 // The strided 1x1 forms (K = 1 on every axis, some s > 1) on dense NCX tensors.

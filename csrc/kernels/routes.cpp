@@ -322,37 +322,38 @@ bool run_convert16(const Ctx& c) {
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
-  Temporary abuf(c.ws, std::max<int64_t>(1, cv.a_floats));
-  Temporary bbuf(c.ws, std::max<int64_t>(1, cv.b_floats));
+  float* const abuf = c.ws.buffer(kWideA, std::max<int64_t>(1, cv.a_floats));
+  float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   // Weights widened once (forward, backward-data), or the f32 gradient and a
-  // second copy for the later chunks (backward-weights: the result is dense).
+  // second copy for the later chunks (backward-weights: the result is dense);
+  // then the bias.
   const int64_t wn = bww ? cv.w_floats : weights_span(p, c.args.w);
-  Temporary wbuf(c.ws, std::max<int64_t>(1, bww ? 2 * wn : wn));
+  const int64_t bias_n = c.args.bias ? p.OC() : 0;
+  float* const wbuf = c.ws.buffer(kWideW, std::max<int64_t>(1, (bww ? 2 * wn : wn) + bias_n));
   CallArgs in;
-  in.w = with_data(c.args.w, wbuf.get());
-  if (!bww) widen(c.args.w.data, wbuf.get(), wn);
-  Temporary biasbuf(c.ws, c.args.bias ? p.OC() : 1);
+  in.w = with_data(c.args.w, wbuf);
+  if (!bww) widen(c.args.w.data, wbuf, wn);
   if (c.args.bias) {
-    widen(c.args.bias, biasbuf.get(), p.OC());
-    in.bias = biasbuf.get();
+    widen(c.args.bias, wbuf + wn, bias_n);
+    in.bias = wbuf + wn;
   }
   for (int64_t k = 0; k < cv.chunks; ++k) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
     const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
-    widen(bits16(c.args.a.data) + n0 * a_img, abuf.get(), n * a_img);
-    in.a = dense_view(abuf.get(), sd.a_c, sd.a_x, a_nxc);
-    in.b = dense_view(bbuf.get(), sd.b_c, sd.b_x, b_nxc);
+    widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
+    in.a = dense_view(abuf, sd.a_c, sd.a_x, a_nxc);
+    in.b = dense_view(bbuf, sd.b_c, sd.b_x, b_nxc);
     if (bww) {
-      widen(bits16(c.args.b.data) + n0 * b_img, bbuf.get(), n * b_img);
-      in.w.data = k == 0 ? wbuf.get() : wbuf.get() + wn;
+      widen(bits16(c.args.b.data) + n0 * b_img, bbuf, n * b_img);
+      in.w.data = k == 0 ? wbuf : wbuf + wn;
     }
     execute(f32, in, c.ws);
-    if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf.get()), wbuf.get() + wn, wn, s.nthreads);
+    if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
     if (!bww)
-      narrow_from_f32(s.isa, s.dtype, bbuf.get(), bits16(c.args.b.data) + n0 * b_img, n * b_img,
+      narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }
-  if (bww) narrow_from_f32(s.isa, s.dtype, wbuf.get(), c.args.w.data, wn, s.nthreads);
+  if (bww) narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
   return true;
 }
 

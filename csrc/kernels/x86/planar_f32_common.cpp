@@ -2232,7 +2232,7 @@ bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const Con
   // 2D one's 64 x 4 columns tied on Zen 4 and run 1.05-1.15x faster
   // channels-last on Zen 5 (rotated A/B); so does a 1x1 s2 256 <- 512 on Zen 4 (1.15x
   // channels-last on Zen 5; dense NCX ones of 2 MiB and more arrive here
-  // gathered, as stride 1: ops/kernels.cpp). A 1x1 kernel of stride 1, whose
+  // gathered, as stride 1: kernels/plan.cpp, gathers_1x1). A 1x1 kernel of stride 1, whose
   // im2col is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet
   // 4a's 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
   bool plain_1x1 = p.taps() == 1;

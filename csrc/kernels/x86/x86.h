@@ -1,6 +1,8 @@
-// Entry points of the x86 f32 kernels (AVX-512 and AVX2). Same contract as
-// the fast_*_f32 functions of dispatch.h, with the ISA to use given; isa is
-// never Isa::Reference and the CPU is known to support it.
+// Entry points of the x86 f32 drivers (AVX-512 and AVX2), called by the
+// call plans' routes (kernels/routes.cpp) with the ISA the plan read once;
+// isa is never Isa::Reference and the CPU is known to support it. Each
+// returns false when it has no kernel for the problem (the route then runs
+// the reference). Activations are dense channels-last unless stated.
 #pragma once
 
 #include <string>
