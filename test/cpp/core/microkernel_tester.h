@@ -1,0 +1,252 @@
+// Shared pieces of the micro-kernel testers (test_microkernels_*.cpp), in the
+// spirit of XNNPACK's gemm-microkernel-tester: every entry of every
+// micro-kernel table (kConvTables, kBwwTables, kPlanarTables below; one line
+// per table) is run on sampled shapes and compared with a scalar version of
+// its documented contract, on small integers (every sum is exact: ==).
+//
+// Buffers: inputs end exactly where the contract says they may be read (in
+// the ASan build, test/test_sanitizers.py, a read past them is reported; in
+// the others a few NaNs follow, which any read that reaches an output turns
+// into a mismatch). Cells the contract does not let the kernel read are NaN.
+// Outputs are surrounded by guard cells (a NaN with its own payload) and
+// every cell the kernel may not write starts as a guard; the whole
+// allocation is compared afterwards, so a stray store is a failure too.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/x86/bwd_weights_f32.h"
+#include "kernels/x86/conv_f32_kernels.h"
+#include "kernels/x86/planar_f32.h"
+
+namespace tct {
+namespace mkt {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+// --- the tables under test: a new table is one line here --------------------
+
+template <class Table>
+struct TableCase {
+  const char* name;  // test name suffix
+  Isa isa;           // skipped where the CPU lacks it
+  const Table* (*get)();
+};
+using ConvTableCase = TableCase<x86::ConvF32Table>;
+using BwwTableCase = TableCase<x86::bww::BwdWeightsF32Table>;
+using PlanarTableCase = TableCase<x86::PlanarF32Table>;
+
+inline const ConvTableCase kConvTables[] = {
+    {"f32_avx512", Isa::Avx512, x86::conv_f32_table_avx512},
+    {"f32_avx2", Isa::Avx2, x86::conv_f32_table_avx2},
+};
+inline const BwwTableCase kBwwTables[] = {
+    {"f32_avx512", Isa::Avx512, x86::bww::bwd_weights_f32_table_avx512},
+    {"f32_avx2", Isa::Avx2, x86::bww::bwd_weights_f32_table_avx2},
+};
+inline const PlanarTableCase kPlanarTables[] = {
+    {"f32_avx512", Isa::Avx512, x86::planar_f32_table_avx512},
+    {"f32_avx2", Isa::Avx2, x86::planar_f32_table_avx2},
+};
+
+// (gtest prints the parameter of a failing test with this.)
+template <class Table>
+void PrintTo(const TableCase<Table>& c, std::ostream* os) {
+  *os << c.name;
+}
+
+template <class Table>
+std::string table_name(const ::testing::TestParamInfo<TableCase<Table>>& info) {
+  return info.param.name;
+}
+
+// --- cell values ---------------------------------------------------------------
+
+inline float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+// Output cells no store may reach.
+inline float guard() { return from_bits(0x7fc0dead); }
+inline bool is_guard(float f) { return bits(f) == 0x7fc0dead; }
+// Input cells no read may reach (a NaN: whatever it touches is wrong).
+inline float poison() { return from_bits(0x7fc0beef); }
+// In an expected output: a cell the kernel may write with anything.
+inline float any() { return from_bits(0x7fc0a11a); }
+inline bool is_any(float f) { return bits(f) == 0x7fc0a11a; }
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+class Rng {
+ public:
+  explicit Rng(uint32_t seed) : gen_(seed) {}
+  // Uniform in [lo, hi].
+  int64_t uni(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
+  }
+  bool coin() { return uni(0, 1) != 0; }
+  // A small integer (the values of every input).
+  float val() { return static_cast<float>(uni(-4, 4)); }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(uni(0, static_cast<int64_t>(v.size()) - 1))];
+  }
+  std::vector<int64_t> perm(int64_t n) {
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+    std::shuffle(p.begin(), p.end(), gen_);
+    return p;
+  }
+
+ private:
+  std::mt19937 gen_;
+};
+
+// n floats at data(), in a 64-byte aligned allocation: `shift` floats (0-15)
+// past a 64-byte boundary, after a lead of guard / poison cells, and before
+// a trail of them. Inputs: no trail in the ASan build (a read past the end is
+// reported). Outputs: 16 guard cells either side, all cells guards at first.
+class Buf {
+ public:
+  static Buf input(int64_t n, int64_t shift = 0) {
+    return Buf(n, 16 + shift, kAsan ? 0 : 16, poison());
+  }
+  static Buf output(int64_t n, int64_t shift = 0) { return Buf(n, 16 + shift, 16, guard()); }
+
+  Buf(Buf&& o) noexcept : mem_(o.mem_), lead_(o.lead_), n_(o.n_), total_(o.total_) {
+    o.mem_ = nullptr;
+  }
+  Buf& operator=(Buf&& o) noexcept {
+    std::swap(mem_, o.mem_);
+    std::swap(lead_, o.lead_);
+    std::swap(n_, o.n_);
+    std::swap(total_, o.total_);
+    return *this;
+  }
+  Buf(const Buf&) = delete;
+  ~Buf() {
+    if (mem_) ::operator delete[](mem_, std::align_val_t{64});
+  }
+  float* data() { return mem_ + lead_; }
+  const float* data() const { return mem_ + lead_; }
+  float& operator[](int64_t i) { return data()[i]; }
+  int64_t size() const { return n_; }
+  // The whole allocation, guards included (index lead() is data()[0]).
+  std::vector<float> all() const { return std::vector<float>(mem_, mem_ + total_); }
+  int64_t lead() const { return lead_; }
+  void fill(float v) { std::fill(data(), data() + n_, v); }
+  void fill_values(Rng& rng) {
+    for (int64_t i = 0; i < n_; ++i) data()[i] = rng.val();
+  }
+
+ private:
+  Buf(int64_t n, int64_t lead, int64_t trail, float outside)
+      : lead_(lead), n_(n), total_(lead + n + trail) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(total_, 1)) * 4;
+    mem_ = static_cast<float*>(::operator new[](bytes, std::align_val_t{64}));
+    std::fill(mem_, mem_ + total_, outside);
+  }
+  float* mem_;
+  int64_t lead_, n_, total_;
+};
+
+// An output and the expected contents of its whole allocation: cells start
+// as they are in the buffer (guards, or the accumulator's initial values);
+// the scalar reference sets the cells the kernel computes (or any()).
+struct Expect {
+  explicit Expect(const Buf& b) : want(b.all()), lead(b.lead()) {}
+  float& operator[](int64_t i) { return want[static_cast<size_t>(lead + i)]; }
+  std::vector<float> want;
+  int64_t lead;
+};
+
+// Compares a buffer with its expected contents: guard cells bit for bit,
+// computed cells with == (integers; +0 and -0 alike), any() cells not at all.
+inline ::testing::AssertionResult matches(const Buf& got, const Expect& e,
+                                          const char* what = "out") {
+  const std::vector<float> g = got.all();
+  int bad = 0;
+  std::ostringstream o;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float w = e.want[i];
+    if (is_any(w)) continue;
+    const bool ok = is_guard(w) ? bits(g[i]) == bits(w) : g[i] == w;
+    if (ok) continue;
+    if (bad++ < 6) {
+      const int64_t at = static_cast<int64_t>(i) - e.lead;
+      o << "\n  " << what << "[" << at << "]";
+      if (at < 0 || at >= got.size()) o << " (outside the buffer)";
+      o << ": got ";
+      if (is_guard(g[i])) o << "guard"; else o << g[i];
+      o << ", want ";
+      if (is_guard(w)) o << "guard (no store)"; else o << w;
+    }
+  }
+  if (!bad) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " wrong cells in " << what << ":" << o.str();
+}
+
+// Collects the failures of a test's cases: the first few in full, then a count.
+class Failures {
+ public:
+  // Returns false once enough failures were reported (the caller may stop).
+  bool add(const ::testing::AssertionResult& r, const std::string& kernel, const std::string& c) {
+    ++checked_;
+    if (r) return true;
+    if (++failed_ <= 8) ADD_FAILURE() << kernel << " " << c << ": " << r.message();
+    return failed_ < 64;
+  }
+  int64_t checked() const { return checked_; }
+  ~Failures() {
+    if (failed_ > 8) ADD_FAILURE() << failed_ << " failing cases in all (8 shown)";
+    ::testing::Test::RecordProperty("cases", std::to_string(checked_));
+  }
+
+ private:
+  int64_t checked_ = 0, failed_ = 0;
+};
+
+// "name=value" lists for the case descriptions.
+class Desc {
+ public:
+  template <class T>
+  Desc& operator()(const char* name, const T& v) {
+    o_ << (first_ ? "" : " ") << name << "=" << v;
+    first_ = false;
+    return *this;
+  }
+  std::string str() const { return o_.str(); }
+
+ private:
+  std::ostringstream o_;
+  bool first_ = true;
+};
+
+}  // namespace mkt
+}  // namespace tct

@@ -1,0 +1,496 @@
+// Micro-kernel tester of the forward / backward-data tables (ConvF32Table,
+// conv_f32_kernels.h): every GEMM tile and each of its partial-row forms, the
+// dot, depthwise and small-groups tiles and the weight-packing transposes,
+// against scalar versions of their contracts (microkernel_tester.h).
+#include <immintrin.h>
+
+#include "microkernel_tester.h"
+
+namespace tct {
+namespace mkt {
+namespace {
+
+using x86::ConvF32Table;
+using x86::ConvGroupedArgs;
+using x86::ConvTileArgs;
+using x86::ConvTileFn;
+
+// Where the output rows of a tile lie.
+enum Layout {
+  kScattered = 0,  // rows in a random order, a row stride that breaks alignment
+  kLines = 1,      // rows at 64-byte boundaries, the columns from one
+  kBackToBack = 2  // rows one after the other (stride ncols), from a 64-byte boundary
+};
+
+// Input rows and the pointers to them. Pointer mode: a[t*MR + m] (cells
+// before a_off poisoned; some rows share one zero row, as padding taps do);
+// row mode: rows[m] + tapoff[t], only the taps' runs readable.
+struct TileInputs {
+  std::vector<Buf> bufs;
+  std::vector<const float*> a, rows;
+  std::vector<int64_t> tapoff;
+  bool row_mode = false;
+  int MR = 0;
+  // Row m's input of tap t (the a_off of GEMM tiles not included).
+  const float* in(int m, int64_t t) const {
+    return row_mode ? rows[m] + tapoff[t] : a[t * MR + m];
+  }
+
+  // T taps x MR rows, the first M real, each read at [a_off, a_off + len);
+  // the other rows' inputs all poison. (Depthwise tiles: a_off 0.)
+  void build(Rng& rng, int MR_, int M, int64_t T, int64_t a_off, int64_t len, bool rows_) {
+    MR = MR_;
+    row_mode = rows_;
+    bufs.reserve(static_cast<size_t>(T * MR + MR + 2));
+    if (!row_mode) {
+      bufs.push_back(Buf::input(a_off + len));  // the zero row
+      Buf& zero = bufs.back();
+      for (int64_t i = a_off; i < a_off + len; ++i) zero[i] = 0.f;
+      bufs.push_back(Buf::input(a_off + len));  // dummy rows' input: poison
+      const float* dummy = bufs.back().data();
+      const float* zp = zero.data();
+      a.resize(static_cast<size_t>(T * MR));
+      for (int64_t t = 0; t < T; ++t)
+        for (int m = 0; m < MR; ++m) {
+          const float*& p = a[t * MR + m];
+          if (m >= M) {
+            p = dummy;
+          } else if (rng.uni(0, 5) == 0) {
+            p = zp;
+          } else {
+            bufs.push_back(Buf::input(a_off + len));
+            Buf& b = bufs.back();
+            for (int64_t i = a_off; i < a_off + len; ++i) b[i] = rng.val();
+            p = b.data();
+          }
+        }
+      return;
+    }
+    // Offsets from -origin on (taps before the row's base, as backward-data's).
+    tapoff.resize(static_cast<size_t>(T));
+    const int64_t origin = rng.coin() ? 0 : rng.uni(1, len + 2);
+    int64_t span = a_off + len;
+    for (int64_t t = 0; t < T; ++t) {
+      tapoff[t] = rng.uni(0, 2 * len + 3) - origin;
+      span = std::max(span, origin + tapoff[t] + a_off + len);
+    }
+    rows.resize(static_cast<size_t>(MR));
+    for (int m = 0; m < MR; ++m) {
+      bufs.push_back(Buf::input(span));
+      Buf& b = bufs.back();
+      if (m < M)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < len; ++i) {
+            float& x = b[origin + tapoff[t] + a_off + i];
+            if (bits(x) == bits(poison())) x = rng.val();
+          }
+      rows[m] = b.data() + origin;
+    }
+  }
+};
+
+// M output rows of `width` columns from column col_off, laid out per
+// `layout`; out[m] for m >= M (dummy rows) point into `forbidden`.
+struct TileOutputs {
+  Buf out = Buf::output(0);
+  Buf forbidden = Buf::output(0);
+  std::vector<float*> ptr;
+  std::vector<int64_t> row;  // row m's offset in out
+  int64_t ld = 0;
+
+  void build(Rng& rng, int MR, int M, int64_t col_off, int64_t width, Layout layout,
+             int64_t dummy_width) {
+    int64_t shift = 0;
+    std::vector<int64_t> order;
+    if (layout == kScattered) {
+      ld = col_off + width + rng.uni(0, 5);
+      shift = rng.uni(0, 15);
+      order = rng.perm(M);
+    } else {
+      ld = layout == kLines ? round_up(col_off + width, 16) + 16 * rng.uni(0, 1) : width;
+      order = rng.perm(M);
+      if (layout == kBackToBack) std::sort(order.begin(), order.end());
+    }
+    out = Buf::output(M * ld, shift);
+    forbidden = Buf::output(dummy_width);
+    ptr.resize(static_cast<size_t>(MR));
+    row.resize(static_cast<size_t>(M));
+    for (int m = 0; m < MR; ++m) {
+      if (m < M) {
+        row[m] = order[m] * ld;
+        ptr[m] = out.data() + row[m];
+      } else {
+        ptr[m] = forbidden.data();
+      }
+    }
+  }
+};
+
+// Weight taps: tap t's weights are row wt(t) of nw (wtap: a random injective
+// map into a larger set, as when padding taps are left out).
+struct Taps {
+  std::vector<int32_t> wtap;
+  int64_t nw = 0;
+  void build(Rng& rng, int64_t T, bool use_wtap) {
+    nw = use_wtap ? T + 2 : T;
+    if (!use_wtap) return;
+    const std::vector<int64_t> p = rng.perm(nw);
+    for (int64_t t = 0; t < T; ++t) wtap.push_back(static_cast<int32_t>(p[t]));
+  }
+  int64_t wt(int64_t t) const { return wtap.empty() ? t : wtap[t]; }
+  const int32_t* ptr() const { return wtap.empty() ? nullptr : wtap.data(); }
+};
+
+struct GemmCase {
+  int64_t ntaps, cred, a_off, col_off, ncols;
+  bool accumulate, row_mode, wtap, stream, prefetch;
+  Layout layout;
+  std::string str() const {
+    return Desc()("ntaps", ntaps)("cred", cred)("a_off", a_off)("col_off", col_off)("ncols", ncols)(
+               "accumulate", accumulate)("row_mode", row_mode)("wtap", wtap)("stream", stream)(
+               "prefetch", prefetch)("layout", static_cast<int>(layout))
+        .str();
+  }
+};
+
+// out[m][col_off + j] = init + sum_t sum_c in(m, t)[a_off + c] * w[(wt(t)*cred + c)*NR + j].
+::testing::AssertionResult run_gemm(ConvTileFn fn, int MR, int M, int NR, GemmCase k, Rng& rng) {
+  if (k.layout == kBackToBack) k.col_off = 0;
+  if (k.layout == kLines) k.col_off = round_up(k.col_off, 16);
+  const int64_t T = k.ntaps, cred = k.cred;
+  Taps taps;
+  taps.build(rng, T, k.wtap);
+  Buf w = Buf::input(taps.nw * cred * NR);  // 64-byte aligned
+  for (int64_t i = 0; i < w.size(); ++i) w[i] = i % NR < k.ncols ? rng.val() : poison();
+  Buf bias = Buf::input(NR);
+  for (int64_t j = 0; j < NR; ++j) bias[j] = j < k.ncols && !k.accumulate ? rng.val() : poison();
+  TileInputs in;
+  in.build(rng, MR, M, T, k.a_off, cred, k.row_mode);
+  TileOutputs o;
+  o.build(rng, MR, M, k.col_off, k.ncols, k.layout, k.col_off + NR + 16);
+  if (k.accumulate)
+    for (int m = 0; m < M; ++m)
+      for (int64_t j = 0; j < k.ncols; ++j) o.out[o.row[m] + k.col_off + j] = rng.val();
+  Expect want(o.out);
+  const Expect untouched(o.forbidden);
+  for (int m = 0; m < M; ++m)
+    for (int64_t j = 0; j < k.ncols; ++j) {
+      float& s = want[o.row[m] + k.col_off + j];
+      if (!k.accumulate) s = bias[j];
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < cred; ++c)
+          s += in.in(m, t)[k.a_off + c] * w[(taps.wt(t) * cred + c) * NR + j];
+    }
+  ConvTileArgs args;
+  args.a = k.row_mode ? nullptr : in.a.data();
+  args.rows = k.row_mode ? in.rows.data() : nullptr;
+  args.tapoff = k.row_mode ? in.tapoff.data() : nullptr;
+  args.w = w.data();
+  args.wtap = taps.ptr();
+  args.bias = bias.data();
+  args.out = o.ptr.data();
+  args.ntaps = T;
+  args.cred = cred;
+  args.a_off = k.a_off;
+  args.col_off = k.col_off;
+  args.ncols = k.ncols;
+  args.accumulate = k.accumulate;
+  args.stream = k.stream;
+  args.prefetch = k.prefetch ? 64 : 0;
+  fn(&args);
+  _mm_sfence();
+  ::testing::AssertionResult r = matches(o.out, want);
+  if (!r) return r;
+  return matches(o.forbidden, untouched, "out[dummy rows]");
+}
+
+class ConvMicrokernels : public ::testing::TestWithParam<ConvTableCase> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam().isa);
+    tab = GetParam().get();
+    ASSERT_NE(tab, nullptr);
+  }
+  const ConvF32Table* tab = nullptr;
+};
+
+TEST_P(ConvMicrokernels, TableIsWellFormed) {
+  EXPECT_NE(tab->isa, nullptr);
+  EXPECT_TRUE(tab->lanes == 8 || tab->lanes == 16) << tab->lanes;
+  ASSERT_GE(tab->ngemm, 0);
+  ASSERT_LE(tab->ngemm, x86::kMaxConvGemmTiles);
+  for (int i = 0; i < tab->ngemm; ++i) {
+    const x86::ConvGemmTile& g = tab->gemm[i];
+    ASSERT_NE(g.fn, nullptr) << i;
+    EXPECT_NE(g.name, nullptr) << i;
+    EXPECT_GE(g.mr, 1) << i;
+    EXPECT_EQ(g.nr % tab->lanes, 0) << i;
+    EXPECT_GT(g.eff, 0.0) << i;
+    EXPECT_LE(g.eff, 1.0) << i;
+    ASSERT_NE(g.partial, nullptr) << i;
+    EXPECT_EQ(g.partial[0], g.fn) << i;
+    for (int m = 1; m < g.mr; ++m) EXPECT_NE(g.partial[m], nullptr) << i << " partial " << m;
+  }
+  if (tab->dw) {
+    EXPECT_GE(tab->dw_rows, 1);
+  }
+  if (tab->grouped) {
+    EXPECT_EQ(tab->grouped_rows, x86::kDwRows);
+  }
+  EXPECT_EQ(tab->dot[0], nullptr);
+  for (int n = 1; n <= x86::kMaxDotColumns; ++n)
+    if (tab->dot[n]) {
+      EXPECT_GE(tab->dot_rows[n], 1) << n;
+    }
+}
+
+// Every GEMM tile with every row count (the tile itself and its partial
+// forms), column tails, accumulate, row mode, wtap, streaming, prefetch.
+TEST_P(ConvMicrokernels, GemmTilesMatchScalar) {
+  Rng rng(11);
+  Failures fails;
+  const std::vector<int64_t> creds = {1, 2, 3, 4, 5, 7, 8, 9, 12, 17, 33};
+  for (int i = 0; i < tab->ngemm; ++i) {
+    const x86::ConvGemmTile& g = tab->gemm[i];
+    for (int M = 1; M <= g.mr; ++M) {
+      const bool full = M == g.mr;
+      const ConvTileFn fn = full ? g.fn : g.partial[M];
+      // Whole tiles, column tails of every kind (one column, one lane past
+      // a vector, one short of the tile, random).
+      std::vector<int64_t> ncols = {g.nr, rng.uni(1, g.nr),
+                                    rng.pick(std::vector<int64_t>{1, g.nr - 1})};
+      if (full) {
+        ncols.push_back(g.nr - 1);
+        ncols.push_back(1);
+        ncols.push_back(rng.uni(1, g.nr));
+        if (tab->lanes + 1 < g.nr) ncols.push_back(tab->lanes + 1);
+        if (tab->lanes < g.nr) ncols.push_back(tab->lanes);
+      }
+      for (int64_t nc : ncols) {
+        // All 16 combinations of the switches (the other parameters random).
+        for (int bitsf = 0; bitsf < 16; ++bitsf) {
+          GemmCase k;
+          k.ntaps = rng.uni(0, 9) == 0 ? 0 : rng.uni(1, 4);
+          k.cred = rng.pick(creds);
+          k.a_off = rng.uni(0, 5);
+          k.col_off = rng.uni(0, 2 * g.nr);
+          k.ncols = nc;
+          k.accumulate = bitsf & 1;
+          k.row_mode = bitsf & 2;
+          k.wtap = bitsf & 4;
+          k.stream = (bitsf & 8) && !k.accumulate;  // (streams only fresh tiles)
+          k.prefetch = rng.coin();
+          k.layout = static_cast<Layout>(k.stream ? rng.uni(1, 2) : rng.uni(0, 2));
+          const std::string name =
+              std::string(g.name) + (full ? "" : " partial " + std::to_string(M));
+          if (!fails.add(run_gemm(fn, g.mr, M, g.nr, k, rng), name, k.str())) return;
+        }
+      }
+    }
+  }
+  EXPECT_GT(fails.checked(), 0);
+}
+
+// Dot tiles: NC columns, vectorized over the reduction (tails of it under a
+// mask), weights [c/16][j][16] per tap.
+TEST_P(ConvMicrokernels, DotTilesMatchScalar) {
+  Rng rng(12);
+  Failures fails;
+  for (int NC = 1; NC <= x86::kMaxDotColumns; ++NC) {
+    const ConvTileFn fn = tab->dot[NC];
+    if (!fn) continue;
+    const int MR = tab->dot_rows[NC];
+    for (int64_t cred : {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 50}) {
+      for (int f = 0; f < 8; ++f) {
+        const int64_t T = f == 4 ? 0 : rng.uni(1, 3);
+        const int64_t a_off = rng.uni(0, 5), col_off = rng.uni(0, 6);
+        const bool use_wtap = f & 1;
+        const int64_t credp = round_up(cred, 16);
+        Taps taps;
+        taps.build(rng, T, use_wtap);
+        Buf w = Buf::input(taps.nw * credp * NC);
+        for (int64_t i = 0; i < w.size(); ++i) {
+          const int64_t u = i % (credp * NC);  // within the tap: [c/16][j][16]
+          w[i] = (u / (16 * NC)) * 16 + u % 16 < cred ? rng.val() : 0.f;
+        }
+        Buf bias = Buf::input(NC);
+        bias.fill_values(rng);
+        TileInputs in;
+        in.build(rng, MR, MR, T, a_off, cred, false);
+        TileOutputs o;
+        o.build(rng, MR, MR, col_off, NC, f & 2 ? kScattered : kLines, 0);
+        Expect want(o.out);
+        for (int m = 0; m < MR; ++m)
+          for (int j = 0; j < NC; ++j) {
+            float& s = want[o.row[m] + col_off + j];
+            s = bias[j];
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t c = 0; c < cred; ++c)
+                s += in.in(m, t)[a_off + c] *
+                     w[taps.wt(t) * credp * NC + (c / 16) * 16 * NC + 16 * j + c % 16];
+          }
+        ConvTileArgs args;
+        args.a = in.a.data();
+        args.w = w.data();
+        args.wtap = taps.ptr();
+        args.bias = bias.data();
+        args.out = o.ptr.data();
+        args.ntaps = T;
+        args.cred = cred;
+        args.a_off = a_off;
+        args.col_off = col_off;
+        args.ncols = NC;
+        fn(&args);
+        const std::string c = Desc()("ntaps", T)("cred", cred)("a_off", a_off)("col_off", col_off)(
+                                   "wtap", use_wtap).str();
+        if (!fails.add(matches(o.out, want), "dot" + std::to_string(NC), c)) return;
+      }
+    }
+  }
+  if (tab->dot[1]) {
+    EXPECT_GT(fails.checked(), 0);
+  }
+}
+
+// Depthwise: all channels of the pixel, column tails, pointer / row mode,
+// wtap, streaming stores.
+TEST_P(ConvMicrokernels, DepthwiseTileMatchesScalar) {
+  if (!tab->dw) GTEST_SKIP() << "no depthwise tile";
+  Rng rng(13);
+  Failures fails;
+  const int R = tab->dw_rows, L = tab->lanes;
+  for (int64_t C : {int64_t{1}, int64_t{L - 1}, int64_t{L}, int64_t{L + 1}, int64_t{2 * L},
+                    int64_t{2 * L + 3}, int64_t{4 * L + 5}, int64_t{7}, int64_t{100}}) {
+    for (int f = 0; f < 24; ++f) {
+      const int64_t T = rng.uni(0, 7) == 0 ? 0 : rng.uni(1, 5);
+      const bool row_mode = f & 1, use_wtap = f & 2, stream = f & 4;
+      const Layout layout = stream ? kLines : static_cast<Layout>(rng.uni(0, 2));
+      Taps taps;
+      taps.build(rng, T, use_wtap);
+      Buf w = Buf::input(taps.nw * C);
+      w.fill_values(rng);
+      Buf bias = Buf::input(C);
+      bias.fill_values(rng);
+      TileInputs in;
+      in.build(rng, R, R, T, 0, C, row_mode);
+      TileOutputs o;
+      o.build(rng, R, R, 0, C, layout, 0);
+      Expect want(o.out);
+      for (int m = 0; m < R; ++m)
+        for (int64_t c = 0; c < C; ++c) {
+          float& s = want[o.row[m] + c];
+          s = bias[c];
+          for (int64_t t = 0; t < T; ++t) s += in.in(m, t)[c] * w[taps.wt(t) * C + c];
+        }
+      ConvTileArgs args;
+      args.a = row_mode ? nullptr : in.a.data();
+      args.rows = row_mode ? in.rows.data() : nullptr;
+      args.tapoff = row_mode ? in.tapoff.data() : nullptr;
+      args.w = w.data();
+      args.wtap = taps.ptr();
+      args.bias = bias.data();
+      args.out = o.ptr.data();
+      args.ntaps = T;
+      args.ncols = C;
+      args.stream = stream;
+      tab->dw(&args);
+      _mm_sfence();
+      const std::string c = Desc()("C", C)("ntaps", T)("row_mode", row_mode)("wtap", use_wtap)(
+                                 "stream", stream)("layout", static_cast<int>(layout)).str();
+      if (!fails.add(matches(o.out, want), "dw", c)) return;
+    }
+  }
+}
+
+// Small groups: per 16-channel block v, lane l's input for reduction index c
+// is channel base[v] + idx[(v*cred + c)*16 + l] (read below in_c only).
+TEST_P(ConvMicrokernels, GroupedTileMatchesScalar) {
+  if (!tab->grouped) GTEST_SKIP() << "no small-groups tile";
+  Rng rng(14);
+  Failures fails;
+  const int R = tab->grouped_rows;
+  for (int64_t ncols : {5, 16, 20, 32, 37, 48}) {
+    for (int f = 0; f < 6; ++f) {
+      const int64_t T = rng.uni(1, 3), cred = rng.pick(std::vector<int64_t>{1, 2, 3, 5, 8});
+      const int64_t ncp = round_up(ncols, 16), nv = ncp / 16;
+      std::vector<int32_t> base(static_cast<size_t>(nv));
+      int64_t in_c = 1;
+      for (auto& b : base) {
+        b = static_cast<int32_t>(rng.uni(0, 24));
+        in_c = std::max<int64_t>(in_c, b + 1);
+      }
+      // Some blocks with all 32 channels readable, others fewer (masked loads).
+      in_c = std::max<int64_t>(in_c, *std::max_element(base.begin(), base.end()) + rng.uni(1, 32));
+      std::vector<int32_t> idx(static_cast<size_t>(nv * cred * 16));
+      for (int64_t v = 0; v < nv; ++v)
+        for (int64_t i = 0; i < cred * 16; ++i)
+          idx[v * cred * 16 + i] =
+              static_cast<int32_t>(rng.uni(0, std::min<int64_t>(31, in_c - 1 - base[v])));
+      Buf w = Buf::input(T * cred * ncp);
+      for (int64_t i = 0; i < w.size(); ++i) w[i] = i % ncp < ncols ? rng.val() : poison();
+      Buf bias = Buf::input(ncp);
+      for (int64_t j = 0; j < ncp; ++j) bias[j] = j < ncols ? rng.val() : poison();
+      TileInputs in;
+      in.build(rng, R, R, T, 0, in_c, false);
+      TileOutputs o;
+      o.build(rng, R, R, 0, ncols, kScattered, 0);
+      Expect want(o.out);
+      for (int m = 0; m < R; ++m)
+        for (int64_t oc = 0; oc < ncols; ++oc) {
+          const int64_t v = oc / 16, l = oc % 16;
+          float& s = want[o.row[m] + oc];
+          s = bias[oc];
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < cred; ++c)
+              s += in.in(m, t)[base[v] + idx[(v * cred + c) * 16 + l]] *
+                   w[(t * cred + c) * ncp + oc];
+        }
+      ConvGroupedArgs args{in.a.data(), w.data(), bias.data(), o.ptr.data(), idx.data(),
+                           base.data(), T,        cred,        ncols,        ncp,        in_c};
+      tab->grouped(&args);
+      const std::string c = Desc()("ncols", ncols)("ntaps", T)("cred", cred)("in_c", in_c).str();
+      if (!fails.add(matches(o.out, want), "grouped", c)) return;
+    }
+  }
+}
+
+// The weight-packing transposes: dst[j][i] = src[i*stride + j] for i < rows,
+// j < cols; the streaming form writes whole 64-byte rows (zeros past rows).
+TEST_P(ConvMicrokernels, TransposeRowsMatchScalar) {
+  Rng rng(15);
+  Failures fails;
+  for (int s = 0; s < 2; ++s) {
+    const x86::ConvTransposeRowsFn fn = s ? tab->transpose_rows_stream : tab->transpose_rows;
+    if (!fn) continue;
+    for (int rows = 1; rows <= 16; ++rows)
+      for (int cols = 1; cols <= 16; ++cols) {
+        if (rows % 4 != 1 && cols % 4 != 1 && rows != 16 && cols != 16 && rng.uni(0, 2) != 0)
+          continue;  // a sample of the middle shapes
+        const int64_t stride = rng.pick(std::vector<int64_t>{cols, 16, cols + 3});
+        Buf src = Buf::input((rows - 1) * stride + cols);
+        for (int i = 0; i < rows; ++i)
+          for (int j = 0; j < cols; ++j) src[i * stride + j] = rng.val();
+        const int64_t ld = s ? 16 * rng.uni(1, 2) : 16 + rng.uni(0, 5);
+        Buf dst = Buf::output(cols * ld, s ? 0 : rng.uni(0, 15));
+        std::vector<float*> d(static_cast<size_t>(cols));
+        const std::vector<int64_t> order = rng.perm(cols);
+        for (int j = 0; j < cols; ++j) d[j] = dst.data() + order[j] * ld;
+        Expect want(dst);
+        for (int j = 0; j < cols; ++j)
+          for (int i = 0; i < (s ? 16 : rows); ++i)
+            want[order[j] * ld + i] = i < rows ? src[i * stride + j] : 0.f;
+        fn(src.data(), stride, rows, cols, d.data());
+        _mm_sfence();
+        const std::string c = Desc()("rows", rows)("cols", cols)("stride", stride).str();
+        const char* name = s ? "transpose_rows_stream" : "transpose_rows";
+        if (!fails.add(matches(dst, want, "dst"), name, c)) return;
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, ConvMicrokernels, ::testing::ValuesIn(kConvTables),
+                         table_name<x86::ConvF32Table>);
+
+}  // namespace
+}  // namespace mkt
+}  // namespace tct
