@@ -1351,6 +1351,13 @@ void pack_tile_weights(const PlanarPlan& pl, const std::vector<int64_t>& phase_b
   }
 }
 
+// o[s*x] = t[x] for x < n: a phase's outputs into their row. Its own
+// function: inlined into compute_row, GCC kept s on the stack and reloaded
+// it every element (dw_up 64ch k4 s2 forward NCX ran 1.2x slower, SPR).
+__attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o, int64_t s) {
+  for (int64_t x = 0; x < n; ++x) o[s * x] = t[x];
+}
+
 // The tables of one tiles call (shared by the threads).
 struct TilesCall {
   TilesCall(const TilesPlan& q_, const PlanarF32Table& tab_, const float* in_, const float* bias_,
@@ -1444,9 +1451,8 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
     if (strided_out) {  // phase r's outputs are s2 apart
       const int64_t co0 = mb0 * M, co1 = std::min(g.Cout, mb1 * M);
       for (int64_t co = co0; co < co1; ++co) {
-        float* o = out_img + co * out_plane + r + s2 * t0;
-        const float* t = obuf + (co - co0) * chunk;
-        for (int64_t x = 0; x < tend - t0; ++x) o[s2 * x] = t[x];
+        scatter_phase(obuf + (co - co0) * chunk, tend - t0, out_img + co * out_plane + r + s2 * t0,
+                      s2);
       }
     }
   }
