@@ -59,7 +59,9 @@ bool isa_supported(Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
   switch (isa) {
     case Isa::Reference: return true;
-    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::Avx2:  // (F16C: the 16-bit conversions of convert_avx2.cpp)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

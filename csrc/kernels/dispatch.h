@@ -12,7 +12,7 @@ enum class Isa { Reference, Avx2, Avx512 };
 const char* isa_name(Isa isa);
 // Parses "reference", "avx2", "avx512" (any case); throws ProblemError otherwise.
 Isa parse_isa(const std::string& name);
-// The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA too).
+// The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA and F16C too).
 Isa detected_isa();
 bool isa_supported(Isa isa);
 // The ISA in use: TORCH_CONVTRANSPOSE_ISA when set (read once), else detected_isa().
