@@ -493,6 +493,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
 
 }  // namespace
 
+ActSides act_sides(Pass pass, const ConvProblem& p) {
+  if (pass == Pass::BackwardData) return {p.OC(), p.IC(), p.O, p.I};
+  return {p.IC(), p.OC(), p.I, p.O};
+}
+
 ConvSides conv_sides(bool forward, const ConvProblem& q) {
   if (forward) return {q.IC(), q.src_spatial(), q.OC(), q.dst_spatial()};
   return {q.OC(), q.dst_spatial(), q.IC(), q.src_spatial()};
@@ -601,14 +606,8 @@ std::string describe(const CallPlan& plan) {
 // about a quarter of the 16-bit tensors for large calls.
 static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
-  int64_t a_img, b_img;  // elements per image of a and b
-  if (spec.pass == Pass::BackwardData) {
-    a_img = p.OC() * p.dst_spatial();
-    b_img = p.IC() * p.src_spatial();
-  } else {
-    a_img = p.IC() * p.src_spatial();
-    b_img = p.OC() * p.dst_spatial();
-  }
+  const ActSides sd = act_sides(spec.pass, p);
+  const int64_t a_img = sd.a_image(), b_img = sd.b_image();
   if (p.N == 0 || a_img == 0 || b_img == 0) {  // nothing to widen: zeros, by the reference
     plan->step.route = Route::Reference;
     return;

@@ -11,6 +11,7 @@
 //   execute(plan, args, workspace);         // the layout changes and the kernels
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -167,6 +168,15 @@ struct ConvSides {
   int64_t in_c, in_pixels, out_c, out_pixels;
 };
 ConvSides conv_sides(bool forward, const ConvProblem& q);
+
+// The activations a and b of a pass (CallSpec): channels and spatial sizes.
+struct ActSides {
+  int64_t a_c, b_c;
+  std::array<int64_t, kAxes> a_x, b_x;
+  int64_t a_image() const { return a_c * a_x[0] * a_x[1] * a_x[2]; }  // elements per image
+  int64_t b_image() const { return b_c * b_x[0] * b_x[1] * b_x[2]; }
+};
+ActSides act_sides(Pass pass, const ConvProblem& p);
 
 // A 1x1 kernel with strides (K = 1 on every axis, some s > 1): the same
 // problem at src's resolution (stride 1, no padding, O = I), whose outputs are

@@ -296,16 +296,6 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
   return v;
 }
 
-// The two activations of a pass: channels and spatial sizes of a and b.
-struct Sides16 {
-  int64_t a_c, b_c;
-  std::array<int64_t, kAxes> a_x, b_x;
-};
-Sides16 sides16(Pass pass, const ConvProblem& p) {
-  if (pass == Pass::BackwardData) return {p.OC(), p.IC(), p.O, p.I};
-  return {p.IC(), p.OC(), p.I, p.O};
-}
-
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
 // Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
@@ -315,10 +305,10 @@ bool run_convert16(const Ctx& c) {
   const Convert16Plan& cv = c.plan.convert;
   const ConvProblem& p = s.p;
   const bool bww = s.pass == Pass::BackwardWeights;
-  const Sides16 sd = sides16(s.pass, p);
-  const int64_t a_img = sd.a_c * sd.a_x[0] * sd.a_x[1] * sd.a_x[2];
-  const int64_t b_img = sd.b_c * sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
-  const bool a_nxc = c.plan.copy_a || s.a.nxc, b_nxc = c.plan.copy_b || s.b.nxc;
+  const ActSides sd = act_sides(s.pass, p);
+  const int64_t a_img = sd.a_image(), b_img = sd.b_image();
+  // The f32 buffers in the layouts the chunks' f32 plans were made for.
+  const bool a_nxc = cv.full->spec.a.nxc, b_nxc = cv.full->spec.b.nxc;
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
