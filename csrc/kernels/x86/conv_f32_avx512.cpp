@@ -18,8 +18,6 @@ namespace {
 
 using V = VecAvx512;
 
-inline __mmask16 col_mask(int64_t ncols, int v) { return V::first(ncols - 16 * v); }
-
 }  // namespace
 
 void conv_f32_avx512_dot1(const ConvTileArgs* args) { dot_tile<V, kDotRows[1], 1>(args); }
@@ -43,7 +41,7 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
   const float* const* a = args->a;
   for (int64_t v = 0; v * 16 < args->ncols; ++v) {
     const int64_t base = args->base[v];
-    const __mmask16 klo = col_mask(args->in_c - base, 0), khi = col_mask(args->in_c - base, 1);
+    const __mmask16 klo = V::first(args->in_c - base), khi = V::first(args->in_c - base - 16);
     const __m512 b = _mm512_loadu_ps(args->bias + 16 * v);
     __m512 acc0 = b, acc1 = b, acc2 = b, acc3 = b;
     const int32_t* idx_v = args->idx + v * cred * 16;
@@ -66,7 +64,7 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
         acc3 = _mm512_fmadd_ps(_mm512_permutex2var_ps(lo3, idx, hi3), wv, acc3);
       }
     }
-    const __mmask16 ko = col_mask(args->ncols - 16 * v, 0);
+    const __mmask16 ko = V::first(args->ncols - 16 * v);
     _mm512_mask_storeu_ps(args->out[0] + 16 * v, ko, acc0);
     _mm512_mask_storeu_ps(args->out[1] + 16 * v, ko, acc1);
     _mm512_mask_storeu_ps(args->out[2] + 16 * v, ko, acc2);

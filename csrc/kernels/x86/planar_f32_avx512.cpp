@@ -17,11 +17,6 @@ namespace {
 
 using V = VecAvx512;
 
-// The first n lanes (none when n <= 0, all 16 when n >= 16).
-__mmask16 lanes(int64_t n) {
-  return n <= 0 ? 0 : n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
-}
-
 // Tiles: 16 floats per vector, m * nv <= kAccs accumulators, m <= kM, nv <= kNV.
 constexpr int kAccs = 24, kM = 16, kNV = 8;
 static_assert(kM <= kPlanarTileMaxM && kNV <= kPlanarTileMaxNV, "PlanarF32Table::tile");
@@ -35,7 +30,7 @@ void gemm_nv(const PlanarGemmArgs* a) {
   __mmask16 k[NV], l[NV];
   #pragma GCC unroll 2
   for (int v = 0; v < NV; ++v) {
-    k[v] = lanes(a->n - 16 * v);
+    k[v] = V::first(a->n - 16 * v);
     l[v] = a->accumulate ? k[v] : 0;
   }
   const int64_t kc = a->kc, as = a->a_stride, bs = a->b_stride, cs = a->c_stride;
@@ -93,10 +88,10 @@ void planar_f32_avx512_split2(const float* src, int64_t n, float* even, float* o
   }
   if (j < n) {  // 2 * (n - j) < 32 floats left
     const int64_t r = n - j;
-    const __m512 a = _mm512_maskz_loadu_ps(lanes(2 * r), src + 2 * j);
-    const __m512 b = _mm512_maskz_loadu_ps(lanes(2 * r - 16), src + 2 * j + 16);
-    _mm512_mask_storeu_ps(even + j, lanes(r), _mm512_permutex2var_ps(a, ie, b));
-    _mm512_mask_storeu_ps(odd + j, lanes(r), _mm512_permutex2var_ps(a, io, b));
+    const __m512 a = _mm512_maskz_loadu_ps(V::first(2 * r), src + 2 * j);
+    const __m512 b = _mm512_maskz_loadu_ps(V::first(2 * r - 16), src + 2 * j + 16);
+    _mm512_mask_storeu_ps(even + j, V::first(r), _mm512_permutex2var_ps(a, ie, b));
+    _mm512_mask_storeu_ps(odd + j, V::first(r), _mm512_permutex2var_ps(a, io, b));
   }
 }
 
@@ -126,11 +121,11 @@ void planar_f32_avx512_split3(const float* src, int64_t n, float* d0, float* d1,
   if (j < n) {  // 3 * (n - j) < 48 floats left
     const int64_t r = n - j, m = 3 * r;
     const float* s = src + 3 * j;
-    const __m512 a = _mm512_maskz_loadu_ps(lanes(m), s);
-    const __m512 b = _mm512_maskz_loadu_ps(lanes(m - 16), s + 16);
-    const __m512 c = _mm512_maskz_loadu_ps(lanes(m - 32), s + 32);
+    const __m512 a = _mm512_maskz_loadu_ps(V::first(m), s);
+    const __m512 b = _mm512_maskz_loadu_ps(V::first(m - 16), s + 16);
+    const __m512 c = _mm512_maskz_loadu_ps(V::first(m - 32), s + 32);
     for (int q = 0; q < 3; ++q)
-      _mm512_mask_storeu_ps(dst[q] + j, lanes(r),
+      _mm512_mask_storeu_ps(dst[q] + j, V::first(r),
                             _mm512_permutex2var_ps(_mm512_permutex2var_ps(a, lo[q], b), hi[q], c));
   }
 }
@@ -143,7 +138,7 @@ void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, f
   for (; j + 16 <= n; j += 16, src += 16 * step)
     _mm512_storeu_ps(dst + j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, idx, src, 4));
   if (j < n) {  // only the lanes in the mask are read
-    const __mmask16 k = lanes(n - j);
+    const __mmask16 k = V::first(n - j);
     _mm512_mask_storeu_ps(dst + j, k,
                           _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, src, 4));
   }
