@@ -24,6 +24,9 @@ inline __m256i round_bf16(__m256 x) {
   return _mm256_blendv_epi8(r, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
 }
 
+// The tail's scalar rounding: types.h's to_bf16, restated here because an
+// inline function of that header compiled with this file's -m flags could be
+// the copy the linker keeps for the portable code (IsaObjectsShareNoSymbols).
 inline uint16_t round_bf16_1(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
