@@ -59,14 +59,14 @@ std::string get_ncx_path() { return ncx_path_name(ncx_path()); }
 
 std::vector<std::string> available_isas() {
   std::vector<std::string> out;
-  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Amx})
     if (isa_supported(isa)) out.emplace_back(isa_name(isa));
   return out;
 }
 
 double fma_peak_gflops(int64_t nthreads, double seconds) {
   TORCH_CHECK(nthreads >= 1, "fma_peak_gflops: nthreads must be >= 1, got ", nthreads);
-  return x86::fma_peak_gflops(active_isa(), static_cast<int>(nthreads), seconds);
+  return x86::fma_peak_gflops(vector_isa(active_isa()), static_cast<int>(nthreads), seconds);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ def shared_dir() -> pathlib.Path:
 DATA_FORMATS = ("NXC", "NCX")
 WEIGHTS_FORMATS = ("IOX", "XOI", "OIX", "XIO")
 AUTO_PADS = ("None", "SAME_UPPER", "SAME_LOWER", "VALID")
-KNOWN_ISAS = ("reference", "avx2", "avx512")
+KNOWN_ISAS = ("reference", "avx2", "avx512", "avx512_amx")
 
 
 def mixed_case(s: str, rng: random.Random) -> str:

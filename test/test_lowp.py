@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch_convtranspose as tct
 
-FAST_ISAS = [i for i in ("avx2", "avx512") if i in P.isa_param_names()]
+FAST_ISAS = [i for i in ("avx2", "avx512", "avx512_amx") if i in P.isa_param_names()]
 DTYPES = [torch.bfloat16, torch.float16]
 
 

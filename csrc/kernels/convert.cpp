@@ -32,20 +32,20 @@ void check_dtype(DType dt) {
 
 Fn16To32 widen_fn(Isa isa, DType dt) {
   const bool bf = dt == DType::BF16;
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512: return bf ? x86::bf16_to_f32_avx512 : x86::f16_to_f32_avx512;
     case Isa::Avx2: return bf ? x86::bf16_to_f32_avx2 : x86::f16_to_f32_avx2;
-    case Isa::Reference: break;
+    default: break;
   }
   return bf ? bf16_to_f32_scalar : f16_to_f32_scalar;
 }
 
 Fn32To16 narrow_fn(Isa isa, DType dt) {
   const bool bf = dt == DType::BF16;
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512: return bf ? x86::f32_to_bf16_avx512 : x86::f32_to_f16_avx512;
     case Isa::Avx2: return bf ? x86::f32_to_bf16_avx2 : x86::f32_to_f16_avx2;
-    case Isa::Reference: break;
+    default: break;
   }
   return bf ? f32_to_bf16_scalar : f32_to_f16_scalar;
 }

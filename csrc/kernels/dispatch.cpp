@@ -7,6 +7,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace tct {
 namespace {
@@ -36,6 +40,29 @@ Isa initial_isa() {
   return detected_isa();
 }
 
+// AMX-TILE and AMX-BF16 (CPUID 7.0:EDX bits 24 and 22), the OS saving the
+// tile state (XCR0 bits 17 and 18), and on Linux the process's permission to
+// use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA:
+// granted once per process; torch's oneDNN asks for it the same way).
+bool amx_bf16_usable() {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3) != 3) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -43,6 +70,7 @@ const char* isa_name(Isa isa) {
     case Isa::Reference: return "reference";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Amx: return "avx512_amx";
   }
   return "?";
 }
@@ -52,7 +80,9 @@ Isa parse_isa(const std::string& name) {
   if (l == "reference") return Isa::Reference;
   if (l == "avx2") return Isa::Avx2;
   if (l == "avx512") return Isa::Avx512;
-  throw ProblemError("isa must be one of reference, avx2, avx512, got '" + name + "'");
+  if (l == "avx512_amx") return Isa::Avx512Amx;
+  throw ProblemError("isa must be one of reference, avx2, avx512, avx512_amx, got '" + name +
+                     "'");
 }
 
 bool isa_supported(Isa isa) {
@@ -65,6 +95,8 @@ bool isa_supported(Isa isa) {
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::Avx512Amx:
+      return isa_supported(Isa::Avx512) && amx_bf16_usable();
   }
   return false;
 #else
@@ -93,6 +125,7 @@ bool avx512_amd() {
 }
 
 Isa detected_isa() {
+  if (isa_supported(Isa::Avx512Amx)) return Isa::Avx512Amx;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Reference;

@@ -7,12 +7,18 @@
 
 namespace tct {
 
-enum class Isa { Reference, Avx2, Avx512 };
+// Avx512Amx: the AVX-512 kernels for f32 and f16, and for bf16 the AMX tiles
+// (TDPBF16PS) where they apply; Avx512 on the same CPU is "no native bf16".
+enum class Isa { Reference, Avx2, Avx512, Avx512Amx };
 
 const char* isa_name(Isa isa);
-// Parses "reference", "avx2", "avx512" (any case); throws ProblemError otherwise.
+// Parses "reference", "avx2", "avx512", "avx512_amx" (any case); throws ProblemError otherwise.
 Isa parse_isa(const std::string& name);
-// The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA and F16C too).
+// The vector ISA of the f32 kernels: Avx512 for Avx512Amx, else isa itself.
+inline Isa vector_isa(Isa isa) { return isa == Isa::Avx512Amx ? Isa::Avx512 : isa; }
+// The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA and
+// F16C too; Avx512Amx needs AMX-TILE and AMX-BF16 and the kernel's permission
+// to use the tile data, asked once with arch_prctl on Linux).
 Isa detected_isa();
 bool isa_supported(Isa isa);
 // The ISA in use: TORCH_CONVTRANSPOSE_ISA when set (read once), else detected_isa().

@@ -465,8 +465,15 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
     case Route::Convert16: {
       const Convert16Plan& c = plan.convert;
       os << " images=" << c.images << " chunks=" << c.chunks
-         << " f32_bytes=" << (c.a_floats + c.b_floats + c.w_floats) * sizeof(float)
-         << " f32={" << describe(*c.full) << "}";
+         << " f32_bytes=" << (c.a_floats + c.b_floats + c.w_floats) * sizeof(float);
+      if (c.amx) {
+        ConvProblem q = plan.spec.p;
+        q.N = c.images;
+        os << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
+           << "}";
+        return;
+      }
+      os << " f32={" << describe(*c.full) << "}";
       if (c.last) os << " f32_last={" << describe(*c.last) << "}";
       return;
     }
@@ -575,7 +582,7 @@ std::string describe(const CallPlan& plan) {
   const auto& an = act_names[static_cast<int>(s.pass)];
   std::ostringstream os;
   os << "pass=" << name(s.pass) << " dtype=" << name(s.dtype) << " " << an[0] << "="
-     << name(s.a) << " " << an[1] << "=" << name(s.b) << " isa=" << isa_name(s.isa)
+     << name(s.a) << " " << an[1] << "=" << name(s.b) << " isa=" << isa_name(s.amx ? Isa::Avx512Amx : s.isa)
      << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
   if (plan.s1x1 != Strided1x1::None) {
@@ -622,11 +629,22 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   c.a_floats = c.images * a_img;
   c.b_floats = c.images * b_img;
   c.w_floats = w;  // fwd / bwd-data: the weights' span is set by execute from the view
+  plan->copy_a = !spec.a.nxc && !spec.a.ncx;
+  ConvProblem chunk = p;
+  chunk.N = c.images;
+  c.amx = spec.amx && spec.dtype == DType::BF16 && spec.pass != Pass::BackwardWeights &&
+          (spec.a.nxc || plan->copy_a) && spec.b.nxc &&
+          x86::conv_bf16_amx_applies(spec.pass, chunk, spec.nthreads);
+  if (c.amx) {
+    c.a_floats = 0;  // read in place
+    plan->step.route = Route::Convert16;
+    return;
+  }
   // Inputs with other strides come as dense channels-last copies (copy_a/b);
   // the f32 buffers keep each tensor's dense layout.
   CallSpec f32 = spec;
   f32.dtype = DType::F32;
-  plan->copy_a = !spec.a.nxc && !spec.a.ncx;
+  f32.amx = false;
   plan->copy_b = spec.pass == Pass::BackwardWeights && !spec.b.nxc && !spec.b.ncx;
   if (plan->copy_a) f32.a = {true, false};
   if (plan->copy_b) f32.b = {true, false};
@@ -643,7 +661,9 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
 CallPlan make_call_plan(const CallSpec& in) {
   CallPlan plan;
   plan.spec = in;
-  plan.spec.amd = in.amd && in.isa == Isa::Avx512;  // (Zen 3, also AMD, has no AVX-512)
+  plan.spec.isa = vector_isa(in.isa);
+  plan.spec.amx = in.amx || in.isa == Isa::Avx512Amx;
+  plan.spec.amd = in.amd && plan.spec.isa == Isa::Avx512;  // (Zen 3, also AMD, has no AVX-512)
   const CallSpec spec = plan.spec;  // (a copy: the builders below write into plan)
   plan.transpose = transpose_f32_kernels(spec.isa);
   plan.step.q = spec.p;

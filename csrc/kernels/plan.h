@@ -36,7 +36,8 @@ struct CallSpec {
   DType dtype = DType::F32;
   ConvProblem p;
   ActLayout a, b;
-  Isa isa = Isa::Reference;
+  Isa isa = Isa::Reference;  // make_call_plan keeps vector_isa() here and sets amx
+  bool amx = false;  // Isa::Avx512Amx: bf16 may run on the AMX tiles
   bool amd = false;  // avx512_amd(): an AMD core, whose AVX-512 kernels have their own NCX rule
   NcxPath ncx_path = NcxPath::Auto;
   int nthreads = 1;
@@ -99,8 +100,14 @@ struct CallPlan;
 // its result is rounded once to the 16-bit output (forward, backward-data).
 // Backward-weights sums the chunks' f32 gradients in chunk order and rounds
 // the total once. Weights (and bias) are widened once per call.
+//
+// With spec.amx (bf16 forward / backward-data, channels-last activations,
+// a problem the AMX tiles take: x86::conv_bf16_amx_applies), a is not
+// widened: the AMX tiles read the chunk's bf16 in place (amx = true, no f32
+// plans) and write its f32 result, rounded once as above.
 struct Convert16Plan {
   int64_t images = 0, chunks = 0;  // images per chunk, chunks
+  bool amx = false;
   int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)

@@ -298,6 +298,23 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
+// Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activations
+// (dense channels-last) read in place, the f32 weights and bias of `in`, the
+// f32 result into out (dense channels-last); the f32 kernels of the chunk
+// if the AMX driver declines (it does not: the plan checked it applies).
+void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* out) {
+  const CallSpec& s = c.plan.spec;
+  ConvProblem q = s.p;
+  q.N = n;
+  const ActSides sd = act_sides(s.pass, s.p);
+  const uint16_t* a = static_cast<const uint16_t*>(c.args.a.data) + n0 * sd.a_image();
+  const bool ok = c.forward()
+                      ? x86::forward_bf16_amx(q, a, in.w, static_cast<const float*>(in.bias),
+                                              out, s.nthreads)
+                      : x86::backward_data_bf16_amx(q, a, in.w, out, s.nthreads);
+  if (!ok) throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
+}
+
 // Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
 // tensors' own dense layout, each run by its f32 plan; results rounded once.
 bool run_convert16(const Ctx& c) {
@@ -307,12 +324,13 @@ bool run_convert16(const Ctx& c) {
   const bool bww = s.pass == Pass::BackwardWeights;
   const ActSides sd = act_sides(s.pass, p);
   const int64_t a_img = sd.a_image(), b_img = sd.b_image();
-  // The f32 buffers in the layouts the chunks' f32 plans were made for.
-  const bool a_nxc = cv.full->spec.a.nxc, b_nxc = cv.full->spec.b.nxc;
+  // The f32 buffers in the layouts the chunks' f32 plans were made for
+  // (AMX: channels-last, a not widened).
+  const bool a_nxc = cv.amx || cv.full->spec.a.nxc, b_nxc = cv.amx || cv.full->spec.b.nxc;
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
-  float* const abuf = c.ws.buffer(kWideA, std::max<int64_t>(1, cv.a_floats));
+  float* const abuf = cv.amx ? nullptr : c.ws.buffer(kWideA, std::max<int64_t>(1, cv.a_floats));
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   // Weights widened once (forward, backward-data), or the f32 gradient and a
   // second copy for the later chunks (backward-weights: the result is dense);
@@ -329,15 +347,19 @@ bool run_convert16(const Ctx& c) {
   }
   for (int64_t k = 0; k < cv.chunks; ++k) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
-    const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
-    widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
-    in.a = dense_view(abuf, sd.a_c, sd.a_x, a_nxc);
-    in.b = dense_view(bbuf, sd.b_c, sd.b_x, b_nxc);
-    if (bww) {
-      widen(bits16(c.args.b.data) + n0 * b_img, bbuf, n * b_img);
-      in.w.data = k == 0 ? wbuf : wbuf + wn;
+    if (cv.amx) {
+      run_amx_chunk(c, n0, n, in, bbuf);
+    } else {
+      const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
+      widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
+      in.a = dense_view(abuf, sd.a_c, sd.a_x, a_nxc);
+      in.b = dense_view(bbuf, sd.b_c, sd.b_x, b_nxc);
+      if (bww) {
+        widen(bits16(c.args.b.data) + n0 * b_img, bbuf, n * b_img);
+        in.w.data = k == 0 ? wbuf : wbuf + wn;
+      }
+      execute(f32, in, c.ws);
     }
-    execute(f32, in, c.ws);
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
     if (!bww)
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,

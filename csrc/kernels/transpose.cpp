@@ -57,10 +57,11 @@ void transpose_scalar(const float* src, int64_t ss, float* dst, int64_t ds, int6
 
 TransposeF32Kernels transpose_f32_kernels(Isa isa) {
   TransposeF32Kernels k;
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512: k = {x86::transpose_block16_avx512, x86::transpose_rows_avx512}; break;
     case Isa::Avx2: k = {x86::transpose_block16_avx2, x86::transpose_rows_avx2}; break;
-    case Isa::Reference: break;
+    case Isa::Reference:
+    case Isa::Avx512Amx: break;
   }
   return k;
 }

@@ -1,5 +1,5 @@
 # ctest IsaObjectsShareNoSymbols: the objects compiled with ISA flags (file
-# names with avx512 / avx2) must not define weak or unique symbols (inline
+# names with avx512 / avx2 / amx) must not define weak or unique symbols (inline
 # functions or templates with external linkage, e.g. a std:: algorithm or a
 # template outside the unnamed namespace). The linker keeps one copy of such
 # a symbol for the whole program, possibly the one built with AVX-512
@@ -10,7 +10,7 @@ set(checked 0)
 set(bad "")
 foreach(obj IN LISTS objects)
   get_filename_component(name "${obj}" NAME)
-  if(NOT name MATCHES "avx512|avx2" OR name MATCHES "common")
+  if(NOT name MATCHES "avx512|avx2|amx" OR name MATCHES "common")
     continue()
   endif()
   math(EXPR checked "${checked} + 1")

@@ -117,7 +117,7 @@ int64_t part_start(int64_t n, int64_t k, int64_t j) { return n / k * j + std::mi
 
 // The one place that names the ISAs: their micro-kernel tables.
 const BwdWeightsF32Table* table_for(Isa isa) {
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512: return bww::bwd_weights_f32_table_avx512();
     case Isa::Avx2: return bww::bwd_weights_f32_table_avx2();
     default: return nullptr;

@@ -425,7 +425,7 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
 
 // The micro-kernel table of the ISA (null: no kernels, the reference runs).
 const ConvF32Table* table_for(Isa isa) {
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512:
       return conv_f32_table_avx512();
     case Isa::Avx2:
@@ -622,6 +622,10 @@ struct ConvPlan {
   // Stores and prefetch.
   bool stream = false;
   int64_t prefetch = 0;
+  // The activations' element bytes (4: f32; 2: bf16, read by VNNI tiles
+  // from weights turned into bf16 pairs in place by vnni).
+  int in_bytes = 4;
+  ConvVnniFn vnni = nullptr;
   // Workspace.
   int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
   RowBufSizes row_bufs;
@@ -885,6 +889,8 @@ void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
       (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) / 16 * 16;
   c.CB = c.dot ? std::max<int64_t>(cred, 1)
                : std::max<int64_t>(16, std::min<int64_t>((cred + 15) / 16 * 16, cb_cap));
+  // VNNI tiles reduce 32 channels per step: whole steps per chunk.
+  if (c.vnni && c.CB < cred) c.CB = std::max<int64_t>(32, c.CB / 32 * 32);
   c.nchunks = (cred + c.CB - 1) / c.CB;
   c.nc16 = (cred + 15) / 16;  // packing work per column block
   // Backward-data with a short reduction per tap: along the innermost axis
@@ -893,7 +899,7 @@ void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   // order, so [tap][c][NR] is also [(t0, t1)][(t2, c)][NR]. Tiles whose rows
   // all have every axis-2 tap inside diff_dst run K0*K1 fused taps of
   // K2 * cred channels: a third of the pointers and of the per-tap overhead.
-  c.fuse = !c.fwd && backward_data_fuses_taps(p) && !c.whole_pixel && !c.dot &&
+  c.fuse = !c.fwd && backward_data_fuses_taps(p) && !c.whole_pixel && !c.dot && !c.vnni &&
            cred == c.in_c && c.nchunks == 1;
   c.K2 = c.fuse ? p.K[2] : 1;
   // Packed weights of 2 MiB and more (beyond both L2s) are written with
@@ -1205,15 +1211,17 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // threads, for weights with wv's strides (wv.data is not read): pure, and
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
-ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
+ConvPlan plan_conv(const ConvF32Table* tab, Isa isa, Pass pass, const ConvProblem& p,
+                   const WeightsView& wv, int nthreads) {
   ConvPlan c;
   c.isa = isa;
   c.pass = pass;
   c.fwd = pass == Pass::Forward;
   c.nthreads = std::max(nthreads, 1);
   c.p = p;
-  const ConvF32Table* tab = table_for(isa);
   if (!tab || pass == Pass::BackwardWeights) return c;  // Route::Reference
+  c.in_bytes = tab->in_bytes;
+  c.vnni = tab->vnni;
   const bool fwd = c.fwd;
   c.N = p.N;
   c.cred = fwd ? p.ICg : p.OCg;
@@ -1226,7 +1234,7 @@ ConvPlan plan_conv(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& 
     c.route = Route::Nothing;  // nothing to write
     return c;
   }
-  if (fwd && tab->ngemm > 0 && patch_applies(*tab, p)) {
+  if (fwd && tab->ngemm > 0 && !tab->vnni && patch_applies(*tab, p)) {
     plan_patch(c, *tab, wv);
     return c;
   }
@@ -1311,7 +1319,7 @@ WeightsView dense_iox_strides(const ConvProblem& p) {
 
 // The pointers of one call.
 struct ConvCall {
-  const float* in;
+  const void* in;      // float, or bf16 (uint16_t) where the plan's in_bytes is 2
   float* out;
   const float* W;      // the weights, with the plan's strides
   float* wp;           // packed weights
@@ -1573,6 +1581,15 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
           for (int64_t nb = 0; nb < NB; ++nb)
             pack_block(pl, W, g, nb, c, c + 1, wp + (g * NB + nb) * bf, tr);
       break;
+  }
+}
+
+// VNNI tiles (16-bit activations): each packed tap block of each chunk
+// of column block q turned into bf16 pairs in place (ConvTable::vnni).
+void pack_vnni_block(const ConvPlan& pl, float* block) {
+  for (int64_t c0 = 0; c0 < pl.cred; c0 += pl.CB) {
+    const int64_t cn = std::min(pl.CB, pl.cred - c0);
+    for (int64_t t = 0; t < pl.T; ++t) pl.vnni(block + chunk_offset(pl, c0, t, c0), cn, pl.NR);
   }
 }
 
@@ -1940,7 +1957,7 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
   for (size_t it = 0; it < items.size(); ++it) {
     const LineItem& item = items[it];
     const Phase& ph = pl.phases[static_cast<size_t>(item.phase)];
-    const float* const in_base = call.in + item.n * pl.in_img;
+    const float* const in_base = static_cast<const float*>(call.in) + item.n * pl.in_img;
     float* const out_base = call.out + item.n * pl.out_img;
     list_line_taps(ph, item, lb);
     ConvTileArgs args;
@@ -1954,8 +1971,9 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
 }
 
 // Per-thread buffers of the row-block tiles (sizes: ConvPlan::row_bufs).
+template <class TA>
 struct RowBufs {
-  std::vector<const float*> ind;  // [tile][tap][MR]
+  std::vector<const TA*> ind;  // [tile][tap][MR]
   std::vector<float*> outp;       // [tile][MR]
   std::vector<float> scratch;     // dummy rows' output
   // Per tile (GEMM): the taps kept and their number.
@@ -1966,7 +1984,7 @@ struct RowBufs {
   std::vector<int> tile_real;  // leading rows that are not dummies
   // Row mode tiles: their rows' base pointers (tap 0's input).
   std::vector<char> tile_rowmode;
-  std::vector<const float*> row_base;
+  std::vector<const TA*> row_base;
   // Windows of a lazy axis 2 (one row block's rows).
   std::vector<int64_t> win_in, win_out;
   std::vector<char> win_int;
@@ -1991,11 +2009,12 @@ struct RowBufs {
 // (a lazy axis 2: of its line's window), as locals that the per-tile loops
 // keep in registers (they are a large part of the time when the reduction
 // per tap is short).
+template <class TA>
 struct BlockRows {
-  const float* in_base;
+  const TA* in_base;
   float* out_base;
-  const float* zp;     // zero vector
-  const float** indp;  // RowBufs::ind
+  const TA* zp;        // zero vector
+  const TA** indp;  // RowBufs::ind
   float** outpp;       // RowBufs::outp
   float* scr;          // RowBufs::scratch
   int64_t mr, T0, T1, T2, Tp, R1, R2, r0, prows;
@@ -2019,7 +2038,8 @@ inline __attribute__((always_inline)) void next_row(int64_t R1, int64_t R2, int6
 // Row mode when every real row of the tile is interior on every axis: one
 // base pointer per row, no indirection to build. False (and nothing
 // stepped) when some row is not.
-inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows& b, RowBufs& bufs,
+template <class TA>
+inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
                                                          int64_t tile, bool fuse, int64_t& j0,
                                                          int64_t& j1, int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
@@ -2031,7 +2051,7 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows& b, Row
     next_row(R1, R2, k0, k1, k2);
   }
   if (!all) return false;
-  const float** rb = bufs.row_base.data() + tile * mr;
+  const TA** rb = bufs.row_base.data() + tile * mr;
   for (int64_t m = 0; m < mr; ++m) {
     if (r0 + tile * mr + m >= prows) {  // dummy row: row 0's inputs, scratch out
       rb[m] = rb[0];
@@ -2050,12 +2070,13 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows& b, Row
 
 // Fused taps (backward-data) when every real row has all its axis-2 taps
 // inside: K0 x K1 pointers per row. False (nothing built) when some has not.
-inline __attribute__((always_inline)) bool fused_tile(const BlockRows& b, RowBufs& bufs,
+template <class TA>
+inline __attribute__((always_inline)) bool fused_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
                                                       int64_t tile, int64_t& j0, int64_t& j1,
                                                       int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
   const int64_t T0 = b.T0, T1 = b.T1, T2 = b.T2;
-  const float* const zp = b.zp;
+  const TA* const zp = b.zp;
   bool ok = true;
   for (int64_t m = 0, jj = j2; m < mr && ok; ++m, jj = jj + 1 == R2 ? 0 : jj + 1) {
     if (r0 + tile * mr + m >= prows) break;
@@ -2067,7 +2088,7 @@ inline __attribute__((always_inline)) bool fused_tile(const BlockRows& b, RowBuf
   const int64_t Tf = T0 * T1;
   for (int64_t m = 0; m < mr; ++m) {
     const int64_t r = r0 + tile * mr + m;
-    const float** a = b.indp + tile * b.Tp * mr + m;
+    const TA** a = b.indp + tile * b.Tp * mr + m;
     if (r >= prows) {
       b.outpp[tile * mr + m] = b.scr;
       for (int64_t t = 0; t < Tf; ++t) a[t * mr] = zp;
@@ -2092,17 +2113,18 @@ inline __attribute__((always_inline)) bool fused_tile(const BlockRows& b, RowBuf
 
 // One pointer per (tap, row): the input pixel or the zero vector (padding,
 // dummy rows); rows in the phase's row order when it has one.
-inline __attribute__((always_inline)) void pointer_tile(const BlockRows& b, RowBufs& bufs,
+template <class TA>
+inline __attribute__((always_inline)) void pointer_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
                                                         int64_t tile, int64_t& j0, int64_t& j1,
                                                         int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2, Tp = b.Tp;
   const int64_t T0 = b.T0, T1 = b.T1, T2 = b.T2;
-  const float* const zp = b.zp;
+  const TA* const zp = b.zp;
   const int64_t* const perm = b.perm;
   bool pad = false;  // some row of the tile reads padding
   for (int64_t m = 0; m < mr; ++m) {
     const int64_t r = r0 + tile * mr + m;
-    const float** a = b.indp + tile * Tp * mr + m;
+    const TA** a = b.indp + tile * Tp * mr + m;
     if (perm && r < prows && perm[r] >= 0) {
       j2 = perm[r] % R2;
       j1 = (perm[r] / R2) % R1;
@@ -2136,9 +2158,10 @@ inline __attribute__((always_inline)) void pointer_tile(const BlockRows& b, RowB
 // output, end a tile: the GEMM tiles skip them), and the taps that hit
 // padding for every row of a tile (image borders) dropped: their FMAs would
 // only add zeros. Tiles without padding keep every tap (wtap = null).
-void finish_tiles(const ConvPlan& pl, const BlockRows& b, RowBufs& bufs, int64_t ntiles) {
+template <class TA>
+void finish_tiles(const ConvPlan& pl, const BlockRows<TA>& b, RowBufs<TA>& bufs, int64_t ntiles) {
   const int64_t mr = b.mr, Tp = b.Tp;
-  const float* const zp = b.zp;
+  const TA* const zp = b.zp;
   for (int64_t tile = 0; tile < ntiles; ++tile) {
     int real = 0;
     while (real < mr && b.outpp[tile * mr + real] != b.scr) ++real;
@@ -2151,7 +2174,7 @@ void finish_tiles(const ConvPlan& pl, const BlockRows& b, RowBufs& bufs, int64_t
       bufs.tile_pad[tile] = 0;
       continue;
     }
-    const float** a = b.indp + tile * Tp * mr;
+    const TA** a = b.indp + tile * Tp * mr;
     int32_t* wt = bufs.tile_wtap.data() + tile * Tp;
     int64_t kept = 0;
     for (int64_t t = 0; t < Tt; ++t) {
@@ -2169,11 +2192,12 @@ void finish_tiles(const ConvPlan& pl, const BlockRows& b, RowBufs& bufs, int64_t
 // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
 // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
 // channel offsets). Returns the number of tiles.
-int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs, int64_t n,
+template <class TA>
+int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs, int64_t n,
                    const Phase& ph, int64_t blk) {
   const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
   const int64_t TB = pl.TB, MR = pl.MR;
-  BlockRows b;
+  BlockRows<TA> b;
   b.Tp = ph.taps;
   b.r0 = blk * TB * MR;
   b.prows = ph.rows;
@@ -2189,9 +2213,9 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs, int6
     fill_window(a2, first, b.prows, bufs.win_in.data(), bufs.win_out.data(), bufs.win_int.data());
   }
   const int64_t ntiles = (std::min(b.prows - b.r0, TB * MR) + MR - 1) / MR;
-  b.in_base = call.in + n * pl.in_pix * pl.in_c;
+  b.in_base = static_cast<const TA*>(call.in) + n * pl.in_pix * pl.in_c;
   b.out_base = call.out + n * pl.out_pix * pl.out_c;
-  b.zp = call.zeros;
+  b.zp = reinterpret_cast<const TA*>(call.zeros);
   b.indp = bufs.ind.data();
   b.outpp = bufs.outp.data();
   b.scr = bufs.scratch.data();
@@ -2230,7 +2254,8 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs, int6
 
 // The tiles built by build_rows, for column block q = g*NB + nb, whose
 // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
-void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs& bufs, const Phase& ph,
+template <class TA>
+void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA>& bufs, const Phase& ph,
                int64_t ntiles, int64_t q, const float* wblock) {
   const int MR = pl.MR;
   const int64_t NR = pl.NR, cols = pl.cols, cred = pl.cred, CB = pl.CB, K2 = pl.K2;
@@ -2239,7 +2264,8 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs& bufs, co
   const ConvTileFn fn = pl.fn;
   const ConvTileFn* const partial = pl.partial;
   // The buffers' pointers as locals (kept in registers across the tile calls).
-  const float* const* const ind = bufs.ind.data();
+  // (16-bit activations: the kernels read a and rows as pointers to TA.)
+  const float* const* const ind = reinterpret_cast<const float* const*>(bufs.ind.data());
   float* const* const outp = bufs.outp.data();
   const int32_t* const tile_wtap = bufs.tile_wtap.data();
   const int64_t* const tile_ntaps = bufs.tile_ntaps.data();
@@ -2247,7 +2273,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs& bufs, co
   const char* const tile_fused = bufs.tile_fused.data();
   const int* const tile_real = bufs.tile_real.data();
   const char* const tile_rowmode = bufs.tile_rowmode.data();
-  const float* const* const row_base = bufs.row_base.data();
+  const float* const* const row_base = reinterpret_cast<const float* const*>(bufs.row_base.data());
   ConvTileArgs args;
   args.stream = pl.stream;
   args.prefetch = pl.prefetch;
@@ -2293,13 +2319,15 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs& bufs, co
 // its thread's buffer), sweeping its part of every row block, all chunks
 // per row block (backward-data: the indirection of its many taps is built
 // once per row block; forward: one chunk).
-void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
+template <class TA>
+void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs) {
   const int64_t rsplit = pl.rsplit, NB = pl.NB, all_blocks = pl.all_blocks;
 #pragma omp for schedule(dynamic, 1) nowait
   for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
     const int64_t it = item / rsplit, part = item % rsplit;
     float* const wblock = call.wp + (pl.lazy ? omp_get_thread_num() : it) * pl.block_floats;
     if (pl.lazy) pack_whole(pl, call.W, it / NB, it % NB, wblock, pl.tr_lazy);
+    if (pl.lazy && pl.vnni) pack_vnni_block(pl, wblock);
     int64_t k = 0;
     const int64_t k0 = all_blocks * part / rsplit, k1 = all_blocks * (part + 1) / rsplit;
     for (int64_t n = 0; n < pl.NI; ++n)
@@ -2312,7 +2340,8 @@ void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
 
 // By rows: items (image, row block in block_order, range of CG column
 // blocks), the row block's indirection built once for its column blocks.
-void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
+template <class TA>
+void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs) {
   const int64_t CG = pl.CG, blocks_per_img = pl.blocks_per_img, ncolblocks = pl.ncolblocks;
   const int64_t total = pl.NI * blocks_per_img * CG;
 #pragma omp for schedule(dynamic, 1) nowait
@@ -2332,7 +2361,14 @@ void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs& bufs) {
 // Executes the plan: the weights packed inside the parallel region (up
 // front, or by each by-columns item: lazy), then the tiles by the plan's
 // schedule. False: no kernel for this ISA / shape (the reference runs).
-bool run_conv(const ConvPlan& pl, const float* in, const float* W, const float* bias,
+template <class TA>
+void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
+  RowBufs<TA> bufs(pl.row_bufs);
+  if (pl.schedule == Schedule::Columns) run_by_columns(pl, call, bufs);
+  else run_by_rows(pl, call, bufs);
+}
+
+bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* bias,
               float* out) {
   switch (pl.route) {
     case Route::Reference:
@@ -2340,7 +2376,7 @@ bool run_conv(const ConvPlan& pl, const float* in, const float* W, const float* 
     case Route::Nothing:
       return true;
     case Route::Patch:
-      run_patch(pl, in, W, bias, out);
+      run_patch(pl, static_cast<const float*>(in), W, bias, out);
       return true;
     default:
       break;
@@ -2363,13 +2399,13 @@ bool run_conv(const ConvPlan& pl, const float* in, const float* W, const float* 
     if (pl.stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
 #endif
 #pragma omp barrier
-    if (pl.schedule == Schedule::Lines) {
-      run_lines(pl, call);
-    } else {
-      RowBufs bufs(pl.row_bufs);
-      if (pl.schedule == Schedule::Columns) run_by_columns(pl, call, bufs);
-      else run_by_rows(pl, call, bufs);
+    if (pl.vnni && !pl.lazy) {
+#pragma omp for schedule(static)
+      for (int64_t q = 0; q < pl.G * pl.NB; ++q) pack_vnni_block(pl, call.wp + q * pl.block_floats);
     }
+    if (pl.schedule == Schedule::Lines) run_lines(pl, call);
+    else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t>(pl, call);
+    else run_rows_or_columns<float>(pl, call);
 #if defined(__SSE2__)
     if (pl.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
 #endif
@@ -2381,7 +2417,7 @@ bool run_conv(const ConvPlan& pl, const float* in, const float* W, const float* 
 
 bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads) {
-  const ConvPlan plan = plan_conv(isa, Pass::Forward, p, w, nthreads);
+  const ConvPlan plan = plan_conv(table_for(isa), isa, Pass::Forward, p, w, nthreads);
   return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
 }
 
@@ -2401,17 +2437,47 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads) {
   // A one-pixel src under a covering kernel (z -> 4x4): dot products (10x).
   if (dense_backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads, true)) return true;
-  const ConvPlan plan = plan_conv(isa, Pass::BackwardData, p, w, nthreads);
+  const ConvPlan plan = plan_conv(table_for(isa), isa, Pass::BackwardData, p, w, nthreads);
   return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& w,
                               int nthreads) {
-  return describe(plan_conv(isa, pass, p, w, nthreads));
+  return describe(plan_conv(table_for(isa), isa, pass, p, w, nthreads));
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
   return describe_conv_f32(isa, pass, p, dense_iox_strides(p), nthreads);
+}
+
+// --- bf16 on AMX: the same driver over the AMX table (in_bytes 2, VNNI) ---
+
+bool conv_bf16_amx_applies(Pass pass, const ConvProblem& p, int nthreads) {
+  if (pass == Pass::BackwardWeights) return false;
+  const ConvPlan c =
+      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p, dense_iox_strides(p), nthreads);
+  return c.route == Route::Gemm;
+}
+
+bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, const float* bias,
+                      float* dst, int nthreads) {
+  const ConvPlan plan =
+      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, Pass::Forward, p, w, nthreads);
+  if (plan.route != Route::Gemm) return false;
+  return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
+}
+
+bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
+                            float* diff_src, int nthreads) {
+  const ConvPlan plan =
+      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, Pass::BackwardData, p, w, nthreads);
+  if (plan.route != Route::Gemm) return false;
+  return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
+}
+
+std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads) {
+  return describe(plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p,
+                            dense_iox_strides(p), nthreads));
 }
 
 }  // namespace x86

@@ -110,6 +110,10 @@ void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
 using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
+// Turns nrows packed rows of nr floats into bf16 pairs in place, for the
+// VNNI tiles: row 2i holds per column (row 2i, row 2i + 1), the last pair
+// (row nrows - 1, 0) when nrows is odd (conv_bf16_amx.cpp).
+using ConvVnniFn = void (*)(float* rows, int64_t nrows, int64_t nr);
 // Row-pointer register transposes (transpose.h), which pack the weights.
 using ConvTransposeRowsFn = void (*)(const float* src, int64_t src_stride, int rows, int cols,
                                      float* const* dst);
@@ -152,10 +156,23 @@ struct ConvF32Table {
   // GEMM tiles write outputs of 16 MiB and more with streaming stores.
   bool stream_gemm;
   ConvTransposeRowsFn transpose_rows, transpose_rows_stream;
+  // The activations' element bytes: 4 (f32), or 2 (bf16: the tiles read the
+  // activations as uint16_t, from weights packed as f32 and then turned into
+  // bf16 pairs by vnni).
+  int in_bytes = 4;
+  ConvVnniFn vnni = nullptr;
 };
 
 const ConvF32Table* conv_f32_table_avx512();
 const ConvF32Table* conv_f32_table_avx2();
+
+// bf16 on AMX (conv_bf16_amx.cpp): GEMM tiles of 32 rows x 32 / 16 columns
+// (TDPBF16PS, 2 x 2 / 2 x 1 accumulator tiles), the contract above with the
+// differences stated there; no depthwise, grouped or dot tiles.
+void conv_bf16_amx_32x32(const ConvTileArgs* args);
+void conv_bf16_amx_32x16(const ConvTileArgs* args);
+void pack_vnni_in_place_amx(float* rows, int64_t nrows, int64_t nr);
+const ConvF32Table* conv_bf16_table_amx();
 
 }  // namespace x86
 }  // namespace tct

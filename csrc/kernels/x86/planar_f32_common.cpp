@@ -39,10 +39,10 @@ constexpr int64_t kFloatBytes = sizeof(float);
 // The micro-kernel table of an ISA; null where it has none (the entry points
 // then return false and the caller runs the reference).
 const PlanarF32Table* table_for(Isa isa) {
-  switch (isa) {
+  switch (vector_isa(isa)) {
     case Isa::Avx512: return planar_f32_table_avx512();
     case Isa::Avx2: return planar_f32_table_avx2();
-    case Isa::Reference: return nullptr;
+    default: return nullptr;
   }
   return nullptr;
 }

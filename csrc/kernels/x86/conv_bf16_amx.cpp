@@ -1,0 +1,210 @@
+// bf16 forward / backward-data register tiles on AMX (TDPBF16PS), for the
+// implicit-GEMM driver (conv_f32_common.cpp) when the plan's ISA is
+// avx512_amx and the activations are bf16. Compiled with -mamx-tile
+// -mamx-bf16 and the AVX-512 flags; only called when isa_supported(Avx512Amx).
+//
+// Contract (ConvTileArgs, conv_f32_kernels.h), with these differences:
+// - the activation pointers (a, rows) point at bf16 elements (uint16_t), and
+//   a_off / tapoff count bf16 elements;
+// - the packed weights are "VNNI in place" (pack_vnni_in_place): in a tap's
+//   [c][NR] block of floats, the row of each even c holds, per column j, the
+//   bf16 pair (W[c][j], W[c+1][j]) in one 32-bit slot (0 for c + 1 = cred);
+//   odd rows are not read;
+// - MR = 32 rows, NR = 16 * NT columns; init (bias or the current outputs)
+//   is added after the reduction; stream and prefetch are ignored.
+// Accumulation is in f32 (the tile's dot products of pairs: inputs and
+// outputs denormals flushed to zero, as oneDNN's AMX kernels do).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "conv_f32_kernels.h"
+#include "transpose.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+constexpr int kRows = 32;  // two 16-row A tiles
+
+// Palette 1: tiles 0-3 the accumulators C[h][j] (16 rows x 16 floats), 4-5
+// the A halves (16 rows x 32 bf16), 6-7 the B tiles (16 pairs x 16 columns).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+const TileConfig& tile_config() {
+  static const TileConfig cfg = [] {
+    TileConfig c;
+    for (int i = 0; i < 8; ++i) {
+      c.colsb[i] = 64;
+      c.rows[i] = 16;
+    }
+    return c;
+  }();
+  return cfg;
+}
+
+// Whether the 16 rows p[0..16) are equally spaced, a positive number of bytes
+// apart (*stride): one tile load then reads them in place.
+inline bool evenly_spaced(const uint16_t* const* p, int64_t* stride) {
+  const int64_t d = reinterpret_cast<const char*>(p[1]) - reinterpret_cast<const char*>(p[0]);
+  if (d <= 0) return false;
+  for (int m = 2; m < 16; ++m)
+    if (reinterpret_cast<const char*>(p[m]) - reinterpret_cast<const char*>(p[m - 1]) != d)
+      return false;
+  *stride = d;
+  return true;
+}
+
+// Rows p[0..16), elements [c, c + kn) (kn <= 32), into a dense 16 x 32 tile
+// buffer, zero past kn (never reading past the kn elements).
+inline void gather_rows(const uint16_t* const* p, int64_t c, int64_t kn, uint16_t* buf) {
+  const __mmask32 k = kn >= 32 ? ~__mmask32{0} : ((__mmask32{1} << kn) - 1);
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m)
+    _mm512_store_si512(buf + 32 * m, _mm512_maskz_loadu_epi16(k, p[m] + c));
+}
+
+template <int NT>
+void gemm_tile_amx(const ConvTileArgs* args) {
+  constexpr int NR = 16 * NT;
+  _tile_loadconfig(&tile_config());
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  alignas(64) uint16_t abuf[2][16 * 32];
+  alignas(64) uint32_t bbuf[NT][16 * 16];
+  const int64_t cred = args->cred, a_off = args->a_off;
+  const auto* const* a = reinterpret_cast<const uint16_t* const*>(args->a);
+  const auto* const* rows = reinterpret_cast<const uint16_t* const*>(args->rows);
+  for (int64_t t = 0; t < args->ntaps; ++t, a += kRows) {
+    const float* const w = args->w + (args->wtap ? args->wtap[t] : t) * cred * NR;
+    const uint16_t* p[kRows];
+    for (int m = 0; m < kRows; ++m) p[m] = rows ? rows[m] + args->tapoff[t] + a_off : a[m] + a_off;
+    int64_t sd[2] = {0, 0};
+    const bool direct[2] = {evenly_spaced(p, &sd[0]), evenly_spaced(p + 16, &sd[1])};
+    for (int64_t c = 0; c < cred; c += 32) {
+      const int64_t kn = cred - c < 32 ? cred - c : 32, pairs = (kn + 1) / 2;
+      // A: read in place when its rows are evenly spaced and whole.
+      if (kn == 32 && direct[0]) {
+        _tile_loadd(4, p[0] + c, sd[0]);
+      } else {
+        gather_rows(p, c, kn, abuf[0]);
+        _tile_loadd(4, abuf[0], 64);
+      }
+      if (kn == 32 && direct[1]) {
+        _tile_loadd(5, p[16] + c, sd[1]);
+      } else {
+        gather_rows(p + 16, c, kn, abuf[1]);
+        _tile_loadd(5, abuf[1], 64);
+      }
+      // B: the pair rows of the even channels (2 * NR floats apart); a
+      // reduction tail is copied with zero rows after it, so that the
+      // following weights (perhaps Inf) never meet the zero inputs.
+      const float* wc = w + c * NR;
+      if (pairs == 16) {
+        _tile_loadd(6, wc, 2 * NR * 4);
+        if (NT == 2) _tile_loadd(7, wc + 16, 2 * NR * 4);
+      } else {
+        for (int j = 0; j < NT; ++j) {
+          for (int64_t i = 0; i < 16; ++i)
+            _mm512_store_si512(bbuf[j] + 16 * i,
+                               i < pairs ? _mm512_loadu_si512(wc + 2 * i * NR + 16 * j)
+                                         : _mm512_setzero_si512());
+        }
+        _tile_loadd(6, bbuf[0], 64);
+        if (NT == 2) _tile_loadd(7, bbuf[NT - 1], 64);
+      }
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(2, 5, 6);
+      if (NT == 2) {
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  }
+  alignas(64) float cbuf[kRows * NR];
+  _tile_stored(0, cbuf, NR * 4);
+  _tile_stored(2, cbuf + 16 * NR, NR * 4);
+  if (NT == 2) {
+    _tile_stored(1, cbuf + 16, NR * 4);
+    _tile_stored(3, cbuf + 16 * NR + 16, NR * 4);
+  }
+  _tile_release();
+  const int64_t ncols = args->ncols, col_off = args->col_off;
+  for (int j = 0; j < NT; ++j) {
+    const int64_t n = ncols - 16 * j;
+    if (n <= 0) break;
+    const __mmask16 k = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+    const __m512 b = args->accumulate ? _mm512_setzero_ps() : _mm512_loadu_ps(args->bias + 16 * j);
+    for (int m = 0; m < kRows; ++m) {
+      float* o = args->out[m] + col_off + 16 * j;
+      const __m512 init = args->accumulate ? _mm512_maskz_loadu_ps(k, o) : b;
+      _mm512_mask_storeu_ps(o, k, _mm512_add_ps(init, _mm512_load_ps(cbuf + m * NR + 16 * j)));
+    }
+  }
+}
+
+// W[c][j] (f32, even c's row and the next) -> the bf16 pairs, rounded to
+// nearest even (NaN kept quiet).
+inline __m512i pairs_of(__m512 lo, __m512 hi) {
+  // vcvtne2ps2bf16 puts its second operand in the low halves of each pair.
+  const __m512i a = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  // a holds lo's 16 bf16 in words 0..15 and hi's in 16..31: interleave them.
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                       16, 0);
+  return _mm512_permutexvar_epi16(idx, a);
+}
+
+}  // namespace
+
+void conv_bf16_amx_32x32(const ConvTileArgs* args) { gemm_tile_amx<2>(args); }
+void conv_bf16_amx_32x16(const ConvTileArgs* args) { gemm_tile_amx<1>(args); }
+
+void pack_vnni_in_place_amx(float* w, int64_t nrows, int64_t nr) {
+  for (int64_t c = 0; c < nrows; c += 2) {
+    float* r0 = w + c * nr;
+    const float* r1 = c + 1 < nrows ? r0 + nr : nullptr;
+    for (int64_t j = 0; j < nr; j += 16) {
+      const __m512 lo = _mm512_loadu_ps(r0 + j);
+      const __m512 hi = r1 ? _mm512_loadu_ps(r1 + j) : _mm512_setzero_ps();
+      _mm512_storeu_si512(r0 + j, pairs_of(lo, hi));
+    }
+  }
+}
+
+const ConvF32Table* conv_bf16_table_amx() {
+  // Speeds relative to the 32x32 tile (two B tiles per two A tiles, four
+  // TDPBF16PS per 32 channels); the 32x16 one does half the products per A.
+  static const ConvF32Table table = {
+      "amx",
+      16,
+      {{"amx_bf16_32x32", conv_bf16_amx_32x32, 32, 32, 1.0, nullptr},
+       {"amx_bf16_32x16", conv_bf16_amx_32x16, 32, 16, 0.6, nullptr}},
+      2,
+      nullptr,  // no depthwise, grouped or dot tiles: those problems go to the f32 kernels
+      0,
+      nullptr,
+      0,
+      {nullptr, nullptr, nullptr, nullptr, nullptr},
+      {0, 0, 0, 0, 0},
+      1.0,
+      false,
+      transpose_rows_avx512,
+      transpose_rows_stream_avx512,
+      2,
+      pack_vnni_in_place_amx,
+  };
+  return &table;
+}
+
+}  // namespace x86
+}  // namespace tct
