@@ -469,7 +469,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.amx) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
-        os << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
+        os << " out16=" << c.amx_out16 << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
            << "}";
         return;
       }
@@ -632,11 +632,15 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   plan->copy_a = !spec.a.nxc && !spec.a.ncx;
   ConvProblem chunk = p;
   chunk.N = c.images;
-  c.amx = spec.amx && spec.dtype == DType::BF16 && spec.pass != Pass::BackwardWeights &&
-          (spec.a.nxc || plan->copy_a) && spec.b.nxc &&
-          x86::conv_bf16_amx_applies(spec.pass, chunk, spec.nthreads);
+  if (spec.amx && spec.dtype == DType::BF16 && spec.pass != Pass::BackwardWeights &&
+      (spec.a.nxc || plan->copy_a) && spec.b.nxc) {
+    const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, chunk, spec.nthreads);
+    c.amx = info.applies;
+    c.amx_out16 = info.out16;
+  }
   if (c.amx) {
     c.a_floats = 0;  // read in place
+    if (c.amx_out16) c.b_floats = 0;  // written in place
     plan->step.route = Route::Convert16;
     return;
   }

@@ -102,12 +102,14 @@ struct CallPlan;
 // the total once. Weights (and bias) are widened once per call.
 //
 // With spec.amx (bf16 forward / backward-data, channels-last activations,
-// a problem the AMX tiles take: x86::conv_bf16_amx_applies), a is not
+// a problem the AMX tiles take: x86::conv_bf16_amx_info), a is not
 // widened: the AMX tiles read the chunk's bf16 in place (amx = true, no f32
-// plans) and write its f32 result, rounded once as above.
+// plans) and write its result: rounded to bf16 by the tiles (amx_out16: a
+// reduction in one chunk, straight into b, no f32 buffer), else in f32,
+// rounded once as above.
 struct Convert16Plan {
   int64_t images = 0, chunks = 0;  // images per chunk, chunks
-  bool amx = false;
+  bool amx = false, amx_out16 = false;
   int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)

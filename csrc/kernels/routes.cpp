@@ -300,18 +300,20 @@ uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
 // Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activations
 // (dense channels-last) read in place, the f32 weights and bias of `in`, the
-// f32 result into out (dense channels-last); the f32 kernels of the chunk
-// if the AMX driver declines (it does not: the plan checked it applies).
+// result into b (bf16, amx_out16) or out (f32); both dense channels-last.
+// (The AMX driver does not decline: the plan checked it applies.)
 void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* out) {
   const CallSpec& s = c.plan.spec;
   ConvProblem q = s.p;
   q.N = n;
   const ActSides sd = act_sides(s.pass, s.p);
   const uint16_t* a = static_cast<const uint16_t*>(c.args.a.data) + n0 * sd.a_image();
-  const bool ok = c.forward()
-                      ? x86::forward_bf16_amx(q, a, in.w, static_cast<const float*>(in.bias),
-                                              out, s.nthreads)
-                      : x86::backward_data_bf16_amx(q, a, in.w, out, s.nthreads);
+  const bool out16 = c.plan.convert.amx_out16;
+  void* const y = out16 ? static_cast<void*>(bits16(c.args.b.data) + n0 * sd.b_image()) : out;
+  const bool ok =
+      c.forward() ? x86::forward_bf16_amx(q, a, in.w, static_cast<const float*>(in.bias), y,
+                                          out16, s.nthreads)
+                  : x86::backward_data_bf16_amx(q, a, in.w, y, out16, s.nthreads);
   if (!ok) throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
 }
 
@@ -331,7 +333,8 @@ bool run_convert16(const Ctx& c) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
   float* const abuf = cv.amx ? nullptr : c.ws.buffer(kWideA, std::max<int64_t>(1, cv.a_floats));
-  float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
+  float* const bbuf =
+      cv.amx_out16 ? nullptr : c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   // Weights widened once (forward, backward-data), or the f32 gradient and a
   // second copy for the later chunks (backward-weights: the result is dense);
   // then the bias.
@@ -361,7 +364,7 @@ bool run_convert16(const Ctx& c) {
       execute(f32, in, c.ws);
     }
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
-    if (!bww)
+    if (!bww && !cv.amx_out16)
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }

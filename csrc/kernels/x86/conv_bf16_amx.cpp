@@ -6,12 +6,13 @@
 // Contract (ConvTileArgs, conv_f32_kernels.h), with these differences:
 // - the activation pointers (a, rows) point at bf16 elements (uint16_t), and
 //   a_off / tapoff count bf16 elements;
-// - the packed weights are "VNNI in place" (pack_vnni_in_place): in a tap's
-//   [c][NR] block of floats, the row of each even c holds, per column j, the
-//   bf16 pair (W[c][j], W[c+1][j]) in one 32-bit slot (0 for c + 1 = cred);
-//   odd rows are not read;
+// - the packed weights are "VNNI in place" (pack_vnni_in_place_amx): in a
+//   tap's [c][NR] block of floats, row i < ceil(cred / 2) holds, per column
+//   j, the bf16 pair (W[2i][j], W[2i+1][j]) in one 32-bit slot (0 for
+//   2i + 1 = cred); the rows after them are not read;
 // - MR = 32 rows, NR = 16 * NT columns; init (bias or the current outputs)
-//   is added after the reduction; stream and prefetch are ignored.
+//   is added after the reduction; stream and prefetch are ignored; with
+//   out16 the rows are bf16 and each result is rounded once (vcvtneps2bf16).
 // Accumulation is in f32 (the tile's dot products of pairs: inputs and
 // outputs denormals flushed to zero, as oneDNN's AMX kernels do).
 #include <immintrin.h>
@@ -105,18 +106,18 @@ void gemm_tile_amx(const ConvTileArgs* args) {
         gather_rows(p + 16, c, kn, abuf[1]);
         _tile_loadd(5, abuf[1], 64);
       }
-      // B: the pair rows of the even channels (2 * NR floats apart); a
-      // reduction tail is copied with zero rows after it, so that the
-      // following weights (perhaps Inf) never meet the zero inputs.
-      const float* wc = w + c * NR;
+      // B: 16 pair rows (NR floats apart); a reduction tail is copied with
+      // zero rows after it, so that the weights after it (perhaps Inf) never
+      // meet the zero inputs.
+      const float* wc = w + c / 2 * NR;
       if (pairs == 16) {
-        _tile_loadd(6, wc, 2 * NR * 4);
-        if (NT == 2) _tile_loadd(7, wc + 16, 2 * NR * 4);
+        _tile_loadd(6, wc, NR * 4);
+        if (NT == 2) _tile_loadd(7, wc + 16, NR * 4);
       } else {
         for (int j = 0; j < NT; ++j) {
           for (int64_t i = 0; i < 16; ++i)
             _mm512_store_si512(bbuf[j] + 16 * i,
-                               i < pairs ? _mm512_loadu_si512(wc + 2 * i * NR + 16 * j)
+                               i < pairs ? _mm512_loadu_si512(wc + i * NR + 16 * j)
                                          : _mm512_setzero_si512());
         }
         _tile_loadd(6, bbuf[0], 64);
@@ -144,6 +145,14 @@ void gemm_tile_amx(const ConvTileArgs* args) {
     if (n <= 0) break;
     const __mmask16 k = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
     const __m512 b = args->accumulate ? _mm512_setzero_ps() : _mm512_loadu_ps(args->bias + 16 * j);
+    if (args->out16) {
+      for (int m = 0; m < kRows; ++m) {
+        uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off + 16 * j;
+        const __m512 v = _mm512_add_ps(b, _mm512_load_ps(cbuf + m * NR + 16 * j));
+        _mm256_mask_storeu_epi16(o, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+      }
+      continue;
+    }
     for (int m = 0; m < kRows; ++m) {
       float* o = args->out[m] + col_off + 16 * j;
       const __m512 init = args->accumulate ? _mm512_maskz_loadu_ps(k, o) : b;
@@ -169,14 +178,16 @@ inline __m512i pairs_of(__m512 lo, __m512 hi) {
 void conv_bf16_amx_32x32(const ConvTileArgs* args) { gemm_tile_amx<2>(args); }
 void conv_bf16_amx_32x16(const ConvTileArgs* args) { gemm_tile_amx<1>(args); }
 
+// Row i is written after rows 2i and 2i + 1 are read (i <= 2i: in place).
 void pack_vnni_in_place_amx(float* w, int64_t nrows, int64_t nr) {
   for (int64_t c = 0; c < nrows; c += 2) {
-    float* r0 = w + c * nr;
+    const float* r0 = w + c * nr;
     const float* r1 = c + 1 < nrows ? r0 + nr : nullptr;
+    float* d = w + c / 2 * nr;
     for (int64_t j = 0; j < nr; j += 16) {
       const __m512 lo = _mm512_loadu_ps(r0 + j);
       const __m512 hi = r1 ? _mm512_loadu_ps(r1 + j) : _mm512_setzero_ps();
-      _mm512_storeu_si512(r0 + j, pairs_of(lo, hi));
+      _mm512_storeu_si512(d + j, pairs_of(lo, hi));
     }
   }
 }

@@ -626,6 +626,9 @@ struct ConvPlan {
   // from weights turned into bf16 pairs in place by vnni).
   int in_bytes = 4;
   ConvVnniFn vnni = nullptr;
+  // The output's element bytes: 2 (bf16, rounded once by the tiles) where the
+  // caller asks for it and the reduction is one chunk (no accumulation).
+  int out_bytes = 4;
   // Workspace.
   int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
   RowBufSizes row_bufs;
@@ -885,8 +888,12 @@ void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
   // L2-resident weights, which the tiles stream at full speed.)
   // CB is a multiple of 16, so that the packing can split the channels in
   // blocks of 16 that each lie in one chunk.
-  const int64_t cb_cap =
-      (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) / 16 * 16;
+  // VNNI (AMX) tiles: bf16 pairs, and a budget of 1 MiB (AMX cores have 2
+  // MiB of L2; SPR VM, 3D U-Net k3 512 -> 256 bf16 forward: one chunk of
+  // 512 channels by columns ran 2.x faster than 4 chunks of 128 by rows).
+  const int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
+                                : (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) /
+                                      16 * 16;
   c.CB = c.dot ? std::max<int64_t>(cred, 1)
                : std::max<int64_t>(16, std::min<int64_t>((cred + 15) / 16 * 16, cb_cap));
   // VNNI tiles reduce 32 channels per step: whole steps per chunk.
@@ -965,8 +972,10 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
   const int64_t row_bytes = std::max<int64_t>(Tmax, 1) * std::max<int64_t>(cred, 1) * kFloatBytes;
   // (The inputs a block points at overlap between taps, so 2 MB of pointed-at
   // rows is far less in cache; the indirection buffer stays below 256 KB.)
+  // VNNI tiles (32 rows, a 32-channel step per tile load): no cap on the
+  // pointed-at rows, whose weights chunk is then reused by TB tiles.
   const int64_t tb_cap = std::max<int64_t>(
-      1, std::min<int64_t>({64, (2048 << 10) / (MR * row_bytes),
+      1, std::min<int64_t>({64, c.vnni ? int64_t{64} : (2048 << 10) / (MR * row_bytes),
                             (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * kPointerBytes)}));
   double abytes = 0;  // input rows of all phases, once
   for (const Phase& ph : c.phases)
@@ -1096,10 +1105,16 @@ void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
                              (ncolblocks >= 4 * nthreads || ncolblocks % nthreads == 0);
   const int64_t rsplit_odd =
       nthreads / std::gcd<int64_t>(std::max<int64_t>(ncolblocks, 1), nthreads);
-  const bool by_columns =
+  bool by_columns =
       !c.whole_pixel && !c.dot && w_bytes > (1 << 20) &&
       (fwd ? w_bytes > 2 * in_bytes && c.nchunks == 1 && cols_balanced
            : w_bytes > in_bytes && ncolblocks >= nthreads && (cols_balanced || rsplit_odd <= 2));
+  // VNNI (AMX) tiles compute several times faster than the f32 ones, so
+  // re-reading a packed block per row block costs more: by columns as soon
+  // as the weights outweigh the activations, in either pass.
+  const bool by_columns_vnni = c.vnni && !c.whole_pixel && w_bytes > in_bytes &&
+                               ncolblocks >= nthreads && (cols_balanced || rsplit_odd <= 2);
+  by_columns = by_columns || by_columns_vnni;
   c.rsplit = by_columns && !cols_balanced ? rsplit_odd : 1;
   c.lazy = by_columns && (!fwd || w_bytes >= 8 * in_bytes);
 
@@ -1320,7 +1335,7 @@ WeightsView dense_iox_strides(const ConvProblem& p) {
 // The pointers of one call.
 struct ConvCall {
   const void* in;      // float, or bf16 (uint16_t) where the plan's in_bytes is 2
-  float* out;
+  void* out;           // float, or bf16 where out_bytes is 2
   const float* W;      // the weights, with the plan's strides
   float* wp;           // packed weights
   const float* biasp;  // bias padded to whole column blocks
@@ -1958,7 +1973,7 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
     const LineItem& item = items[it];
     const Phase& ph = pl.phases[static_cast<size_t>(item.phase)];
     const float* const in_base = static_cast<const float*>(call.in) + item.n * pl.in_img;
-    float* const out_base = call.out + item.n * pl.out_img;
+    float* const out_base = static_cast<float*>(call.out) + item.n * pl.out_img;
     list_line_taps(ph, item, lb);
     ConvTileArgs args;
     args.stream = pl.stream;
@@ -1971,10 +1986,10 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
 }
 
 // Per-thread buffers of the row-block tiles (sizes: ConvPlan::row_bufs).
-template <class TA>
+template <class TA, class TO>
 struct RowBufs {
   std::vector<const TA*> ind;  // [tile][tap][MR]
-  std::vector<float*> outp;       // [tile][MR]
+  std::vector<TO*> outp;          // [tile][MR]
   std::vector<float> scratch;     // dummy rows' output
   // Per tile (GEMM): the taps kept and their number.
   std::vector<int32_t> tile_wtap;
@@ -2009,14 +2024,14 @@ struct RowBufs {
 // (a lazy axis 2: of its line's window), as locals that the per-tile loops
 // keep in registers (they are a large part of the time when the reduction
 // per tap is short).
-template <class TA>
+template <class TA, class TO>
 struct BlockRows {
   const TA* in_base;
-  float* out_base;
+  TO* out_base;
   const TA* zp;        // zero vector
   const TA** indp;  // RowBufs::ind
-  float** outpp;       // RowBufs::outp
-  float* scr;          // RowBufs::scratch
+  TO** outpp;          // RowBufs::outp
+  TO* scr;             // RowBufs::scratch
   int64_t mr, T0, T1, T2, Tp, R1, R2, r0, prows;
   const int64_t *in0, *in1, *in2, *oo0, *oo1, *oo2;
   const char *int0, *int1, *int2;
@@ -2038,8 +2053,8 @@ inline __attribute__((always_inline)) void next_row(int64_t R1, int64_t R2, int6
 // Row mode when every real row of the tile is interior on every axis: one
 // base pointer per row, no indirection to build. False (and nothing
 // stepped) when some row is not.
-template <class TA>
-inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
+template <class TA, class TO>
+inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA, TO>& b, RowBufs<TA, TO>& bufs,
                                                          int64_t tile, bool fuse, int64_t& j0,
                                                          int64_t& j1, int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
@@ -2070,8 +2085,8 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA>& b,
 
 // Fused taps (backward-data) when every real row has all its axis-2 taps
 // inside: K0 x K1 pointers per row. False (nothing built) when some has not.
-template <class TA>
-inline __attribute__((always_inline)) bool fused_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
+template <class TA, class TO>
+inline __attribute__((always_inline)) bool fused_tile(const BlockRows<TA, TO>& b, RowBufs<TA, TO>& bufs,
                                                       int64_t tile, int64_t& j0, int64_t& j1,
                                                       int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
@@ -2113,8 +2128,8 @@ inline __attribute__((always_inline)) bool fused_tile(const BlockRows<TA>& b, Ro
 
 // One pointer per (tap, row): the input pixel or the zero vector (padding,
 // dummy rows); rows in the phase's row order when it has one.
-template <class TA>
-inline __attribute__((always_inline)) void pointer_tile(const BlockRows<TA>& b, RowBufs<TA>& bufs,
+template <class TA, class TO>
+inline __attribute__((always_inline)) void pointer_tile(const BlockRows<TA, TO>& b, RowBufs<TA, TO>& bufs,
                                                         int64_t tile, int64_t& j0, int64_t& j1,
                                                         int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2, Tp = b.Tp;
@@ -2158,8 +2173,8 @@ inline __attribute__((always_inline)) void pointer_tile(const BlockRows<TA>& b, 
 // output, end a tile: the GEMM tiles skip them), and the taps that hit
 // padding for every row of a tile (image borders) dropped: their FMAs would
 // only add zeros. Tiles without padding keep every tap (wtap = null).
-template <class TA>
-void finish_tiles(const ConvPlan& pl, const BlockRows<TA>& b, RowBufs<TA>& bufs, int64_t ntiles) {
+template <class TA, class TO>
+void finish_tiles(const ConvPlan& pl, const BlockRows<TA, TO>& b, RowBufs<TA, TO>& bufs, int64_t ntiles) {
   const int64_t mr = b.mr, Tp = b.Tp;
   const TA* const zp = b.zp;
   for (int64_t tile = 0; tile < ntiles; ++tile) {
@@ -2192,12 +2207,12 @@ void finish_tiles(const ConvPlan& pl, const BlockRows<TA>& b, RowBufs<TA>& bufs,
 // Indirection for row block blk of phase ph, image n: ind[tile][tap][MR]
 // and outp[tile][MR], pointing at channel 0 (the kernels add the group's
 // channel offsets). Returns the number of tiles.
-template <class TA>
-int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs, int64_t n,
+template <class TA, class TO>
+int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bufs, int64_t n,
                    const Phase& ph, int64_t blk) {
   const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
   const int64_t TB = pl.TB, MR = pl.MR;
-  BlockRows<TA> b;
+  BlockRows<TA, TO> b;
   b.Tp = ph.taps;
   b.r0 = blk * TB * MR;
   b.prows = ph.rows;
@@ -2214,11 +2229,11 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs, 
   }
   const int64_t ntiles = (std::min(b.prows - b.r0, TB * MR) + MR - 1) / MR;
   b.in_base = static_cast<const TA*>(call.in) + n * pl.in_pix * pl.in_c;
-  b.out_base = call.out + n * pl.out_pix * pl.out_c;
+  b.out_base = static_cast<TO*>(call.out) + n * pl.out_pix * pl.out_c;
   b.zp = reinterpret_cast<const TA*>(call.zeros);
   b.indp = bufs.ind.data();
   b.outpp = bufs.outp.data();
-  b.scr = bufs.scratch.data();
+  b.scr = reinterpret_cast<TO*>(bufs.scratch.data());
   b.mr = MR;
   b.T0 = a0.taps;
   b.T1 = a1.taps;
@@ -2254,8 +2269,8 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs, 
 
 // The tiles built by build_rows, for column block q = g*NB + nb, whose
 // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
-template <class TA>
-void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA>& bufs, const Phase& ph,
+template <class TA, class TO>
+void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& bufs, const Phase& ph,
                int64_t ntiles, int64_t q, const float* wblock) {
   const int MR = pl.MR;
   const int64_t NR = pl.NR, cols = pl.cols, cred = pl.cred, CB = pl.CB, K2 = pl.K2;
@@ -2266,7 +2281,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA>& bufs
   // The buffers' pointers as locals (kept in registers across the tile calls).
   // (16-bit activations: the kernels read a and rows as pointers to TA.)
   const float* const* const ind = reinterpret_cast<const float* const*>(bufs.ind.data());
-  float* const* const outp = bufs.outp.data();
+  float* const* const outp = reinterpret_cast<float* const*>(bufs.outp.data());
   const int32_t* const tile_wtap = bufs.tile_wtap.data();
   const int64_t* const tile_ntaps = bufs.tile_ntaps.data();
   const char* const tile_pad = bufs.tile_pad.data();
@@ -2276,6 +2291,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA>& bufs
   const float* const* const row_base = reinterpret_cast<const float* const*>(bufs.row_base.data());
   ConvTileArgs args;
   args.stream = pl.stream;
+  args.out16 = pl.out_bytes == 2;
   args.prefetch = pl.prefetch;
   args.bias = call.biasp + q * NR;
   args.col_off = g * cols + nb * NR;
@@ -2319,8 +2335,8 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA>& bufs
 // its thread's buffer), sweeping its part of every row block, all chunks
 // per row block (backward-data: the indirection of its many taps is built
 // once per row block; forward: one chunk).
-template <class TA>
-void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs) {
+template <class TA, class TO>
+void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bufs) {
   const int64_t rsplit = pl.rsplit, NB = pl.NB, all_blocks = pl.all_blocks;
 #pragma omp for schedule(dynamic, 1) nowait
   for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
@@ -2340,8 +2356,8 @@ void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs)
 
 // By rows: items (image, row block in block_order, range of CG column
 // blocks), the row block's indirection built once for its column blocks.
-template <class TA>
-void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs) {
+template <class TA, class TO>
+void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bufs) {
   const int64_t CG = pl.CG, blocks_per_img = pl.blocks_per_img, ncolblocks = pl.ncolblocks;
   const int64_t total = pl.NI * blocks_per_img * CG;
 #pragma omp for schedule(dynamic, 1) nowait
@@ -2361,22 +2377,22 @@ void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA>& bufs) {
 // Executes the plan: the weights packed inside the parallel region (up
 // front, or by each by-columns item: lazy), then the tiles by the plan's
 // schedule. False: no kernel for this ISA / shape (the reference runs).
-template <class TA>
+template <class TA, class TO>
 void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
-  RowBufs<TA> bufs(pl.row_bufs);
+  RowBufs<TA, TO> bufs(pl.row_bufs);
   if (pl.schedule == Schedule::Columns) run_by_columns(pl, call, bufs);
   else run_by_rows(pl, call, bufs);
 }
 
 bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* bias,
-              float* out) {
+              void* out) {
   switch (pl.route) {
     case Route::Reference:
       return false;
     case Route::Nothing:
       return true;
     case Route::Patch:
-      run_patch(pl, static_cast<const float*>(in), W, bias, out);
+      run_patch(pl, static_cast<const float*>(in), W, bias, static_cast<float*>(out));
       return true;
     default:
       break;
@@ -2404,8 +2420,9 @@ bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* b
       for (int64_t q = 0; q < pl.G * pl.NB; ++q) pack_vnni_block(pl, call.wp + q * pl.block_floats);
     }
     if (pl.schedule == Schedule::Lines) run_lines(pl, call);
-    else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t>(pl, call);
-    else run_rows_or_columns<float>(pl, call);
+    else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
+    else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t, float>(pl, call);
+    else run_rows_or_columns<float, float>(pl, call);
 #if defined(__SSE2__)
     if (pl.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
 #endif
@@ -2452,32 +2469,37 @@ std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthr
 
 // --- bf16 on AMX: the same driver over the AMX table (in_bytes 2, VNNI) ---
 
-bool conv_bf16_amx_applies(Pass pass, const ConvProblem& p, int nthreads) {
-  if (pass == Pass::BackwardWeights) return false;
-  const ConvPlan c =
-      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p, dense_iox_strides(p), nthreads);
-  return c.route == Route::Gemm;
+ConvPlan plan_bf16_amx(Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
+  ConvPlan c = plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p, wv, nthreads);
+  if (c.route == Route::Gemm && c.nchunks == 1) c.out_bytes = 2;
+  return c;
+}
+
+AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
+  AmxConvInfo info;
+  if (pass == Pass::BackwardWeights) return info;
+  const ConvPlan c = plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads);
+  info.applies = c.route == Route::Gemm;
+  info.out16 = c.out_bytes == 2;
+  return info;
 }
 
 bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, const float* bias,
-                      float* dst, int nthreads) {
-  const ConvPlan plan =
-      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, Pass::Forward, p, w, nthreads);
-  if (plan.route != Route::Gemm) return false;
+                      void* dst, bool out16, int nthreads) {
+  const ConvPlan plan = plan_bf16_amx(Pass::Forward, p, w, nthreads);
+  if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
 }
 
 bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
-                            float* diff_src, int nthreads) {
-  const ConvPlan plan =
-      plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, Pass::BackwardData, p, w, nthreads);
-  if (plan.route != Route::Gemm) return false;
+                            void* diff_src, bool out16, int nthreads) {
+  const ConvPlan plan = plan_bf16_amx(Pass::BackwardData, p, w, nthreads);
+  if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
 }
 
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads) {
-  return describe(plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p,
-                            dense_iox_strides(p), nthreads));
+  return describe(plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads));
 }
 
 }  // namespace x86

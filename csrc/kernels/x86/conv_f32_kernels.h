@@ -45,6 +45,10 @@ struct ConvTileArgs {
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
+  // VNNI tiles (conv_bf16_amx.cpp) only: out's rows hold bf16 (uint16_t),
+  // accumulate is 0, and each result (sum plus bias) is rounded once to
+  // bf16, to nearest even.
+  int64_t out16 = 0;
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.
@@ -111,7 +115,7 @@ void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
 using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
 // Turns nrows packed rows of nr floats into bf16 pairs in place, for the
-// VNNI tiles: row 2i holds per column (row 2i, row 2i + 1), the last pair
+// VNNI tiles: row i holds per column (row 2i, row 2i + 1), the last pair
 // (row nrows - 1, 0) when nrows is odd (conv_bf16_amx.cpp).
 using ConvVnniFn = void (*)(float* rows, int64_t nrows, int64_t nr);
 // Row-pointer register transposes (transpose.h), which pack the weights.

@@ -18,15 +18,19 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads);
 // bf16 forward / backward-data on AMX (only where isa_supported(Avx512Amx)):
 // the f32 driver over bf16 activations (dense channels-last, read in place)
-// and the AMX tiles; weights and bias f32 (a bf16 tensor's values), the
-// result f32 dense channels-last (the caller rounds it once). False where the
-// tiles do not take the problem (conv_bf16_amx_applies: depthwise, small
-// groups, few output columns).
-bool conv_bf16_amx_applies(Pass pass, const ConvProblem& p, int nthreads);
+// and the AMX tiles; weights and bias f32 (a bf16 tensor's values). The
+// result, dense channels-last, is bf16 rounded once by the tiles where
+// info.out16 (a reduction in one chunk), else f32 (the caller rounds it
+// once); out16 must be info.out16. False where the tiles do not take the
+// problem (info.applies: not depthwise, small groups or few output columns).
+struct AmxConvInfo {
+  bool applies = false, out16 = false;
+};
+AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads);
 bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, const float* bias,
-                      float* dst, int nthreads);
+                      void* dst, bool out16, int nthreads);
 bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
-                            float* diff_src, int nthreads);
+                            void* diff_src, bool out16, int nthreads);
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads);
 // Share of the lanes that hold real columns in the GEMM register tiles that
 // forward_f32 / backward_data_f32 pick for ncol columns per group (17 columns
