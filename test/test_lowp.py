@@ -139,3 +139,123 @@ def test_nan_and_inf_propagate(op, bad, dtype, isa):
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     finite = torch.isfinite(want)
     assert torch.equal(got[finite], want[finite])
+
+
+# --- bf16 on AMX (isa avx512_amx): channels-last forward / backward-data read the
+# bf16 activations in place and multiply on the AMX tiles (route convert16 with
+# amx={...}); results rounded once, by the tiles (out16=1) or from the f32 sum
+# of the reduction chunks (out16=0).
+
+AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, amx_expected)
+    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1, True),        # odd reduction, one 16-column tile
+    (2, 2, 64, 40, (8, 8), 4, 2, 1, 1, True),        # OC tail in the 32x32 tile
+    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2, True),        # groups, odd channels per group
+    (2, 1, 33, 17, (6, 6), 1, 2, 0, 1, True),        # 1x1 strided
+    (1, 4, 9, 37, (37,), 16, 8, 4, 1, True),         # 1D
+    (3, 2, 6, 10, (3, 4, 5), 2, 2, 0, 1, True),      # 3D
+    (2, 1, 40, 1900, (3, 3), 3, 1, 1, 1, True),      # bwd_d: 1900-channel reduction in chunks
+    (2, 2, 16, 16, (8, 8), 4, 2, 1, 16, False),      # depthwise: the f32 kernels
+]
+
+
+def _nxc(t, S):
+    return t.permute([0] + list(range(2, S + 2)) + [1]).contiguous()
+
+
+def _ncx(t, S):
+    return t.permute([0, S + 1] + list(range(1, S + 1)))
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("case", AMX_CASES, ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
+def test_amx_bf16_exact(case, op):
+    P.require_isa("avx512_amx")
+    S, N, IC, OC, sp, K, s, p, g, amx = case
+    dt = torch.bfloat16
+    x = _ints((N, IC) + sp, dt, 11)
+    w = _ints((IC, OC // g) + (K,) * S, dt, 12)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g).shape, dt, 13)
+    want = _oracle(op, x, w, S, s, p, g, dy)
+    if op == "fwd":  # with a bias
+        b = _ints((OC,), dt, 14)
+        want = want + b.double().view([1, OC] + [1] * S)
+    a = dict(_attrs(S, s, p), groups=g, data_format="NXC", weights_format="IOX")
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    assert torch.equal(_ncx(got, S), want.to(dt))
+    assert ("amx={" in lines[0]) == amx, lines[0][:400]
+    if OC == 1900 and op == "bwd_d":
+        assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split("amx={")[1]
+
+
+def test_amx_bf16_long_sums_rounded_once():
+    # 2048 input channels of ones against weights of ones and twos: every output
+    # sums thousands of products (exact in f32, not in bf16), rounded once.
+    P.require_isa("avx512_amx")
+    dt = torch.bfloat16
+    x = torch.ones(1, 2048, 4, 4, dtype=dt)
+    w = _ints((2048, 32, 2, 2), dt, 15, 1, 3)
+    want = _oracle("fwd", x, w, 2, 2, 0)
+    assert not torch.equal(want.to(dt).double(), want)  # the rounding matters
+    a = dict(_attrs(2, 2, 0), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose(_nxc(x, 2), w, None, **a)
+    assert "amx={" in lines[0]
+    assert torch.equal(_ncx(got, 2), want.to(dt))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("where", ["input", "weight"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_amx_bf16_nan_and_inf_propagate(op, where, bad):
+    # 45 reduction channels: a 32-channel step and an odd tail of 13, whose
+    # padding must not meet the weights after it.
+    P.require_isa("avx512_amx")
+    dt, S, s, p = torch.bfloat16, 2, 2, 1
+    ic, oc = (45, 20) if op == "fwd" else (20, 45)
+    x = _ints((2, ic, 6, 7), dt, 16, 1, 3)
+    w = _ints((ic, oc, 4, 4), dt, 17, 1, 3)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 18, 1, 3)
+    if where == "weight":  # reduction channel 30: its f32 row lies where the tail's
+        # step would read on past the 23 bf16 pair rows of its tap
+        if op == "fwd":
+            w[30, oc - 1, 1, 2] = bad
+        else:
+            w[ic - 1, 30, 1, 2] = bad
+    elif op == "fwd":
+        x[1, ic - 1, 3, 4] = bad
+    else:
+        dy[1, oc - 1, 3, 4] = bad
+    want = _oracle(op, x, w, S, s, p, 1, dy).to(dt)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        if op == "fwd":
+            got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a), S)
+        else:
+            got = _ncx(torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a), S)
+    assert "amx={" in lines[0]
+    assert torch.isnan(want).any() or torch.isinf(want).any()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])
+
+
+def test_amx_forced_off_on_the_same_cpu():
+    # isa avx512 on an AMX CPU is "no native bf16": the same call widens to f32.
+    P.require_isa("avx512_amx")
+    dt = torch.bfloat16
+    x, w = _ints((2, 64, 8, 8), dt, 19), _ints((64, 32, 4, 4), dt, 20)
+    a = dict(_attrs(2, 2, 1), groups=1, data_format="NXC", weights_format="IOX")
+    outs = {}
+    for isa in ("avx512", "avx512_amx"):
+        with P.use_isa(isa), tct.plans() as lines:
+            outs[isa] = torch.ops.graph.conv_transpose(_nxc(x, 2), w, None, **a)
+        assert ("amx={" in lines[0]) == (isa == "avx512_amx"), lines[0][:300]
+        assert (" f32={" in lines[0]) == (isa == "avx512"), lines[0][:300]
+    assert torch.equal(outs["avx512"], outs["avx512_amx"])

@@ -626,6 +626,8 @@ struct ConvPlan {
   // from weights turned into bf16 pairs in place by vnni).
   int in_bytes = 4;
   ConvVnniFn vnni = nullptr;
+  void (*thread_begin)() = nullptr;  // the table's per-thread set-up and clean-up
+  void (*thread_end)() = nullptr;
   // The output's element bytes: 2 (bf16, rounded once by the tiles) where the
   // caller asks for it and the reduction is one chunk (no accumulation).
   int out_bytes = 4;
@@ -1237,6 +1239,8 @@ ConvPlan plan_conv(const ConvF32Table* tab, Isa isa, Pass pass, const ConvProble
   if (!tab || pass == Pass::BackwardWeights) return c;  // Route::Reference
   c.in_bytes = tab->in_bytes;
   c.vnni = tab->vnni;
+  c.thread_begin = tab->thread_begin;
+  c.thread_end = tab->thread_end;
   const bool fwd = c.fwd;
   c.N = p.N;
   c.cred = fwd ? p.ICg : p.OCg;
@@ -2419,10 +2423,12 @@ bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* b
 #pragma omp for schedule(static)
       for (int64_t q = 0; q < pl.G * pl.NB; ++q) pack_vnni_block(pl, call.wp + q * pl.block_floats);
     }
+    if (pl.thread_begin) pl.thread_begin();
     if (pl.schedule == Schedule::Lines) run_lines(pl, call);
     else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
     else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t, float>(pl, call);
     else run_rows_or_columns<float, float>(pl, call);
+    if (pl.thread_end) pl.thread_end();
 #if defined(__SSE2__)
     if (pl.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
 #endif

@@ -165,6 +165,10 @@ struct ConvF32Table {
   // bf16 pairs by vnni).
   int in_bytes = 4;
   ConvVnniFn vnni = nullptr;
+  // Called by each thread of a call before its first tile and after its
+  // last (AMX: the tile configuration), where not null.
+  void (*thread_begin)() = nullptr;
+  void (*thread_end)() = nullptr;
 };
 
 const ConvF32Table* conv_f32_table_avx512();
@@ -176,6 +180,8 @@ const ConvF32Table* conv_f32_table_avx2();
 void conv_bf16_amx_32x32(const ConvTileArgs* args);
 void conv_bf16_amx_32x16(const ConvTileArgs* args);
 void pack_vnni_in_place_amx(float* rows, int64_t nrows, int64_t nr);
+void tiles_begin_amx();
+void tiles_end_amx();
 const ConvF32Table* conv_bf16_table_amx();
 
 }  // namespace x86
