@@ -166,9 +166,10 @@ def _ncx(t, S):
     return t.permute([0, S + 1] + list(range(1, S + 1)))
 
 
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d"])
 @pytest.mark.parametrize("case", AMX_CASES, ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
-def test_amx_bf16_exact(case, op):
+def test_amx_bf16_exact(case, op, layout):
     P.require_isa("avx512_amx")
     S, N, IC, OC, sp, K, s, p, g, amx = case
     dt = torch.bfloat16
@@ -179,15 +180,19 @@ def test_amx_bf16_exact(case, op):
     if op == "fwd":  # with a bias
         b = _ints((OC,), dt, 14)
         want = want + b.double().view([1, OC] + [1] * S)
-    a = dict(_attrs(S, s, p), groups=g, data_format="NXC", weights_format="IOX")
+    nxc = layout == "nxc"
+    a = dict(_attrs(S, s, p), groups=g, data_format=layout.upper(), weights_format="IOX")
+    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
     with P.use_isa("avx512_amx"), tct.plans() as lines:
         if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+            got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
         else:
             got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
-    assert torch.equal(_ncx(got, S), want.to(dt))
+                to(dy), w, src_shape=list(to(x).shape), **a)
+    assert torch.equal(_ncx(got, S) if nxc else got, want.to(dt))
     assert ("amx={" in lines[0]) == amx, lines[0][:400]
+    if amx:
+        assert f"ncx={int(not nxc)}" in lines[0], lines[0][:400]
     if OC == 1900 and op == "bwd_d":
         assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split("amx={")[1]
 

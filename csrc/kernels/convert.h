@@ -16,5 +16,10 @@ namespace tct {
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads);
 // dst[i] = src[i] rounded to dt (DType::BF16 or DType::F16), i < n.
 void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads);
+// Batched transpose of 16-bit elements: dst[b][j][i] = src[b][i][j] for
+// i < rows, j < cols (both dense): NCX <-> channels-last for the 16-bit
+// tensors that the bf16 tiles read and write without widening.
+void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
+                   int nthreads);
 
 }  // namespace tct

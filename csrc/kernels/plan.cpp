@@ -465,11 +465,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
     case Route::Convert16: {
       const Convert16Plan& c = plan.convert;
       os << " images=" << c.images << " chunks=" << c.chunks
-         << " f32_bytes=" << (c.a_floats + c.b_floats + c.w_floats) * sizeof(float);
+         << " f32_bytes=" << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
       if (c.amx) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
-        os << " out16=" << c.amx_out16 << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
+        os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
            << "}";
         return;
       }
@@ -632,20 +632,26 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   plan->copy_a = !spec.a.nxc && !spec.a.ncx;
   ConvProblem chunk = p;
   chunk.N = c.images;
+  // AMX: channels-last activations read in place; dense NCX ones through
+  // 16-bit channels-last copies of a chunk (a, and b unless it is written
+  // straight into the result).
+  const bool amx_nxc = (spec.a.nxc || plan->copy_a) && spec.b.nxc;
+  const bool amx_ncx = !amx_nxc && spec.a.ncx && spec.b.ncx;
   if (spec.amx && spec.dtype == DType::BF16 && spec.pass != Pass::BackwardWeights &&
-      (spec.a.nxc || plan->copy_a) && spec.b.nxc) {
+      (amx_nxc || amx_ncx)) {
     const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, chunk, spec.nthreads);
     c.amx = info.applies;
     c.amx_out16 = info.out16;
+    c.amx_ncx = amx_ncx;
   }
   if (c.amx) {
-    c.a_floats = 0;  // read in place
-    if (c.amx_out16) c.b_floats = 0;  // written in place
+    const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
+    c.a_floats = c.amx_ncx ? a16 : 0;  // NXC: read in place
+    c.b_floats = c.amx_out16 ? (c.amx_ncx ? b16 : 0) : c.images * b_img;
+    c.b16_floats = c.amx_ncx && !c.amx_out16 ? b16 : 0;
     plan->step.route = Route::Convert16;
     return;
   }
-  // Inputs with other strides come as dense channels-last copies (copy_a/b);
-  // the f32 buffers keep each tensor's dense layout.
   CallSpec f32 = spec;
   f32.dtype = DType::F32;
   f32.amx = false;

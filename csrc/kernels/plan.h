@@ -106,11 +106,13 @@ struct CallPlan;
 // widened: the AMX tiles read the chunk's bf16 in place (amx = true, no f32
 // plans) and write its result: rounded to bf16 by the tiles (amx_out16: a
 // reduction in one chunk, straight into b, no f32 buffer), else in f32,
-// rounded once as above.
+// rounded once as above. Dense NCX activations (amx_ncx) go through 16-bit
+// channels-last copies of the chunk (transposed, not widened).
 struct Convert16Plan {
   int64_t images = 0, chunks = 0;  // images per chunk, chunks
-  bool amx = false, amx_out16 = false;
-  int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b
+  bool amx = false, amx_out16 = false, amx_ncx = false;
+  int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (AMX: see run_amx_chunk)
+  int64_t b16_floats = 0;  // AMX, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)
 };

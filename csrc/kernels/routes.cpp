@@ -298,23 +298,45 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
-// Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activations
-// (dense channels-last) read in place, the f32 weights and bias of `in`, the
-// result into b (bf16, amx_out16) or out (f32); both dense channels-last.
-// (The AMX driver does not decline: the plan checked it applies.)
-void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* out) {
+// Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activation a,
+// dense channels-last (read in place) or NCX (transposed into abuf first),
+// the f32 weights and bias of `in`; the result rounded once: by the tiles
+// (amx_out16) straight into b, or into bbuf as f32 and narrowed; NCX
+// results through channels-last bf16 (bbuf, or b16 after narrowing),
+// transposed into b. (The AMX driver does not decline: the plan checked it.)
+void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* abuf,
+                   float* bbuf) {
   const CallSpec& s = c.plan.spec;
+  const Convert16Plan& cv = c.plan.convert;
   ConvProblem q = s.p;
   q.N = n;
   const ActSides sd = act_sides(s.pass, s.p);
-  const uint16_t* a = static_cast<const uint16_t*>(c.args.a.data) + n0 * sd.a_image();
-  const bool out16 = c.plan.convert.amx_out16;
-  void* const y = out16 ? static_cast<void*>(bits16(c.args.b.data) + n0 * sd.b_image()) : out;
+  const int64_t a_pix = sd.a_x[0] * sd.a_x[1] * sd.a_x[2], b_pix = sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
+  const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
+  uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
+  if (cv.amx_ncx) {
+    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads);
+    a = bits16(abuf);
+  }
+  void* const y = !cv.amx_out16 ? static_cast<void*>(bbuf)
+                  : cv.amx_ncx  ? static_cast<void*>(bbuf)
+                                : static_cast<void*>(b);
   const bool ok =
       c.forward() ? x86::forward_bf16_amx(q, a, in.w, static_cast<const float*>(in.bias), y,
-                                          out16, s.nthreads)
-                  : x86::backward_data_bf16_amx(q, a, in.w, y, out16, s.nthreads);
+                                          cv.amx_out16, s.nthreads)
+                  : x86::backward_data_bf16_amx(q, a, in.w, y, cv.amx_out16, s.nthreads);
   if (!ok) throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
+  const int64_t nb = n * sd.b_image();
+  if (!cv.amx_ncx) {
+    if (!cv.amx_out16) narrow_from_f32(s.isa, s.dtype, bbuf, b, nb, s.nthreads);
+    return;
+  }
+  uint16_t* y16 = bits16(bbuf);
+  if (!cv.amx_out16) {
+    y16 = bits16(c.ws.buffer(kOutput, std::max<int64_t>(1, cv.b16_floats)));
+    narrow_from_f32(s.isa, s.dtype, bbuf, y16, nb, s.nthreads);
+  }
+  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads);
 }
 
 // Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
@@ -332,9 +354,8 @@ bool run_convert16(const Ctx& c) {
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
-  float* const abuf = cv.amx ? nullptr : c.ws.buffer(kWideA, std::max<int64_t>(1, cv.a_floats));
-  float* const bbuf =
-      cv.amx_out16 ? nullptr : c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
+  float* const abuf = cv.a_floats ? c.ws.buffer(kWideA, cv.a_floats) : nullptr;
+  float* const bbuf = cv.b_floats ? c.ws.buffer(kWideB, cv.b_floats) : nullptr;
   // Weights widened once (forward, backward-data), or the f32 gradient and a
   // second copy for the later chunks (backward-weights: the result is dense);
   // then the bias.
@@ -351,7 +372,7 @@ bool run_convert16(const Ctx& c) {
   for (int64_t k = 0; k < cv.chunks; ++k) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
     if (cv.amx) {
-      run_amx_chunk(c, n0, n, in, bbuf);
+      run_amx_chunk(c, n0, n, in, abuf, bbuf);
     } else {
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
       widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
@@ -364,7 +385,7 @@ bool run_convert16(const Ctx& c) {
       execute(f32, in, c.ws);
     }
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
-    if (!bww && !cv.amx_out16)
+    if (!bww && !cv.amx)
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }
