@@ -264,3 +264,89 @@ def test_amx_forced_off_on_the_same_cpu():
         assert ("amx={" in lines[0]) == (isa == "avx512_amx"), lines[0][:300]
         assert (" f32={" in lines[0]) == (isa == "avx512"), lines[0][:300]
     assert torch.equal(outs["avx512"], outs["avx512_amx"])
+
+
+BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, amx_expected)
+    (2, 2, 64, 64, (8, 8), 4, 2, 1, 1, True),
+    (2, 3, 40, 17, (9, 11), 4, 2, 1, 1, True),       # channel tails on both sides
+    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2, True),        # groups
+    (2, 2, 33, 40, (17, 19), 1, 2, 0, 1, True),      # 1x1 s2, 323 pixels: a partial chunk
+    (1, 1, 33, 40, (37,), 16, 8, 4, 1, True),        # 1D
+    (3, 2, 16, 20, (3, 4, 5), 2, 2, 0, 1, True),     # 3D
+    (2, 2, 12, 40, (8, 8), 3, 1, 1, 1, False),       # 12 input channels: the f32 kernels
+]
+
+
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
+@pytest.mark.parametrize("case", BWW_AMX_CASES,
+                         ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
+def test_amx_bf16_backward_weights_exact(case, layout):
+    P.require_isa("avx512_amx")
+    S, N, IC, OC, sp, K, s, p, g, amx = case
+    dt = torch.bfloat16
+    x = _ints((N, IC) + sp, dt, 21)
+    w = _ints((IC, OC // g) + (K,) * S, dt, 22)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g).shape, dt, 23)
+    want = _oracle("bwd_w", x, w, S, s, p, g, dy).to(dt)
+    nxc = layout == "nxc"
+    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
+    a = dict(_attrs(S, s, p), groups=g, data_format=layout.upper(), weights_format="IOX",
+             weights_shape=list(w.shape))
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), **a)
+    assert torch.equal(got, want)
+    assert ("amx={bww_amx" in lines[0]) == amx, lines[0][:400]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("where", ["src_border", "src_inside", "diff_dst"])
+def test_amx_bf16_backward_weights_nan_and_inf(where, bad):
+    # k3 s1 p1: the taps of a border src pixel that fall on padding pair it with
+    # no diff_dst value (SPEC's sum over valid pairs), so a NaN / Inf there
+    # reaches only the taps inside. (torch's own backward multiplies it by the
+    # padding's zeros: its NaN pattern is not the expected one.) Expected: the
+    # gradient elements the bad value contributes to (found by the f64 oracle
+    # with a finite marker in its place) are NaN / Inf, the others exact.
+    P.require_isa("avx512_amx")
+    dt, S, s, p = torch.bfloat16, 2, 1, 1
+    x = _ints((2, 20, 9, 10), dt, 24, 1, 3)
+    w = _ints((20, 24, 3, 3), dt, 25, 1, 3)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 26, 1, 3)
+    t, idx = (x, (1, 3, 0, 4)) if where == "src_border" else \
+        (x, (1, 3, 4, 4)) if where == "src_inside" else (dy, (0, 5, 8, 9))
+    t[idx] = 0
+    base = _oracle("bwd_w", x, w, S, s, p, 1, dy)
+    t[idx] = 1
+    touched = _oracle("bwd_w", x, w, S, s, p, 1, dy) != base
+    t[idx] = bad
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=list(w.shape))
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
+    assert "amx={bww_amx" in lines[0]
+    assert touched.any() and not touched.all()
+    check = torch.isnan if bad != bad else torch.isinf
+    assert torch.equal(check(got), touched)
+    assert torch.equal(got[~touched], base.to(dt)[~touched])
+
+
+def test_amx_bf16_backward_weights_same_bits_for_any_threads():
+    # Random (not integer) data: the f32 sums depend on their order, which must
+    # not depend on the thread count (each element summed by one task, in pixel order).
+    P.require_isa("avx512_amx")
+    g = torch.Generator().manual_seed(27)
+    x = torch.randn(2, 12, 12, 96, generator=g).to(torch.bfloat16)
+    dy = torch.randn(2, 24, 24, 64, generator=g).to(torch.bfloat16)
+    a = dict(_attrs(2, 2, 1), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=[96, 64, 4, 4])
+    old = torch.get_num_threads()
+    outs = []
+    try:
+        for nt in (1, 2, 3):
+            torch.set_num_threads(nt)
+            with P.use_isa("avx512_amx"), tct.plans() as lines:
+                outs.append(torch.ops.graph.conv_transpose_backward_weights(x, dy, **a))
+            assert "amx={bww_amx" in lines[0]
+    finally:
+        torch.set_num_threads(old)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])

@@ -466,6 +466,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       const Convert16Plan& c = plan.convert;
       os << " images=" << c.images << " chunks=" << c.chunks
          << " f32_bytes=" << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
+      if (c.amx && plan.spec.pass == Pass::BackwardWeights) {
+        os << " amx={" << x86::describe_bwd_weights_bf16_amx(plan.spec.p, plan.spec.nthreads)
+           << "}";
+        return;
+      }
       if (c.amx) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
@@ -643,6 +648,19 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     c.amx = info.applies;
     c.amx_out16 = info.out16;
     c.amx_ncx = amx_ncx;
+  }
+  // Backward-weights on AMX: every image at once; src read as NCX and
+  // diff_dst as channels-last, in place or through a 16-bit copy.
+  if (spec.amx && spec.dtype == DType::BF16 && spec.pass == Pass::BackwardWeights &&
+      x86::bww_bf16_amx_applies(p)) {
+    plan->copy_b = !spec.b.nxc && !spec.b.ncx;
+    c.amx = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = spec.a.ncx ? 0 : (p.N * a_img + 1) / 2;  // src -> NCX
+    c.b_floats = spec.b.nxc || plan->copy_b ? 0 : (p.N * b_img + 1) / 2;  // diff_dst -> NXC
+    plan->step.route = Route::Convert16;
+    return;
   }
   if (c.amx) {
     const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;

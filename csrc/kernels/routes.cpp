@@ -339,6 +339,28 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
   transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads);
 }
 
+// Backward-weights of a Convert16 plan on AMX: src as NCX (in place, or
+// its channels-last data (or ATen's copy) transposed into abuf), diff_dst as
+// channels-last (in place, or transposed from NCX into bbuf), the f32
+// gradient into grad (diff_w's layout), rounded by the caller.
+void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
+  const CallSpec& s = c.plan.spec;
+  const ActSides sd = act_sides(s.pass, s.p);
+  const int64_t a_pix = sd.a_x[0] * sd.a_x[1] * sd.a_x[2], b_pix = sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
+  const uint16_t* a = bits16(c.args.a.data);
+  const uint16_t* b = bits16(c.args.b.data);
+  if (abuf) {
+    transpose_u16(a, bits16(abuf), s.p.N, a_pix, sd.a_c, s.nthreads);
+    a = bits16(abuf);
+  }
+  if (bbuf) {
+    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads);
+    b = bits16(bbuf);
+  }
+  if (!x86::backward_weights_bf16_amx(s.p, a, b, grad, s.nthreads))
+    throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
+}
+
 // Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
 // tensors' own dense layout, each run by its f32 plan; results rounded once.
 bool run_convert16(const Ctx& c) {
@@ -361,13 +383,19 @@ bool run_convert16(const Ctx& c) {
   // then the bias.
   const int64_t wn = bww ? cv.w_floats : weights_span(p, c.args.w);
   const int64_t bias_n = c.args.bias ? p.OC() : 0;
-  float* const wbuf = c.ws.buffer(kWideW, std::max<int64_t>(1, (bww ? 2 * wn : wn) + bias_n));
+  float* const wbuf =
+      c.ws.buffer(kWideW, std::max<int64_t>(1, (bww && !cv.amx ? 2 * wn : wn) + bias_n));
   CallArgs in;
   in.w = with_data(c.args.w, wbuf);
   if (!bww) widen(c.args.w.data, wbuf, wn);
   if (c.args.bias) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;
+  }
+  if (bww && cv.amx) {
+    run_amx_bww(c, abuf, bbuf, in.w);
+    narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
+    return true;
   }
   for (int64_t k = 0; k < cv.chunks; ++k) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);

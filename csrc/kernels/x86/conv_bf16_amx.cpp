@@ -232,5 +232,60 @@ const ConvF32Table* conv_bf16_table_amx() {
   return &table;
 }
 
+// --- backward-weights (bwd_weights_bf16_common.cpp) ---
+
+void bww_bf16_amx_block(const BwwAmxBlockArgs* args) {
+  const int64_t ldb = args->ldb * 4, ldc = args->ldc * 4;
+  float* const c = args->c;
+  const bool two = args->ncols > 16;
+  _tile_loadd(0, c, ldc);
+  _tile_loadd(2, c + 16 * args->ldc, ldc);
+  if (two) {
+    _tile_loadd(1, c + 16, ldc);
+    _tile_loadd(3, c + 16 * args->ldc + 16, ldc);
+  }
+  for (int64_t k = 0; k < args->nks; ++k) {
+    _tile_loadd(4, args->a[2 * k], args->lda[2 * k]);
+    _tile_loadd(5, args->a[2 * k + 1], args->lda[2 * k + 1]);
+    const uint32_t* b = args->b + k * 16 * args->ldb;
+    _tile_loadd(6, b, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    if (two) {
+      _tile_loadd(7, b + 16, ldb);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, ldc);
+  _tile_stored(2, c + 16 * args->ldc, ldc);
+  if (two) {
+    _tile_stored(1, c + 16, ldc);
+    _tile_stored(3, c + 16 * args->ldc + 16, ldc);
+  }
+}
+
+void bww_bf16_amx_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
+                        uint32_t* dst) {
+  // Output word 2j: r0[j], 2j + 1: r1[j] (index 32 + j of the pair of sources).
+  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                       40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                       32, 0);
+  for (int64_t j = 0; j < npad; j += 16) {
+    const int64_t left = n - j;
+    const __mmask32 k = left >= 16 ? __mmask32(0xFFFF) : left > 0 ? __mmask32((1u << left) - 1u) : 0;
+    const __m512i a = r0 ? _mm512_maskz_loadu_epi16(k, r0 + j) : _mm512_setzero_si512();
+    const __m512i b = r1 ? _mm512_maskz_loadu_epi16(k, r1 + j) : _mm512_setzero_si512();
+    _mm512_store_si512(dst + j, _mm512_permutex2var_epi16(a, idx, b));
+  }
+}
+
+void bww_bf16_amx_gather(const uint16_t* base, int64_t row_stride, uint32_t valid, int rows,
+                         uint16_t* dst) {
+  for (int m = 0; m < 16; ++m)
+    _mm512_store_si512(dst + 32 * m, m < rows ? _mm512_maskz_loadu_epi16(valid, base + m * row_stride)
+                                              : _mm512_setzero_si512());
+}
+
 }  // namespace x86
 }  // namespace tct

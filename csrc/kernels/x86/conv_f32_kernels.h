@@ -184,5 +184,32 @@ void tiles_begin_amx();
 void tiles_end_amx();
 const ConvF32Table* conv_bf16_table_amx();
 
+// bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp). One block of
+// 32 rows (input channels) x ncols <= 32 columns (output channels) of an f32
+// gradient c (row stride ldc floats), accumulated over nks steps of 32
+// pixels: step k's A halves (16 rows x 32 bf16 pixels) at a[2k], a[2k + 1]
+// with row strides lda[2k], lda[2k + 1] bytes; its B at b + k*16*ldb: 16
+// rows (pixel pairs) of ldb 32-bit slots, each column's pair (pixel 2q,
+// pixel 2q + 1). Columns past ncols (to 16 or 32) of c are computed too.
+struct BwwAmxBlockArgs {
+  const void* const* a;
+  const int64_t* lda;
+  const uint32_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int64_t nks;
+  int64_t ncols;
+};
+void bww_bf16_amx_block(const BwwAmxBlockArgs* args);
+// dst[j] = (r0[j], r1[j]) for j < npad (a multiple of 16, 64-byte aligned
+// dst), zero for j >= n or a null row.
+void bww_bf16_amx_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
+                        uint32_t* dst);
+// 16 rows x 32 bf16 into dst (dense): row m < rows at base + m*row_stride,
+// its element l where bit l of valid is set, else zero; rows >= rows zero.
+void bww_bf16_amx_gather(const uint16_t* base, int64_t row_stride, uint32_t valid, int rows,
+                         uint16_t* dst);
+
 }  // namespace x86
 }  // namespace tct

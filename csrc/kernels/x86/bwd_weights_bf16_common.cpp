@@ -1,0 +1,226 @@
+// bf16 backward-weights on AMX: the driver (no ISA flags; the tile and
+// packing kernels are in conv_bf16_amx.cpp, called only where
+// isa_supported(Avx512Amx)).
+//
+// diff_w[g][ic][oc][t] = sum over images n and src pixels i of
+//     src[n][g*ICg + ic][i] * diff_dst[n][o(i, t)][g*OCg + oc]
+// over the taps t whose o(i, t) = i*s + k*d - pb lies inside diff_dst. One
+// GEMM per (group, tap): rows = input channels, columns = output channels,
+// reduction = src pixels, in steps of 32 (TDPBF16PS reduces pixel pairs):
+//   A (16 channels x 32 pixels) straight from src in NCX order (a row is a
+//     channel's run of pixels), or gathered with zeros where a pixel's tap
+//     falls outside diff_dst (never multiplying src by a missing diff_dst,
+//     so NaN / Inf stay where the reference puts them) or past the channels;
+//   B (16 pixel pairs x 32 columns) from diff_dst in NXC order, each pair of
+//     rows interleaved into a panel per (chunk of 256 pixels, tap), shared
+//     by all input-channel blocks.
+// The f32 sums are kept in a scratch gradient [G][T][ICp][OCp] (tiles
+// loaded and stored per block of 8 steps), each element summed by one task
+// in pixel order: the same bits for any thread count (SPEC 5). The caller
+// rounds the f32 gradient once.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "../dispatch.h"
+#include "buffers.h"
+#include "conv_f32_kernels.h"
+#include "x86.h"
+
+namespace tct {
+namespace x86 {
+namespace {
+
+constexpr int64_t kStep = 32;   // pixels per TDPBF16PS step
+constexpr int64_t kSteps = 8;   // steps per chunk (a B panel, a C residency)
+constexpr int64_t kChunk = kStep * kSteps;
+constexpr int64_t kBlock = 32;  // channels per row / column block
+
+struct BwwAmxPlan {
+  ConvProblem p;
+  int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
+  int64_t parts = 1, tasks = 0;
+  std::vector<int64_t> koff_k[kAxes];  // per tap: its kernel index along each axis
+};
+
+BwwAmxPlan plan_bww_amx(const ConvProblem& p, int nthreads) {
+  BwwAmxPlan pl;
+  pl.p = p;
+  pl.T = p.taps();
+  pl.ICB = (p.ICg + kBlock - 1) / kBlock;
+  pl.OCB = (p.OCg + kBlock - 1) / kBlock;
+  pl.ICp = pl.ICB * kBlock;
+  pl.OCp = pl.OCB * kBlock;
+  pl.ipix = p.src_spatial();
+  pl.opix = p.dst_spatial();
+  // (group, tap) tasks, their input-channel blocks split in parts so that
+  // each thread gets about two tasks.
+  const int64_t gt = p.G * pl.T;
+  pl.parts = std::clamp<int64_t>((2 * nthreads + gt - 1) / gt, 1, pl.ICB);
+  pl.tasks = gt * pl.parts;
+  for (int a = 0; a < kAxes; ++a) pl.koff_k[a].resize(static_cast<size_t>(pl.T));
+  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
+    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
+      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t) {
+        pl.koff_k[0][t] = k0;
+        pl.koff_k[1][t] = k1;
+        pl.koff_k[2][t] = k2;
+      }
+  return pl;
+}
+
+// The diff_dst pixel of src pixel j (of an image) under tap t, or -1.
+inline int64_t dst_pixel(const BwwAmxPlan& pl, int64_t j, int64_t t) {
+  const ConvProblem& p = pl.p;
+  const int64_t i[kAxes] = {j / (p.I[1] * p.I[2]), (j / p.I[2]) % p.I[1], j % p.I[2]};
+  int64_t o = 0;
+  for (int a = 0; a < kAxes; ++a) {
+    const int64_t oa = i[a] * p.s[a] + pl.koff_k[a][t] * p.d[a] - p.pb[a];
+    if (oa < 0 || oa >= p.O[a]) return -1;
+    o = o * p.O[a] + oa;
+  }
+  return o;
+}
+
+// Per-thread buffers: the B panel of a chunk and tap, the diff_dst pixel of
+// each of its pixels, the gathered A steps and their pointers.
+struct TaskBufs {
+  AlignedBuf<uint32_t> panel;
+  std::vector<int64_t> opix;
+  AlignedBuf<uint16_t> agather;
+  const void* a[2 * kSteps];
+  int64_t lda[2 * kSteps];
+  explicit TaskBufs(const BwwAmxPlan& pl)
+      : panel(aligned_buffer<uint32_t>(kChunk / 2 * pl.OCp)),
+        opix(static_cast<size_t>(kChunk)),
+        agather(aligned_buffer<uint16_t>(2 * kSteps * 16 * kStep)) {}
+};
+
+// Chunk [j0, j0 + len) of image n under tap t of group g: the B panel and
+// the diff_dst pixels.
+void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t n, int64_t g, int64_t t,
+            int64_t j0, int64_t len, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OC();
+  const uint16_t* const img = dy + (n * pl.opix) * OC + g * p.OCg;
+  for (int64_t j = 0; j < kChunk; ++j) tb.opix[j] = j < len ? dst_pixel(pl, j0 + j, t) : -1;
+  const int64_t pairs = (len + kStep - 1) / kStep * (kStep / 2);  // whole steps
+  for (int64_t q = 0; q < pairs; ++q) {
+    const int64_t o0 = tb.opix[2 * q], o1 = tb.opix[2 * q + 1];
+    bww_bf16_amx_pairs(o0 >= 0 ? img + o0 * OC : nullptr, o1 >= 0 ? img + o1 * OC : nullptr,
+                       p.OCg, pl.OCp, tb.panel.get() + q * pl.OCp);
+  }
+}
+
+// The A operands of steps [0, nks) of the chunk for input-channel block icb:
+// in place where all 32 pixels have their tap inside and 16 channels exist,
+// else gathered.
+void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t n, int64_t g, int64_t icb,
+            int64_t j0, int64_t len, int64_t nks, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t ipix = pl.ipix;
+  for (int64_t k = 0; k < nks; ++k) {
+    uint32_t valid = 0;
+    for (int64_t l = 0; l < kStep; ++l)
+      if (k * kStep + l < len && tb.opix[k * kStep + l] >= 0) valid |= 1u << l;
+    for (int h = 0; h < 2; ++h) {
+      const int64_t ic0 = icb * kBlock + 16 * h;
+      const int rows = static_cast<int>(std::clamp<int64_t>(p.ICg - ic0, 0, 16));
+      const uint16_t* base = src + (n * p.IC() + g * p.ICg + ic0) * ipix + j0 + k * kStep;
+      const int64_t s = 2 * k + h;
+      if (valid == ~0u && rows == 16) {
+        tb.a[s] = base;
+        tb.lda[s] = ipix * 2;
+      } else {
+        uint16_t* d = tb.agather.get() + s * 16 * kStep;
+        bww_bf16_amx_gather(rows > 0 ? base : nullptr, ipix, rows > 0 ? valid : 0, rows, d);
+        tb.a[s] = d;
+        tb.lda[s] = kStep * 2;
+      }
+    }
+  }
+}
+
+// Task (g, t, part): every image and chunk, its input-channel blocks.
+void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, float* scratch,
+              int64_t task, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t part = task % pl.parts, gt = task / pl.parts;
+  const int64_t g = gt / pl.T, t = gt % pl.T;
+  const int64_t icb0 = pl.ICB * part / pl.parts, icb1 = pl.ICB * (part + 1) / pl.parts;
+  float* const grad = scratch + gt * pl.ICp * pl.OCp;
+  BwwAmxBlockArgs args;
+  args.a = tb.a;
+  args.lda = tb.lda;
+  args.ldb = pl.OCp;
+  args.ldc = pl.OCp;
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t j0 = 0; j0 < pl.ipix; j0 += kChunk) {
+      const int64_t len = std::min(kChunk, pl.ipix - j0);
+      pack_b(pl, dy, n, g, t, j0, len, tb);
+      args.nks = (len + kStep - 1) / kStep;
+      for (int64_t icb = icb0; icb < icb1; ++icb) {
+        pack_a(pl, src, n, g, icb, j0, len, args.nks, tb);
+        for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
+          args.b = tb.panel.get() + ocb * kBlock;
+          args.c = grad + icb * kBlock * pl.OCp + ocb * kBlock;
+          args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
+          bww_bf16_amx_block(&args);
+        }
+      }
+    }
+}
+
+}  // namespace
+
+bool bww_bf16_amx_applies(const ConvProblem& p) {
+  // (Depthwise and small groups would fill a sixteenth of a tile or less.)
+  return p.ICg >= 16 && p.OCg >= 16 && p.N > 0 && p.src_spatial() > 0;
+}
+
+bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_ncx,
+                               const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
+  if (!bww_bf16_amx_applies(p)) return false;
+  const BwwAmxPlan pl = plan_bww_amx(p, nthreads);
+  const int64_t grad = p.G * pl.T * pl.ICp * pl.OCp;
+  AlignedBuf<float> scratch = aligned_buffer<float>(grad, 16);
+  float* const sc = scratch.get();
+#pragma omp parallel num_threads(nthreads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < grad; i += 4096)
+      std::memset(sc + i, 0, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4096, grad - i)));
+    TaskBufs tb(pl);
+    tiles_begin_amx();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_ncx, dy_nxc, sc, task, tb);
+    tiles_end_amx();
+    // The f32 gradient in diff_w's layout.
+    float* const dw = static_cast<float*>(diff_w.data);
+#pragma omp for schedule(static)
+    for (int64_t gi = 0; gi < p.G * p.ICg; ++gi) {
+      const int64_t g = gi / p.ICg, ic = gi % p.ICg;
+      for (int64_t t = 0; t < pl.T; ++t) {
+        const int64_t koff = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
+                             pl.koff_k[2][t] * diff_w.sk[2];
+        const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
+        float* d = dw + gi * diff_w.si + koff;
+        for (int64_t oc = 0; oc < p.OCg; ++oc) d[oc * diff_w.so] = s[oc];
+      }
+    }
+  }
+  return true;
+}
+
+std::string describe_bwd_weights_bf16_amx(const ConvProblem& p, int nthreads) {
+  const BwwAmxPlan pl = plan_bww_amx(p, nthreads);
+  return "bww_amx tile=amx_bf16_32x32 step=32 chunk=" + std::to_string(kChunk) +
+         " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
+         " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
+         " scratch_bytes=" + std::to_string(4 * p.G * pl.T * pl.ICp * pl.OCp);
+}
+
+}  // namespace x86
+}  // namespace tct
