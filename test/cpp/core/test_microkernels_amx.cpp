@@ -1,0 +1,287 @@
+// Micro-kernel tester of the bf16 AMX kernels (conv_bf16_amx.cpp): the
+// forward / backward-data tiles of conv_bf16_table_amx() (32x32, 32x16) in
+// pointer mode (rows evenly spaced: read in place; scattered: gathered) and
+// row mode, reduction tails, skipped taps, accumulate, bf16 results, column
+// tails; the VNNI packing; the backward-weights block, pair and gather
+// kernels. Against scalar versions of their contracts on small integers
+// (every f32 sum exact); cells the kernels may not read are NaN, cells they
+// may not write are guards compared afterwards. Skipped where the CPU has no
+// AMX (isa_supported(Avx512Amx)).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/x86/conv_f32_kernels.h"
+
+namespace tct {
+namespace {
+
+using x86::ConvTileArgs;
+
+constexpr uint16_t kPoison16 = 0x7FC1;  // a bf16 NaN
+constexpr float kGuard = -12345.f;
+
+uint16_t to_bf16(float v) {  // round to nearest even (the values here are finite)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Rng {
+  std::mt19937 g{12345};
+  int64_t uni(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(g); }
+  bool coin() { return uni(0, 1) == 1; }
+  float val() { return static_cast<float>(uni(-3, 3)); }
+};
+
+class AmxKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(Isa::Avx512Amx)) GTEST_SKIP() << "this CPU has no AMX-BF16";
+  }
+};
+
+TEST_F(AmxKernels, TableListsTheTiles) {
+  const x86::ConvF32Table* t = x86::conv_bf16_table_amx();
+  ASSERT_EQ(t->ngemm, 2);
+  EXPECT_EQ(t->in_bytes, 2);
+  EXPECT_NE(t->vnni, nullptr);
+  EXPECT_EQ(t->gemm[0].mr, 32);
+  EXPECT_EQ(t->gemm[0].nr, 32);
+  EXPECT_EQ(t->gemm[1].nr, 16);
+  EXPECT_EQ(t->dw, nullptr);  // depthwise / grouped / dot: the f32 route
+}
+
+TEST_F(AmxKernels, VnniPacksPairsInPlace) {
+  Rng rng;
+  for (int64_t nrows : {1, 2, 7, 32, 33}) {
+    const int64_t nr = 32;
+    std::vector<float> w(static_cast<size_t>(nrows * nr)), orig;
+    for (float& v : w) v = rng.val();
+    orig = w;
+    x86::pack_vnni_in_place_amx(w.data(), nrows, nr);
+    for (int64_t i = 0; i < (nrows + 1) / 2; ++i)
+      for (int64_t j = 0; j < nr; ++j) {
+        uint32_t slot;
+        std::memcpy(&slot, &w[i * nr + j], 4);
+        const float lo = orig[2 * i * nr + j];
+        const float hi = 2 * i + 1 < nrows ? orig[(2 * i + 1) * nr + j] : 0.f;
+        EXPECT_EQ(slot & 0xFFFFu, to_bf16(lo)) << nrows << " " << i << " " << j;
+        EXPECT_EQ(slot >> 16, to_bf16(hi)) << nrows << " " << i << " " << j;
+      }
+  }
+}
+
+// One sampled call of a conv tile and its check.
+void conv_tile_case(Rng& rng, int iter) {
+  const int NT = static_cast<int>(rng.uni(1, 2)), NR = 16 * NT, MR = 32;
+  const x86::ConvTileFn fn = NT == 2 ? x86::conv_bf16_amx_32x32 : x86::conv_bf16_amx_32x16;
+  static const int64_t kCred[] = {1, 2, 13, 31, 32, 33, 64, 77, 256, 300};
+  const int64_t cred = kCred[rng.uni(0, 9)];
+  const int64_t ntaps = rng.uni(1, 3), a_off = rng.uni(0, 5);
+  const bool out16 = rng.uni(0, 2) == 0, accumulate = !out16 && rng.coin();
+  const bool row_mode = rng.coin(), even = rng.coin(), wtap = rng.coin();
+  const int64_t ncols = rng.uni(1, NR), col_off = rng.uni(0, 3);
+  const int64_t len = a_off + cred;
+  // Inputs: bf16, poison outside [a_off, a_off + cred) of every run.
+  std::vector<std::vector<uint16_t>> bufs;
+  auto run = [&](uint16_t* r) {
+    for (int64_t c = a_off; c < len; ++c) r[c] = to_bf16(rng.val());
+  };
+  std::vector<const uint16_t*> a(static_cast<size_t>(ntaps * MR)), rows(MR);
+  std::vector<int64_t> tapoff(static_cast<size_t>(ntaps));
+  if (row_mode) {
+    const int64_t step = len + rng.uni(0, 4);  // between the taps' runs
+    for (int64_t t = 0; t < ntaps; ++t) tapoff[t] = t * step;
+    const int64_t span = ntaps * step, stride = span + (even ? rng.uni(0, 3) : 0);
+    bufs.emplace_back(static_cast<size_t>(MR * stride + span + 64), kPoison16);
+    for (int m = 0; m < MR; ++m) {
+      // evenly spaced rows, or one row out of place (gathered)
+      const int64_t at = even || m != 7 ? m * stride : MR * stride;
+      rows[m] = bufs[0].data() + at;
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int64_t t = 0; t < ntaps; ++t) run(const_cast<uint16_t*>(rows[m]) + tapoff[t]);
+  } else {
+    bufs.emplace_back(static_cast<size_t>(len + 64), kPoison16);  // the zero row
+    for (int64_t c = a_off; c < len; ++c) bufs[0][c] = 0;
+    const int64_t stride = len + rng.uni(0, 3);
+    for (int64_t t = 0; t < ntaps; ++t) {
+      bufs.emplace_back(static_cast<size_t>(MR * stride + 64), kPoison16);
+      for (int m = 0; m < MR; ++m) {
+        uint16_t* r = bufs.back().data() + m * stride;
+        run(r);
+        a[t * MR + m] = (!even && rng.uni(0, 4) == 0) ? bufs[0].data() : r;
+      }
+    }
+  }
+  // Weights: f32 [tap][cred][NR] per packed tap, then bf16 pairs in place.
+  const int64_t wt_n = wtap ? ntaps + 2 : ntaps;
+  std::vector<int32_t> wt(static_cast<size_t>(ntaps));
+  for (int64_t t = 0; t < ntaps; ++t) wt[t] = static_cast<int32_t>(wtap ? wt_n - 1 - t : t);
+  std::vector<float> w(static_cast<size_t>(wt_n * cred * NR + 64)), wf;
+  for (float& v : w) v = rng.val();
+  wf = w;
+  for (int64_t t = 0; t < wt_n; ++t) x86::pack_vnni_in_place_amx(w.data() + t * cred * NR, cred, NR);
+  std::vector<float> bias(static_cast<size_t>(NR));
+  for (float& v : bias) v = rng.val();
+  // Outputs: 32 rows of width W with guards around the columns written.
+  const int64_t W = col_off + NR + 4;
+  std::vector<float> out32(static_cast<size_t>(MR * W), kGuard), init;
+  std::vector<uint16_t> out16v(static_cast<size_t>(MR * W), to_bf16(kGuard));
+  for (int m = 0; m < MR; ++m)
+    for (int64_t j = 0; j < ncols; ++j) out32[m * W + col_off + j] = rng.val();
+  init = out32;
+  std::vector<float*> outp(MR);
+  for (int m = 0; m < MR; ++m)
+    outp[m] = out16 ? reinterpret_cast<float*>(out16v.data() + m * W) : out32.data() + m * W;
+  ConvTileArgs args;
+  args.a = reinterpret_cast<const float* const*>(a.data());
+  args.rows = row_mode ? reinterpret_cast<const float* const*>(rows.data()) : nullptr;
+  args.tapoff = tapoff.data();
+  args.w = w.data();
+  args.wtap = wtap ? wt.data() : nullptr;
+  args.bias = bias.data();
+  args.out = outp.data();
+  args.ntaps = ntaps;
+  args.cred = cred;
+  args.a_off = a_off;
+  args.col_off = col_off;
+  args.ncols = ncols;
+  args.accumulate = accumulate;
+  args.out16 = out16;
+  x86::tiles_begin_amx();
+  fn(&args);
+  x86::tiles_end_amx();
+  for (int m = 0; m < MR; ++m)
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t col = j - col_off;
+      float want = init[m * W + j];
+      if (col >= 0 && col < ncols) {
+        double sum = accumulate ? init[m * W + j] : bias[col];
+        for (int64_t t = 0; t < ntaps; ++t) {
+          const uint16_t* in = row_mode ? rows[m] + tapoff[t] : a[t * MR + m];
+          for (int64_t c = 0; c < cred; ++c)
+            sum += static_cast<double>(from_bf16(in[a_off + c])) * wf[(wt[t] * cred + c) * NR + col];
+        }
+        want = static_cast<float>(sum);
+      }
+      const float got = out16 ? from_bf16(out16v[m * W + j]) : out32[m * W + j];
+      if (out16) want = from_bf16(to_bf16(col >= 0 && col < ncols ? want : kGuard));
+      ASSERT_EQ(got, want) << "case " << iter << " NT=" << NT << " cred=" << cred
+                           << " taps=" << ntaps << " a_off=" << a_off << " ncols=" << ncols
+                           << " out16=" << out16 << " acc=" << accumulate
+                           << " rows=" << row_mode << " even=" << even << " wtap=" << wtap
+                           << " m=" << m << " col=" << col;
+    }
+}
+
+TEST_F(AmxKernels, ConvTilesMatchScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 400; ++iter) conv_tile_case(rng, iter);
+}
+
+// n elements of T at a 64-byte boundary (the pair and gather kernels store whole aligned vectors).
+template <class T>
+struct Aligned {
+  std::vector<T> raw;
+  T* p;
+  Aligned(size_t n, T fill) : raw(n + 64 / sizeof(T), fill) {
+    p = raw.data();
+    while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  }
+};
+
+TEST_F(AmxKernels, BwdWeightsKernelsMatchScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 200; ++iter) {
+    const int64_t nks = rng.uni(1, 8), ncols = rng.uni(1, 32), ldb = 32 * rng.uni(1, 2);
+    const int64_t ldc = ldb + rng.uni(0, 2) * 16;
+    // A: per step two halves, in place (stride in elements) or gathered.
+    std::vector<std::vector<uint16_t>> abufs;
+    std::vector<Aligned<uint16_t>> gbufs;
+    abufs.reserve(static_cast<size_t>(2 * nks));
+    gbufs.reserve(static_cast<size_t>(2 * nks));
+    std::vector<const void*> a(static_cast<size_t>(2 * nks));
+    std::vector<int64_t> lda(static_cast<size_t>(2 * nks));
+    for (int64_t s = 0; s < 2 * nks; ++s) {
+      const int64_t stride = rng.coin() ? 32 : 32 + rng.uni(1, 40);
+      abufs.emplace_back(static_cast<size_t>(16 * stride), kPoison16);
+      std::vector<uint16_t>& b = abufs.back();
+      for (int m = 0; m < 16; ++m)
+        for (int l = 0; l < 32; ++l) b[m * stride + l] = to_bf16(rng.val());
+      if (rng.coin()) {
+        a[s] = b.data();
+        lda[s] = stride * 2;
+      } else {  // through the gather kernel, some rows and pixels dropped
+        const int rws = static_cast<int>(rng.uni(0, 16));
+        const uint32_t valid = static_cast<uint32_t>(rng.uni(0, 0xFFFFFFFFll));
+        gbufs.emplace_back(static_cast<size_t>(16 * 32), kPoison16);
+        uint16_t* g = gbufs.back().p;
+        x86::bww_bf16_amx_gather(b.data(), stride, valid, rws, g);
+        for (int m = 0; m < 16; ++m)
+          for (int l = 0; l < 32; ++l)
+            ASSERT_EQ(g[m * 32 + l], m < rws && ((valid >> l) & 1) ? b[m * stride + l] : uint16_t{0});
+        a[s] = g;
+        lda[s] = 64;
+      }
+    }
+    // B: pair rows built by the pair kernel from two rows of ldb bf16.
+    Aligned<uint32_t> bp(static_cast<size_t>(nks * 16 * ldb + 16), 0u);
+    uint32_t* const bpanel = bp.p;
+    for (int64_t q = 0; q < nks * 16; ++q) {
+      std::vector<uint16_t> r0(static_cast<size_t>(ldb), kPoison16), r1 = r0;
+      const int64_t n = rng.uni(0, ldb);
+      for (int64_t j = 0; j < n; ++j) r0[j] = to_bf16(rng.val()), r1[j] = to_bf16(rng.val());
+      const int which = static_cast<int>(rng.uni(0, 3));  // a null row now and then
+      x86::bww_bf16_amx_pairs(which == 1 ? nullptr : r0.data(), which == 2 ? nullptr : r1.data(),
+                              n, ldb, bpanel + q * ldb);
+      for (int64_t j = 0; j < ldb; ++j) {
+        const uint32_t slot = bpanel[q * ldb + j];
+        ASSERT_EQ(slot & 0xFFFFu, j < n && which != 1 ? r0[j] : 0u);
+        ASSERT_EQ(slot >> 16, j < n && which != 2 ? r1[j] : 0u);
+      }
+    }
+    std::vector<float> c(static_cast<size_t>(32 * ldc)), c0;
+    for (float& v : c) v = rng.val();
+    c0 = c;
+    x86::BwwAmxBlockArgs args{a.data(), lda.data(), bpanel, ldb, c.data(), ldc, nks, ncols};
+    x86::tiles_begin_amx();
+    x86::bww_bf16_amx_block(&args);
+    x86::tiles_end_amx();
+    const int64_t cols = ncols > 16 ? 32 : 16;
+    for (int64_t r = 0; r < 32; ++r)
+      for (int64_t j = 0; j < ldc; ++j) {
+        double want = c0[r * ldc + j];
+        if (j < cols) {
+          for (int64_t k = 0; k < nks; ++k) {
+            const auto* ah = static_cast<const uint16_t*>(a[2 * k + r / 16]);
+            const int64_t st = lda[2 * k + r / 16] / 2;
+            for (int64_t q = 0; q < 16; ++q) {
+              const uint32_t slot = bpanel[(k * 16 + q) * ldb + j];
+              want += static_cast<double>(from_bf16(ah[(r % 16) * st + 2 * q])) *
+                          from_bf16(static_cast<uint16_t>(slot & 0xFFFFu)) +
+                      static_cast<double>(from_bf16(ah[(r % 16) * st + 2 * q + 1])) *
+                          from_bf16(static_cast<uint16_t>(slot >> 16));
+            }
+          }
+        }
+        ASSERT_EQ(c[r * ldc + j], static_cast<float>(want))
+            << "case " << iter << " nks=" << nks << " ncols=" << ncols << " r=" << r << " j=" << j;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace tct
