@@ -197,6 +197,32 @@ def test_amx_bf16_exact(case, op, layout):
         assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split("amx={")[1]
 
 
+@pytest.mark.parametrize("wf", P.WEIGHTS_FORMATS)
+@pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
+def test_amx_bf16_weights_formats(op, wf):
+    # Each weights layout takes another packing form (taps contiguous, columns
+    # contiguous, reduction contiguous, strided) or gradient scatter.
+    P.require_isa("avx512_amx")
+    S, s, p, dt = 2, 2, 1, torch.bfloat16
+    x = _ints((2, 37, 7, 6), dt, 28)
+    w = _ints((37, 40, 4, 3), dt, 29)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 30)
+    want = _oracle(op, x, w, S, s, p, 1, dy).to(dt)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
+    wk = P.weights_from_iox(w, wf).contiguous()
+    with P.use_isa("avx512_amx"), tct.plans() as lines:
+        if op == "fwd":
+            got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), wk, None, **a), S)
+        elif op == "bwd_d":
+            got = _ncx(torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), wk, src_shape=list(_nxc(x, S).shape), **a), S)
+        else:
+            got = P.weights_to_iox(torch.ops.graph.conv_transpose_backward_weights(
+                _nxc(x, S), _nxc(dy, S), weights_shape=list(wk.shape), **a), wf)
+    assert "amx={" in lines[0], lines[0][:300]
+    assert torch.equal(got, want)
+
+
 def test_amx_bf16_long_sums_rounded_once():
     # 2048 input channels of ones against weights of ones and twos: every output
     # sums thousands of products (exact in f32, not in bf16), rounded once.

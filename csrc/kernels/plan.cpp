@@ -664,6 +664,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   }
   if (c.amx) {
     const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
+    c.w_floats = 0;  // the bf16 weights are packed as they are
     c.a_floats = c.amx_ncx ? a16 : 0;  // NXC: read in place
     c.b_floats = c.amx_out16 ? (c.amx_ncx ? b16 : 0) : c.images * b_img;
     c.b16_floats = c.amx_ncx && !c.amx_out16 ? b16 : 0;

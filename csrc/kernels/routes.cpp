@@ -300,7 +300,7 @@ uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
 // Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activation a,
 // dense channels-last (read in place) or NCX (transposed into abuf first),
-// the f32 weights and bias of `in`; the result rounded once: by the tiles
+// the call's bf16 weights and the f32 bias of `in`; the result rounded once: by the tiles
 // (amx_out16) straight into b, or into bbuf as f32 and narrowed; NCX
 // results through channels-last bf16 (bbuf, or b16 after narrowing),
 // transposed into b. (The AMX driver does not decline: the plan checked it.)
@@ -322,9 +322,9 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
                   : cv.amx_ncx  ? static_cast<void*>(bbuf)
                                 : static_cast<void*>(b);
   const bool ok =
-      c.forward() ? x86::forward_bf16_amx(q, a, in.w, static_cast<const float*>(in.bias), y,
+      c.forward() ? x86::forward_bf16_amx(q, a, c.args.w, static_cast<const float*>(in.bias), y,
                                           cv.amx_out16, s.nthreads)
-                  : x86::backward_data_bf16_amx(q, a, in.w, y, cv.amx_out16, s.nthreads);
+                  : x86::backward_data_bf16_amx(q, a, c.args.w, y, cv.amx_out16, s.nthreads);
   if (!ok) throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
   const int64_t nb = n * sd.b_image();
   if (!cv.amx_ncx) {
@@ -378,16 +378,16 @@ bool run_convert16(const Ctx& c) {
   };
   float* const abuf = cv.a_floats ? c.ws.buffer(kWideA, cv.a_floats) : nullptr;
   float* const bbuf = cv.b_floats ? c.ws.buffer(kWideB, cv.b_floats) : nullptr;
-  // Weights widened once (forward, backward-data), or the f32 gradient and a
-  // second copy for the later chunks (backward-weights: the result is dense);
-  // then the bias.
-  const int64_t wn = bww ? cv.w_floats : weights_span(p, c.args.w);
+  // Weights widened once (forward, backward-data; on AMX not: the tiles'
+  // packing reads the bf16 weights), or the f32 gradient and a second copy
+  // for the later chunks (backward-weights: the result is dense); then the bias.
+  const int64_t wn = bww ? cv.w_floats : cv.amx ? 0 : weights_span(p, c.args.w);
   const int64_t bias_n = c.args.bias ? p.OC() : 0;
   float* const wbuf =
       c.ws.buffer(kWideW, std::max<int64_t>(1, (bww && !cv.amx ? 2 * wn : wn) + bias_n));
   CallArgs in;
   in.w = with_data(c.args.w, wbuf);
-  if (!bww) widen(c.args.w.data, wbuf, wn);
+  if (!bww && !cv.amx) widen(c.args.w.data, wbuf, wn);
   if (c.args.bias) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;

@@ -6,10 +6,10 @@
 // Contract (ConvTileArgs, conv_f32_kernels.h), with these differences:
 // - the activation pointers (a, rows) point at bf16 elements (uint16_t), and
 //   a_off / tapoff count bf16 elements;
-// - the packed weights are "VNNI in place" (pack_vnni_in_place_amx): in a
-//   tap's [c][NR] block of floats, row i < ceil(cred / 2) holds, per column
-//   j, the bf16 pair (W[2i][j], W[2i+1][j]) in one 32-bit slot (0 for
-//   2i + 1 = cred); the rows after them are not read;
+// - the packed weights are bf16 pairs (the driver's pack_pairs): in a tap's
+//   [c][NR] block of floats, row i < ceil(cred / 2) holds, per column j, the
+//   bf16 pair (W[2i][j], W[2i+1][j]) in one 32-bit slot (0 for 2i + 1 =
+//   cred); the rows after them are not read;
 // - MR = 32 rows, NR = 16 * NT columns; init (bias or the current outputs)
 //   is added after the reduction; stream and prefetch are ignored; with
 //   out16 the rows are bf16 and each result is rounded once (vcvtneps2bf16).
@@ -168,18 +168,6 @@ void gemm_tile_amx(const ConvTileArgs* args) {
   }
 }
 
-// W[c][j] (f32, even c's row and the next) -> the bf16 pairs, rounded to
-// nearest even (NaN kept quiet).
-inline __m512i pairs_of(__m512 lo, __m512 hi) {
-  // vcvtne2ps2bf16 puts its second operand in the low halves of each pair.
-  const __m512i a = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-  // a holds lo's 16 bf16 in words 0..15 and hi's in 16..31: interleave them.
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                       16, 0);
-  return _mm512_permutexvar_epi16(idx, a);
-}
-
 }  // namespace
 
 // The tile configuration: loaded by each thread before its first tile of a
@@ -190,20 +178,6 @@ void tiles_end_amx() { _tile_release(); }
 
 void conv_bf16_amx_32x32(const ConvTileArgs* args) { gemm_tile_amx<2>(args); }
 void conv_bf16_amx_32x16(const ConvTileArgs* args) { gemm_tile_amx<1>(args); }
-
-// Row i is written after rows 2i and 2i + 1 are read (i <= 2i: in place).
-void pack_vnni_in_place_amx(float* w, int64_t nrows, int64_t nr) {
-  for (int64_t c = 0; c < nrows; c += 2) {
-    const float* r0 = w + c * nr;
-    const float* r1 = c + 1 < nrows ? r0 + nr : nullptr;
-    float* d = w + c / 2 * nr;
-    for (int64_t j = 0; j < nr; j += 16) {
-      const __m512 lo = _mm512_loadu_ps(r0 + j);
-      const __m512 hi = r1 ? _mm512_loadu_ps(r1 + j) : _mm512_setzero_ps();
-      _mm512_storeu_si512(d + j, pairs_of(lo, hi));
-    }
-  }
-}
 
 const ConvF32Table* conv_bf16_table_amx() {
   // Speeds relative to the 32x32 tile (two B tiles per two A tiles, four
@@ -225,7 +199,9 @@ const ConvF32Table* conv_bf16_table_amx() {
       transpose_rows_avx512,
       transpose_rows_stream_avx512,
       2,
-      pack_vnni_in_place_amx,
+      true,
+      pack_pairs_taps_amx,
+      pack_pairs_row_amx,
       tiles_begin_amx,
       tiles_end_amx,
   };
@@ -285,6 +261,51 @@ void bww_bf16_amx_gather(const uint16_t* base, int64_t row_stride, uint32_t vali
   for (int m = 0; m < 16; ++m)
     _mm512_store_si512(dst + 32 * m, m < rows ? _mm512_maskz_loadu_epi16(valid, base + m * row_stride)
                                               : _mm512_setzero_si512());
+}
+
+// --- weight packing into bf16 pairs (the driver's pack_pairs) ---
+
+namespace {
+// Words 2j, 2j + 1 of the result: a[j], b[j] (j < 16).
+inline __m512i interleave16(__m512i a, __m512i b) {
+  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                       40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                       32, 0);
+  return _mm512_permutex2var_epi16(a, idx, b);
+}
+}  // namespace
+
+void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
+                         int64_t jn, uint32_t* const* rows) {
+  alignas(64) uint32_t buf[16 * 16];
+  float* dst[16];
+  for (int64_t t0 = 0; t0 < ntaps; t0 += 16) {
+    const int64_t tn = ntaps - t0 < 16 ? ntaps - t0 : 16;
+    const __mmask32 k = static_cast<__mmask32>((1u << tn) - 1u);
+    for (int64_t j0 = 0; j0 < jn; j0 += 16) {
+      const int64_t n = jn - j0 < 16 ? jn - j0 : 16;
+      // buf[j][t] = (s0[j][t0 + t], s1[j][t0 + t]): a column's taps, interleaved.
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t o = (j0 + j) * cs + t0;
+        const __m512i a = _mm512_maskz_loadu_epi16(k, s0 + o);
+        const __m512i b = s1 ? _mm512_maskz_loadu_epi16(k, s1 + o) : _mm512_setzero_si512();
+        _mm512_store_si512(buf + 16 * j, interleave16(a, b));
+      }
+      for (int64_t t = 0; t < tn; ++t) dst[t] = reinterpret_cast<float*>(rows[t0 + t] + j0);
+      transpose_rows_avx512(reinterpret_cast<const float*>(buf), 16, static_cast<int>(n),
+                            static_cast<int>(tn), dst);
+    }
+  }
+}
+
+void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst) {
+  for (int64_t j = 0; j < jn; j += 16) {
+    const int64_t n = jn - j < 16 ? jn - j : 16;
+    const __mmask32 k = static_cast<__mmask32>((1u << n) - 1u);
+    const __m512i a = _mm512_maskz_loadu_epi16(k, s0 + j);
+    const __m512i b = s1 ? _mm512_maskz_loadu_epi16(k, s1 + j) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst + j, static_cast<__mmask16>(k), interleave16(a, b));
+  }
 }
 
 }  // namespace x86

@@ -623,9 +623,11 @@ struct ConvPlan {
   bool stream = false;
   int64_t prefetch = 0;
   // The activations' element bytes (4: f32; 2: bf16, read by VNNI tiles
-  // from weights turned into bf16 pairs in place by vnni).
+  // from bf16 weights packed as pairs: pairs16).
   int in_bytes = 4;
-  ConvVnniFn vnni = nullptr;
+  bool vnni = false;
+  ConvPairsTapsFn pairs_taps = nullptr;
+  ConvPairsRowFn pairs_row = nullptr;
   void (*thread_begin)() = nullptr;  // the table's per-thread set-up and clean-up
   void (*thread_end)() = nullptr;
   // The output's element bytes: 2 (bf16, rounded once by the tiles) where the
@@ -1238,7 +1240,9 @@ ConvPlan plan_conv(const ConvF32Table* tab, Isa isa, Pass pass, const ConvProble
   c.p = p;
   if (!tab || pass == Pass::BackwardWeights) return c;  // Route::Reference
   c.in_bytes = tab->in_bytes;
-  c.vnni = tab->vnni;
+  c.vnni = tab->pairs16;
+  c.pairs_taps = tab->pairs_taps;
+  c.pairs_row = tab->pairs_row;
   c.thread_begin = tab->thread_begin;
   c.thread_end = tab->thread_end;
   const bool fwd = c.fwd;
@@ -1253,7 +1257,7 @@ ConvPlan plan_conv(const ConvF32Table* tab, Isa isa, Pass pass, const ConvProble
     c.route = Route::Nothing;  // nothing to write
     return c;
   }
-  if (fwd && tab->ngemm > 0 && !tab->vnni && patch_applies(*tab, p)) {
+  if (fwd && tab->ngemm > 0 && !tab->pairs16 && patch_applies(*tab, p)) {
     plan_patch(c, *tab, wv);
     return c;
   }
@@ -1340,7 +1344,7 @@ WeightsView dense_iox_strides(const ConvProblem& p) {
 struct ConvCall {
   const void* in;      // float, or bf16 (uint16_t) where the plan's in_bytes is 2
   void* out;           // float, or bf16 where out_bytes is 2
-  const float* W;      // the weights, with the plan's strides
+  const void* W;       // the weights, with the plan's strides: float, or bf16 (vnni)
   float* wp;           // packed weights
   const float* biasp;  // bias padded to whole column blocks
   const float* zeros;  // >= the longest read of zeros
@@ -1557,11 +1561,65 @@ void pack_dot(const ConvPlan& pl, const float* W, float* wp) {
     }
 }
 
+// VNNI tiles (bf16): pair rows [gp0, gp1) of column block (g, nb), straight
+// from the bf16 weights into each chunk's [tap][c / 2][NR] 32-bit slots:
+// (W[2i][j], W[2i + 1][j]), zero past the reduction and the columns
+// (chunks hold an even number of channels, so no pair straddles two).
+// Taps innermost in the loops: W's taps are its contiguous runs in IOX / OIX.
+void pack_pairs(const ConvPlan& pl, const uint16_t* W, int64_t g, int64_t nb, int64_t gp0,
+                int64_t gp1, float* dst_block) {
+  const int64_t NR = pl.NR, cred = pl.cred, cs = pl.col_stride, rs = pl.red_stride;
+  const int64_t jn = std::min<int64_t>(NR, pl.ncol - nb * NR);
+  const uint16_t* const src = W + g * pl.group_stride + nb * NR * cs;
+  const size_t nt = pl.ptap.size();
+  for (int64_t gp = gp0; gp < gp1; ++gp) {
+    const int64_t c = 2 * gp, c0 = c / pl.CB * pl.CB;
+    const bool two = c + 1 < cred;
+    uint32_t* rows[64];
+    uint32_t** r = nt <= 64 ? rows : nullptr;
+    std::vector<uint32_t*> more;
+    if (!r) more.resize(nt), r = more.data();
+    for (size_t k = 0; k < nt; ++k)
+      r[k] = reinterpret_cast<uint32_t*>(dst_block + chunk_offset(pl, c0, pl.ptap[k], c0)) +
+             (c - c0) / 2 * NR;
+    const uint16_t* s0 = src + c * rs;
+    const uint16_t* s1 = two ? s0 + rs : nullptr;
+    if (pl.pack_move == PackMove::TapTranspose) {
+      // every tap packed, W's taps one contiguous run per column: by 16 x 16
+      // blocks (koff is a permutation of the taps)
+      uint32_t* by_koff[64];
+      std::vector<uint32_t*> more;
+      uint32_t** bk = nt <= 64 ? by_koff : (more.resize(nt), more.data());
+      for (size_t k = 0; k < nt; ++k) bk[pl.pkoff[k]] = r[k];
+      pl.pairs_taps(s0, s1, cs, static_cast<int64_t>(nt), jn, bk);
+    } else if (cs == 1) {
+      for (size_t k = 0; k < nt; ++k)
+        pl.pairs_row(s0 + pl.pkoff[k], s1 ? s1 + pl.pkoff[k] : nullptr, jn, r[k]);
+    } else {
+      for (int64_t j = 0; j < jn; ++j, s0 += cs)
+        for (size_t k = 0; k < nt; ++k) {
+          const int64_t o = pl.pkoff[k];
+          r[k][j] = s0[o] | (two ? static_cast<uint32_t>(s0[o + rs]) << 16 : 0u);
+        }
+    }
+    for (size_t k = 0; k < nt; ++k) std::fill(r[k] + jn, r[k] + NR, 0u);
+  }
+}
+
 // Packs every block of the weights up front (not lazy), in the plan's order;
 // worksharing loops of the caller's parallel region (no barrier).
 void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
-  const float* const W = call.W;
   float* const wp = call.wp;
+  if (pl.vnni) {  // bf16 pairs: (column block, 16 pair rows) items
+    const int64_t np = (pl.cred + 1) / 2, n16 = (np + 15) / 16;
+#pragma omp for collapse(2) schedule(static) nowait
+    for (int64_t q = 0; q < pl.G * pl.NB; ++q)
+      for (int64_t b = 0; b < n16; ++b)
+        pack_pairs(pl, static_cast<const uint16_t*>(call.W), q / pl.NB, q % pl.NB, 16 * b,
+                   std::min(np, 16 * b + 16), wp + q * pl.block_floats);
+    return;
+  }
+  const float* const W = static_cast<const float*>(call.W);
   const int64_t G = pl.G, NB = pl.NB, NR = pl.NR, cred = pl.cred, bf = pl.block_floats;
   const ConvTransposeRowsFn tr = pl.tr_pack;
   switch (pl.pack_order) {
@@ -1600,15 +1658,6 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
           for (int64_t nb = 0; nb < NB; ++nb)
             pack_block(pl, W, g, nb, c, c + 1, wp + (g * NB + nb) * bf, tr);
       break;
-  }
-}
-
-// VNNI tiles (16-bit activations): each packed tap block of each chunk
-// of column block q turned into bf16 pairs in place (ConvTable::vnni).
-void pack_vnni_block(const ConvPlan& pl, float* block) {
-  for (int64_t c0 = 0; c0 < pl.cred; c0 += pl.CB) {
-    const int64_t cn = std::min(pl.CB, pl.cred - c0);
-    for (int64_t t = 0; t < pl.T; ++t) pl.vnni(block + chunk_offset(pl, c0, t, c0), cn, pl.NR);
   }
 }
 
@@ -2346,8 +2395,11 @@ void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& b
   for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
     const int64_t it = item / rsplit, part = item % rsplit;
     float* const wblock = call.wp + (pl.lazy ? omp_get_thread_num() : it) * pl.block_floats;
-    if (pl.lazy) pack_whole(pl, call.W, it / NB, it % NB, wblock, pl.tr_lazy);
-    if (pl.lazy && pl.vnni) pack_vnni_block(pl, wblock);
+    if (pl.lazy && pl.vnni)
+      pack_pairs(pl, static_cast<const uint16_t*>(call.W), it / NB, it % NB, 0,
+                 (pl.cred + 1) / 2, wblock);
+    else if (pl.lazy)
+      pack_whole(pl, static_cast<const float*>(call.W), it / NB, it % NB, wblock, pl.tr_lazy);
     int64_t k = 0;
     const int64_t k0 = all_blocks * part / rsplit, k1 = all_blocks * (part + 1) / rsplit;
     for (int64_t n = 0; n < pl.NI; ++n)
@@ -2388,7 +2440,7 @@ void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
   else run_by_rows(pl, call, bufs);
 }
 
-bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* bias,
+bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bias,
               void* out) {
   switch (pl.route) {
     case Route::Reference:
@@ -2396,7 +2448,8 @@ bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* b
     case Route::Nothing:
       return true;
     case Route::Patch:
-      run_patch(pl, static_cast<const float*>(in), W, bias, static_cast<float*>(out));
+      run_patch(pl, static_cast<const float*>(in), static_cast<const float*>(W), bias,
+                static_cast<float*>(out));
       return true;
     default:
       break;
@@ -2419,10 +2472,6 @@ bool run_conv(const ConvPlan& pl, const void* in, const float* W, const float* b
     if (pl.stream_pack) _mm_sfence();  // the streamed packed weights, before the barrier
 #endif
 #pragma omp barrier
-    if (pl.vnni && !pl.lazy) {
-#pragma omp for schedule(static)
-      for (int64_t q = 0; q < pl.G * pl.NB; ++q) pack_vnni_block(pl, call.wp + q * pl.block_floats);
-    }
     if (pl.thread_begin) pl.thread_begin();
     if (pl.schedule == Schedule::Lines) run_lines(pl, call);
     else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
@@ -2494,14 +2543,14 @@ bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, 
                       void* dst, bool out16, int nthreads) {
   const ConvPlan plan = plan_bf16_amx(Pass::Forward, p, w, nthreads);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
-  return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
+  return run_conv(plan, src, w.data, bias, dst);
 }
 
 bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
                             void* diff_src, bool out16, int nthreads) {
   const ConvPlan plan = plan_bf16_amx(Pass::BackwardData, p, w, nthreads);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
-  return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
+  return run_conv(plan, diff_dst, w.data, nullptr, diff_src);
 }
 
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads) {

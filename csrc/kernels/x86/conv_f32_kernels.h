@@ -114,10 +114,10 @@ void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
 
 using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
-// Turns nrows packed rows of nr floats into bf16 pairs in place, for the
-// VNNI tiles: row i holds per column (row 2i, row 2i + 1), the last pair
-// (row nrows - 1, 0) when nrows is odd (conv_bf16_amx.cpp).
-using ConvVnniFn = void (*)(float* rows, int64_t nrows, int64_t nr);
+using ConvPairsTapsFn = void (*)(const uint16_t* s0, const uint16_t* s1, int64_t cs,
+                                 int64_t ntaps, int64_t jn, uint32_t* const* rows);
+using ConvPairsRowFn = void (*)(const uint16_t* s0, const uint16_t* s1, int64_t jn,
+                                uint32_t* dst);
 // Row-pointer register transposes (transpose.h), which pack the weights.
 using ConvTransposeRowsFn = void (*)(const float* src, int64_t src_stride, int rows, int cols,
                                      float* const* dst);
@@ -161,10 +161,12 @@ struct ConvF32Table {
   bool stream_gemm;
   ConvTransposeRowsFn transpose_rows, transpose_rows_stream;
   // The activations' element bytes: 4 (f32), or 2 (bf16: the tiles read the
-  // activations as uint16_t, from weights packed as f32 and then turned into
-  // bf16 pairs by vnni).
+  // activations as uint16_t; pairs16: the weights are bf16 too, packed as
+  // pairs, see the VNNI contract in conv_bf16_amx.cpp).
   int in_bytes = 4;
-  ConvVnniFn vnni = nullptr;
+  bool pairs16 = false;
+  ConvPairsTapsFn pairs_taps = nullptr;  // pairs16: the packing's vector forms
+  ConvPairsRowFn pairs_row = nullptr;
   // Called by each thread of a call before its first tile and after its
   // last (AMX: the tile configuration), where not null.
   void (*thread_begin)() = nullptr;
@@ -179,7 +181,13 @@ const ConvF32Table* conv_f32_table_avx2();
 // differences stated there; no depthwise, grouped or dot tiles.
 void conv_bf16_amx_32x32(const ConvTileArgs* args);
 void conv_bf16_amx_32x16(const ConvTileArgs* args);
-void pack_vnni_in_place_amx(float* rows, int64_t nrows, int64_t nr);
+// Weight packing into bf16 pairs (AVX-512 BW): for the columns j < jn of
+// one pair of reduction rows, s0 (row 2i) and s1 (row 2i + 1, or null: 0),
+//   taps: element (j, t) at s[j*cs + t], t < ntaps; rows[t][j] = (s0, s1) pair;
+//   row:  element j at s[j]; dst[j] = (s0[j], s1[j]).
+void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
+                         int64_t jn, uint32_t* const* rows);
+void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst);
 void tiles_begin_amx();
 void tiles_end_amx();
 const ConvF32Table* conv_bf16_table_amx();

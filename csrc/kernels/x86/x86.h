@@ -18,7 +18,7 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads);
 // bf16 forward / backward-data on AMX (only where isa_supported(Avx512Amx)):
 // the f32 driver over bf16 activations (dense channels-last, read in place)
-// and the AMX tiles; weights and bias f32 (a bf16 tensor's values). The
+// and the AMX tiles; weights bf16 (any strides), bias f32. The
 // result, dense channels-last, is bf16 rounded once by the tiles where
 // info.out16 (a reduction in one chunk), else f32 (the caller rounds it
 // once); out16 must be info.out16. False where the tiles do not take the

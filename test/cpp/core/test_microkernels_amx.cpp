@@ -2,7 +2,7 @@
 // forward / backward-data tiles of conv_bf16_table_amx() (32x32, 32x16) in
 // pointer mode (rows evenly spaced: read in place; scattered: gathered) and
 // row mode, reduction tails, skipped taps, accumulate, bf16 results, column
-// tails; the VNNI packing; the backward-weights block, pair and gather
+// tails; the backward-weights block, pair and gather
 // kernels. Against scalar versions of their contracts on small integers
 // (every f32 sum exact); cells the kernels may not read are NaN, cells they
 // may not write are guards compared afterwards. Skipped where the CPU has no
@@ -56,30 +56,55 @@ TEST_F(AmxKernels, TableListsTheTiles) {
   const x86::ConvF32Table* t = x86::conv_bf16_table_amx();
   ASSERT_EQ(t->ngemm, 2);
   EXPECT_EQ(t->in_bytes, 2);
-  EXPECT_NE(t->vnni, nullptr);
+  EXPECT_TRUE(t->pairs16);
   EXPECT_EQ(t->gemm[0].mr, 32);
   EXPECT_EQ(t->gemm[0].nr, 32);
   EXPECT_EQ(t->gemm[1].nr, 16);
   EXPECT_EQ(t->dw, nullptr);  // depthwise / grouped / dot: the f32 route
 }
 
-TEST_F(AmxKernels, VnniPacksPairsInPlace) {
+// Pair rows of nrows x nr floats (the driver's pack_pairs layout for one
+// tap): row i holds per column (row 2i, row 2i + 1) as bf16, 0 past nrows.
+void pack_pairs_scalar(float* w, int64_t nrows, int64_t nr) {
+  std::vector<float> orig(w, w + nrows * nr);
+  for (int64_t i = 0; i < (nrows + 1) / 2; ++i)
+    for (int64_t j = 0; j < nr; ++j) {
+      const float hi = 2 * i + 1 < nrows ? orig[(2 * i + 1) * nr + j] : 0.f;
+      const uint32_t slot = to_bf16(orig[2 * i * nr + j]) | static_cast<uint32_t>(to_bf16(hi)) << 16;
+      std::memcpy(&w[i * nr + j], &slot, 4);
+    }
+}
+
+TEST_F(AmxKernels, PairPackingMatchesScalar) {
   Rng rng;
-  for (int64_t nrows : {1, 2, 7, 32, 33}) {
-    const int64_t nr = 32;
-    std::vector<float> w(static_cast<size_t>(nrows * nr)), orig;
-    for (float& v : w) v = rng.val();
-    orig = w;
-    x86::pack_vnni_in_place_amx(w.data(), nrows, nr);
-    for (int64_t i = 0; i < (nrows + 1) / 2; ++i)
-      for (int64_t j = 0; j < nr; ++j) {
-        uint32_t slot;
-        std::memcpy(&slot, &w[i * nr + j], 4);
-        const float lo = orig[2 * i * nr + j];
-        const float hi = 2 * i + 1 < nrows ? orig[(2 * i + 1) * nr + j] : 0.f;
-        EXPECT_EQ(slot & 0xFFFFu, to_bf16(lo)) << nrows << " " << i << " " << j;
-        EXPECT_EQ(slot >> 16, to_bf16(hi)) << nrows << " " << i << " " << j;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int64_t ntaps = rng.uni(1, 40), jn = rng.uni(1, 70), cs = ntaps + rng.uni(0, 3);
+    const bool one = rng.uni(0, 3) == 0;  // an odd reduction's last row: no s1
+    std::vector<uint16_t> s0(static_cast<size_t>(jn * cs), kPoison16), s1 = s0;
+    for (int64_t j = 0; j < jn; ++j)
+      for (int64_t t = 0; t < ntaps; ++t) {
+        s0[j * cs + t] = to_bf16(rng.val());
+        s1[j * cs + t] = to_bf16(rng.val());
       }
+    const int64_t W = jn + 8;  // each tap's row, with guards after jn
+    std::vector<uint32_t> out(static_cast<size_t>(ntaps * W), 0xDEADBEEFu);
+    std::vector<uint32_t*> rows(static_cast<size_t>(ntaps));
+    for (int64_t t = 0; t < ntaps; ++t) rows[t] = out.data() + t * W;
+    x86::pack_pairs_taps_amx(s0.data(), one ? nullptr : s1.data(), cs, ntaps, jn, rows.data());
+    for (int64_t t = 0; t < ntaps; ++t)
+      for (int64_t j = 0; j < W; ++j) {
+        const uint32_t want = j < jn ? (s0[j * cs + t] | (one ? 0u : uint32_t{s1[j * cs + t]} << 16))
+                                     : 0xDEADBEEFu;
+        ASSERT_EQ(out[t * W + j], want) << iter << " taps=" << ntaps << " jn=" << jn << " t=" << t
+                                        << " j=" << j;
+      }
+    // The contiguous form: row t = 0 of the same data with cs = 1.
+    std::vector<uint32_t> row(static_cast<size_t>(jn + 8), 0xDEADBEEFu);
+    std::vector<uint16_t> c0(static_cast<size_t>(jn)), c1(static_cast<size_t>(jn));
+    for (int64_t j = 0; j < jn; ++j) c0[j] = s0[j * cs], c1[j] = s1[j * cs];
+    x86::pack_pairs_row_amx(c0.data(), one ? nullptr : c1.data(), jn, row.data());
+    for (int64_t j = 0; j < jn + 8; ++j)
+      ASSERT_EQ(row[j], j < jn ? (c0[j] | (one ? 0u : uint32_t{c1[j]} << 16)) : 0xDEADBEEFu);
   }
 }
 
@@ -133,7 +158,7 @@ void conv_tile_case(Rng& rng, int iter) {
   std::vector<float> w(static_cast<size_t>(wt_n * cred * NR + 64)), wf;
   for (float& v : w) v = rng.val();
   wf = w;
-  for (int64_t t = 0; t < wt_n; ++t) x86::pack_vnni_in_place_amx(w.data() + t * cred * NR, cred, NR);
+  for (int64_t t = 0; t < wt_n; ++t) pack_pairs_scalar(w.data() + t * cred * NR, cred, NR);
   std::vector<float> bias(static_cast<size_t>(NR));
   for (float& v : bias) v = rng.val();
   // Outputs: 32 rows of width W with guards around the columns written.
