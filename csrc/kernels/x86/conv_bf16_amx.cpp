@@ -83,62 +83,49 @@ inline void gather_rows(const uint16_t* const* p, int64_t c, int64_t n, uint16_t
   }
 }
 
+// One 32-channel step: A halves from (a0, lda0), (a1, lda1) (bytes), B from
+// the pair rows at wc (pairs < 16: a reduction tail, copied with zero rows
+// after it, so that the weights after it (perhaps Inf) never meet the zero
+// inputs), into the accumulator tiles.
 template <int NT>
-void gemm_tile_amx(const ConvTileArgs* args) {
+inline __attribute__((always_inline)) void amx_step(const uint16_t* a0, int64_t lda0,
+                                                    const uint16_t* a1, int64_t lda1,
+                                                    const float* wc, int64_t pairs,
+                                                    uint32_t (*bbuf)[16 * 16]) {
   constexpr int NR = 16 * NT;
+  _tile_loadd(4, a0, lda0);
+  _tile_loadd(5, a1, lda1);
+  if (pairs == 16) {
+    _tile_loadd(6, wc, NR * 4);
+    if (NT == 2) _tile_loadd(7, wc + 16, NR * 4);
+  } else {
+    for (int j = 0; j < NT; ++j)
+      for (int64_t i = 0; i < 16; ++i)
+        _mm512_store_si512(bbuf[j] + 16 * i, i < pairs ? _mm512_loadu_si512(wc + i * NR + 16 * j)
+                                                       : _mm512_setzero_si512());
+    _tile_loadd(6, bbuf[0], 64);
+    if (NT == 2) _tile_loadd(7, bbuf[NT - 1], 64);
+  }
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(2, 5, 6);
+  if (NT == 2) {
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+inline void zero_accumulators() {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  alignas(64) uint16_t abuf[2][16 * kGatherChannels];
-  alignas(64) uint32_t bbuf[NT][16 * 16];
-  const int64_t cred = args->cred, a_off = args->a_off;
-  const auto* const* a = reinterpret_cast<const uint16_t* const*>(args->a);
-  const auto* const* rows = reinterpret_cast<const uint16_t* const*>(args->rows);
-  for (int64_t t = 0; t < args->ntaps; ++t, a += kRows) {
-    const float* const w = args->w + (args->wtap ? args->wtap[t] : t) * cred * NR;
-    const uint16_t* p[kRows];
-    for (int m = 0; m < kRows; ++m) p[m] = rows ? rows[m] + args->tapoff[t] + a_off : a[m] + a_off;
-    int64_t sd[2] = {0, 0};
-    const bool even[2] = {evenly_spaced(p, &sd[0]), evenly_spaced(p + 16, &sd[1])};
-    for (int64_t c0 = 0; c0 < cred; c0 += kGatherChannels) {
-      const int64_t span = cred - c0 < kGatherChannels ? cred - c0 : kGatherChannels;
-      // A: read in place when its rows are evenly spaced and whole steps.
-      const bool direct[2] = {even[0] && span % 32 == 0, even[1] && span % 32 == 0};
-      if (!direct[0]) gather_rows(p, c0, span, abuf[0]);
-      if (!direct[1]) gather_rows(p + 16, c0, span, abuf[1]);
-      for (int64_t c = c0; c < c0 + span; c += 32) {
-        const int64_t kn = cred - c < 32 ? cred - c : 32, pairs = (kn + 1) / 2;
-        if (direct[0]) _tile_loadd(4, p[0] + c, sd[0]);
-        else _tile_loadd(4, abuf[0] + (c - c0), 2 * kGatherChannels);
-        if (direct[1]) _tile_loadd(5, p[16] + c, sd[1]);
-        else _tile_loadd(5, abuf[1] + (c - c0), 2 * kGatherChannels);
-        // B: 16 pair rows (NR floats apart); a reduction tail is copied with
-        // zero rows after it, so that the weights after it (perhaps Inf) never
-        // meet the zero inputs.
-        const float* wc = w + c / 2 * NR;
-        if (pairs == 16) {
-          _tile_loadd(6, wc, NR * 4);
-          if (NT == 2) _tile_loadd(7, wc + 16, NR * 4);
-        } else {
-          for (int j = 0; j < NT; ++j) {
-            for (int64_t i = 0; i < 16; ++i)
-              _mm512_store_si512(bbuf[j] + 16 * i,
-                                 i < pairs ? _mm512_loadu_si512(wc + i * NR + 16 * j)
-                                           : _mm512_setzero_si512());
-          }
-          _tile_loadd(6, bbuf[0], 64);
-          if (NT == 2) _tile_loadd(7, bbuf[NT - 1], 64);
-        }
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
-        if (NT == 2) {
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-    }
-  }
+}
+
+// The accumulators plus init (bias, or the outputs when accumulating) into
+// the rows' columns [col_off, col_off + ncols), f32 or rounded to bf16.
+template <int NT>
+void store_outputs(const ConvTileArgs* args, const float* bias, int64_t col_off, int64_t ncols) {
+  constexpr int NR = 16 * NT;
   alignas(64) float cbuf[kRows * NR];
   _tile_stored(0, cbuf, NR * 4);
   _tile_stored(2, cbuf + 16 * NR, NR * 4);
@@ -146,12 +133,11 @@ void gemm_tile_amx(const ConvTileArgs* args) {
     _tile_stored(1, cbuf + 16, NR * 4);
     _tile_stored(3, cbuf + 16 * NR + 16, NR * 4);
   }
-  const int64_t ncols = args->ncols, col_off = args->col_off;
   for (int j = 0; j < NT; ++j) {
     const int64_t n = ncols - 16 * j;
     if (n <= 0) break;
     const __mmask16 k = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
-    const __m512 b = args->accumulate ? _mm512_setzero_ps() : _mm512_loadu_ps(args->bias + 16 * j);
+    const __m512 b = args->accumulate ? _mm512_setzero_ps() : _mm512_loadu_ps(bias + 16 * j);
     if (args->out16) {
       for (int m = 0; m < kRows; ++m) {
         uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off + 16 * j;
@@ -166,6 +152,112 @@ void gemm_tile_amx(const ConvTileArgs* args) {
       _mm512_mask_storeu_ps(o, k, _mm512_add_ps(init, _mm512_load_ps(cbuf + m * NR + 16 * j)));
     }
   }
+}
+
+// Row m's input of tap t (at the reduction's first channel).
+inline const uint16_t* input_row(const ConvTileArgs* args, int64_t t, int m) {
+  const auto* const* rows = reinterpret_cast<const uint16_t* const*>(args->rows);
+  const auto* const* a = reinterpret_cast<const uint16_t* const*>(args->a);
+  return (rows ? rows[m] + args->tapoff[t] : a[t * kRows + m]) + args->a_off;
+}
+
+// One column block: the A rows that are not read in place gathered per tap
+// in batches of kGatherChannels.
+template <int NT>
+void gemm_tile_amx_one(const ConvTileArgs* args) {
+  constexpr int NR = 16 * NT;
+  zero_accumulators();
+  alignas(64) uint16_t abuf[2][16 * kGatherChannels];
+  alignas(64) uint32_t bbuf[NT][16 * 16];
+  const int64_t cred = args->cred;
+  for (int64_t t = 0; t < args->ntaps; ++t) {
+    const float* const w = args->w + (args->wtap ? args->wtap[t] : t) * cred * NR;
+    const uint16_t* p[kRows];
+    for (int m = 0; m < kRows; ++m) p[m] = input_row(args, t, m);
+    int64_t sd[2] = {0, 0};
+    const bool even[2] = {evenly_spaced(p, &sd[0]), evenly_spaced(p + 16, &sd[1])};
+    for (int64_t c0 = 0; c0 < cred; c0 += kGatherChannels) {
+      const int64_t span = cred - c0 < kGatherChannels ? cred - c0 : kGatherChannels;
+      // A: read in place when its rows are evenly spaced and whole steps.
+      const bool direct[2] = {even[0] && span % 32 == 0, even[1] && span % 32 == 0};
+      if (!direct[0]) gather_rows(p, c0, span, abuf[0]);
+      if (!direct[1]) gather_rows(p + 16, c0, span, abuf[1]);
+      for (int64_t c = c0; c < c0 + span; c += 32) {
+        const int64_t kn = cred - c < 32 ? cred - c : 32;
+        amx_step<NT>(direct[0] ? p[0] + c : abuf[0] + (c - c0),
+                     direct[0] ? sd[0] : 2 * kGatherChannels,
+                     direct[1] ? p[16] + c : abuf[1] + (c - c0),
+                     direct[1] ? sd[1] : 2 * kGatherChannels, w + c / 2 * NR, (kn + 1) / 2, bbuf);
+      }
+    }
+  }
+  store_outputs<NT>(args, args->bias, args->col_off, args->ncols);
+}
+
+
+// nq > 1 column blocks of one group: the rows that are not read in place
+// are gathered once for all taps into args->stage (when they fit its
+// stage_bytes), then each block runs every tap from them.
+template <int NT>
+void gemm_tile_amx_multi(const ConvTileArgs* args) {
+  constexpr int NR = 16 * NT;
+  const int64_t cred = args->cred, credp = (cred + 31) / 32 * 32, T = args->ntaps;
+  if (T * kRows * credp * 2 > args->stage_bytes || T > 64) {
+    ConvTileArgs one = *args;
+    one.nq = 1;
+    for (int64_t q = 0; q < args->nq; ++q) {
+      one.w = args->w + q * args->wq;
+      one.bias = args->bias + q * NR;
+      one.col_off = args->col_off + q * NR;
+      one.ncols = args->ncols - q * NR;
+      gemm_tile_amx_one<NT>(&one);
+    }
+    return;
+  }
+  uint16_t* const stage = static_cast<uint16_t*>(args->stage);  // 64-byte aligned
+  const uint16_t* base[64][2];
+  int64_t stride[64][2];
+  for (int64_t t = 0; t < T; ++t) {
+    const uint16_t* p[kRows];
+    for (int m = 0; m < kRows; ++m) p[m] = input_row(args, t, m);
+    for (int h = 0; h < 2; ++h) {
+      int64_t sd = 0;
+      if (cred % 32 == 0 && evenly_spaced(p + 16 * h, &sd)) {
+        base[t][h] = p[16 * h];
+        stride[t][h] = sd;
+        continue;
+      }
+      uint16_t* d = stage + (t * 2 + h) * 16 * credp;
+      for (int m = 0; m < 16; ++m)
+        for (int64_t c = 0; c < credp; c += 32) {
+          const int64_t kn = cred - c;
+          const __mmask32 mk = kn >= 32 ? ~__mmask32{0} : ((__mmask32{1} << kn) - 1);
+          _mm512_store_si512(d + m * credp + c, _mm512_maskz_loadu_epi16(mk, p[16 * h + m] + c));
+        }
+      base[t][h] = d;
+      stride[t][h] = credp * 2;
+    }
+  }
+  alignas(64) uint32_t bbuf[NT][16 * 16];
+  for (int64_t q = 0; q < args->nq; ++q) {
+    zero_accumulators();
+    const float* const wq = args->w + q * args->wq;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* const w = wq + (args->wtap ? args->wtap[t] : t) * cred * NR;
+      for (int64_t c = 0; c < cred; c += 32) {
+        const int64_t kn = cred - c < 32 ? cred - c : 32;
+        amx_step<NT>(base[t][0] + c, stride[t][0], base[t][1] + c, stride[t][1], w + c / 2 * NR,
+                     (kn + 1) / 2, bbuf);
+      }
+    }
+    store_outputs<NT>(args, args->bias + q * NR, args->col_off + q * NR, args->ncols - q * NR);
+  }
+}
+
+template <int NT>
+void gemm_tile_amx(const ConvTileArgs* args) {
+  if (args->nq > 1) gemm_tile_amx_multi<NT>(args);
+  else gemm_tile_amx_one<NT>(args);
 }
 
 }  // namespace

@@ -49,6 +49,16 @@ struct ConvTileArgs {
   // accumulate is 0, and each result (sum plus bias) is rounded once to
   // bf16, to nearest even.
   int64_t out16 = 0;
+  // VNNI tiles only: nq >= 1 consecutive column blocks of one group, block
+  // q's packed weights at w + q*wq, its bias at bias + q*NR, its columns
+  // from col_off + q*NR, min(NR, ncols - q*NR) of them (the tile's inputs
+  // gathered once for all of them).
+  int64_t nq = 1;
+  int64_t wq = 0;
+  // VNNI tiles with nq > 1: a 64-byte aligned scratch of stage_bytes for the
+  // gathered inputs (the tile runs block by block when they do not fit).
+  void* stage = nullptr;
+  int64_t stage_bytes = 0;
 };
 
 // Depthwise tile (ICg = OCg = 1): vectorized over the channels of all groups.

@@ -117,7 +117,10 @@ void conv_tile_case(Rng& rng, int iter) {
   const int64_t ntaps = rng.uni(1, 3), a_off = rng.uni(0, 5);
   const bool out16 = rng.uni(0, 2) == 0, accumulate = !out16 && rng.coin();
   const bool row_mode = rng.coin(), even = rng.coin(), wtap = rng.coin();
-  const int64_t ncols = rng.uni(1, NR), col_off = rng.uni(0, 3);
+  // nq column blocks in one call (their inputs gathered once, when the stage
+  // holds them: big enough, or too small on purpose).
+  const int64_t nq = rng.uni(0, 2) == 0 ? rng.uni(2, 3) : 1;
+  const int64_t ncols = (nq - 1) * NR + rng.uni(1, NR), col_off = rng.uni(0, 3);
   const int64_t len = a_off + cred;
   // Inputs: bf16, poison outside [a_off, a_off + cred) of every run.
   std::vector<std::vector<uint16_t>> bufs;
@@ -155,14 +158,16 @@ void conv_tile_case(Rng& rng, int iter) {
   const int64_t wt_n = wtap ? ntaps + 2 : ntaps;
   std::vector<int32_t> wt(static_cast<size_t>(ntaps));
   for (int64_t t = 0; t < ntaps; ++t) wt[t] = static_cast<int32_t>(wtap ? wt_n - 1 - t : t);
-  std::vector<float> w(static_cast<size_t>(wt_n * cred * NR + 64)), wf;
+  const int64_t wq = wt_n * cred * NR + 16 * rng.uni(0, 2);  // floats between blocks
+  std::vector<float> w(static_cast<size_t>(nq * wq + 64)), wf;
   for (float& v : w) v = rng.val();
   wf = w;
-  for (int64_t t = 0; t < wt_n; ++t) pack_pairs_scalar(w.data() + t * cred * NR, cred, NR);
-  std::vector<float> bias(static_cast<size_t>(NR));
+  for (int64_t q = 0; q < nq; ++q)
+    for (int64_t t = 0; t < wt_n; ++t) pack_pairs_scalar(w.data() + q * wq + t * cred * NR, cred, NR);
+  std::vector<float> bias(static_cast<size_t>(nq * NR));
   for (float& v : bias) v = rng.val();
   // Outputs: 32 rows of width W with guards around the columns written.
-  const int64_t W = col_off + NR + 4;
+  const int64_t W = col_off + nq * NR + 4;
   std::vector<float> out32(static_cast<size_t>(MR * W), kGuard), init;
   std::vector<uint16_t> out16v(static_cast<size_t>(MR * W), to_bf16(kGuard));
   for (int m = 0; m < MR; ++m)
@@ -186,6 +191,14 @@ void conv_tile_case(Rng& rng, int iter) {
   args.ncols = ncols;
   args.accumulate = accumulate;
   args.out16 = out16;
+  args.nq = nq;
+  args.wq = wq;
+  const int64_t need = ntaps * MR * ((cred + 31) / 32 * 32) * 2;
+  std::vector<char> stage_raw(static_cast<size_t>(need + 128));
+  char* stage = stage_raw.data();
+  while (reinterpret_cast<uintptr_t>(stage) % 64) ++stage;
+  args.stage = stage;
+  args.stage_bytes = rng.uni(0, 3) == 0 ? need - 1 : need;
   x86::tiles_begin_amx();
   fn(&args);
   x86::tiles_end_amx();
@@ -194,11 +207,13 @@ void conv_tile_case(Rng& rng, int iter) {
       const int64_t col = j - col_off;
       float want = init[m * W + j];
       if (col >= 0 && col < ncols) {
+        const int64_t q = col / NR, cq = col % NR;
         double sum = accumulate ? init[m * W + j] : bias[col];
         for (int64_t t = 0; t < ntaps; ++t) {
           const uint16_t* in = row_mode ? rows[m] + tapoff[t] : a[t * MR + m];
           for (int64_t c = 0; c < cred; ++c)
-            sum += static_cast<double>(from_bf16(in[a_off + c])) * wf[(wt[t] * cred + c) * NR + col];
+            sum += static_cast<double>(from_bf16(in[a_off + c])) *
+                   wf[q * wq + (wt[t] * cred + c) * NR + cq];
         }
         want = static_cast<float>(sum);
       }
@@ -208,6 +223,7 @@ void conv_tile_case(Rng& rng, int iter) {
                            << " taps=" << ntaps << " a_off=" << a_off << " ncols=" << ncols
                            << " out16=" << out16 << " acc=" << accumulate
                            << " rows=" << row_mode << " even=" << even << " wtap=" << wtap
+                           << " nq=" << nq
                            << " m=" << m << " col=" << col;
     }
 }
