@@ -146,16 +146,25 @@ def test_nan_and_inf_propagate(op, bad, dtype, isa):
 # amx={...}); results rounded once, by the tiles (out16=1) or from the f32 sum
 # of the reduction chunks (out16=0).
 
-AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, amx_expected)
-    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1, True),        # odd reduction, one 16-column tile
-    (2, 2, 64, 40, (8, 8), 4, 2, 1, 1, True),        # OC tail in the 32x32 tile
-    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2, True),        # groups, odd channels per group
-    (2, 1, 33, 17, (6, 6), 1, 2, 0, 1, True),        # 1x1 strided
-    (1, 4, 9, 37, (37,), 16, 8, 4, 1, True),         # 1D
-    (3, 2, 6, 10, (3, 4, 5), 2, 2, 0, 1, True),      # 3D
-    (2, 1, 40, 1900, (3, 3), 3, 1, 1, 1, True),      # bwd_d: 1900-channel reduction in chunks
-    (2, 2, 16, 16, (8, 8), 4, 2, 1, 16, False),      # depthwise: the f32 kernels
+AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
+    (2, 3, 45, 19, (9, 11), 4, 2, 1, 1),    # odd reductions (45, 19), a 16-column tile
+    (2, 2, 64, 40, (8, 8), 4, 2, 1, 1),     # OC tail in the 32x32 tile
+    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),     # groups, odd channels per group
+    (2, 1, 33, 17, (6, 6), 1, 2, 0, 1),     # 1x1 strided
+    (1, 4, 19, 37, (37,), 16, 8, 4, 1),     # 1D
+    (3, 2, 16, 20, (3, 4, 5), 2, 2, 0, 1),  # 3D
+    (2, 1, 40, 1900, (3, 3), 3, 1, 1, 1),   # bwd_d: 1900-channel reduction in chunks
+    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1),     # 13 / 7 channels per tap: the f32 kernels
+    (2, 2, 16, 16, (8, 8), 4, 2, 1, 16),    # depthwise: the f32 kernels
+    (2, 2, 48, 3, (8, 8), 3, 1, 1, 1),      # fwd: 3 columns (dot tiles, f32); bwd_d: 3 channels
 ]
+
+
+def _amx_expected(op, IC, OC, g):
+    # conv_bf16_amx_info: the GEMM route (not depthwise, not <= 4 columns with
+    # a long reduction) and at least 16 reduction channels per tap.
+    cred, ncol = (IC // g, OC // g) if op == "fwd" else (OC // g, IC // g)
+    return cred >= 16 and not (ncol <= 4 and cred >= 16) and not (IC // g == 1 and OC // g == 1)
 
 
 def _nxc(t, S):
@@ -171,7 +180,8 @@ def _ncx(t, S):
 @pytest.mark.parametrize("case", AMX_CASES, ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
 def test_amx_bf16_exact(case, op, layout):
     P.require_isa("avx512_amx")
-    S, N, IC, OC, sp, K, s, p, g, amx = case
+    S, N, IC, OC, sp, K, s, p, g = case
+    amx = _amx_expected(op, IC, OC, g)
     dt = torch.bfloat16
     x = _ints((N, IC) + sp, dt, 11)
     w = _ints((IC, OC // g) + (K,) * S, dt, 12)
@@ -292,14 +302,15 @@ def test_amx_forced_off_on_the_same_cpu():
     assert torch.equal(outs["avx512"], outs["avx512_amx"])
 
 
-BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, amx_expected)
-    (2, 2, 64, 64, (8, 8), 4, 2, 1, 1, True),
-    (2, 3, 40, 17, (9, 11), 4, 2, 1, 1, True),       # channel tails on both sides
-    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2, True),        # groups
-    (2, 2, 33, 40, (17, 19), 1, 2, 0, 1, True),      # 1x1 s2, 323 pixels: a partial chunk
-    (1, 1, 33, 40, (37,), 16, 8, 4, 1, True),        # 1D
-    (3, 2, 16, 20, (3, 4, 5), 2, 2, 0, 1, True),     # 3D
-    (2, 2, 12, 40, (8, 8), 3, 1, 1, 1, False),       # 12 input channels: the f32 kernels
+BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
+    (2, 2, 64, 64, (8, 8), 4, 2, 1, 1),
+    (2, 3, 40, 37, (9, 11), 4, 2, 1, 1),      # channel tails on both sides
+    (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),       # groups
+    (2, 2, 33, 40, (17, 19), 1, 2, 0, 1),     # 1x1 s2, 646 pixels: a partial chunk
+    (2, 37, 50, 33, (1, 1), 4, 1, 0, 1),      # one-pixel src: steps across images
+    (1, 1, 33, 40, (37,), 16, 8, 4, 1),       # 1D
+    (3, 2, 32, 40, (3, 4, 5), 2, 2, 0, 1),    # 3D
+    (2, 2, 16, 40, (8, 8), 3, 1, 1, 1),       # 16 input channels: the f32 kernels
 ]
 
 
@@ -308,7 +319,8 @@ BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, amx_expected)
                          ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
 def test_amx_bf16_backward_weights_exact(case, layout):
     P.require_isa("avx512_amx")
-    S, N, IC, OC, sp, K, s, p, g, amx = case
+    S, N, IC, OC, sp, K, s, p, g = case
+    amx = IC // g >= 32 and OC // g >= 32
     dt = torch.bfloat16
     x = _ints((N, IC) + sp, dt, 21)
     w = _ints((IC, OC // g) + (K,) * S, dt, 22)
@@ -335,8 +347,8 @@ def test_amx_bf16_backward_weights_nan_and_inf(where, bad):
     # with a finite marker in its place) are NaN / Inf, the others exact.
     P.require_isa("avx512_amx")
     dt, S, s, p = torch.bfloat16, 2, 1, 1
-    x = _ints((2, 20, 9, 10), dt, 24, 1, 3)
-    w = _ints((20, 24, 3, 3), dt, 25, 1, 3)
+    x = _ints((2, 40, 9, 10), dt, 24, 1, 3)
+    w = _ints((40, 48, 3, 3), dt, 25, 1, 3)
     dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 26, 1, 3)
     t, idx = (x, (1, 3, 0, 4)) if where == "src_border" else \
         (x, (1, 3, 4, 4)) if where == "src_inside" else (dy, (0, 5, 8, 9))

@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "../problem.h"
@@ -96,6 +98,16 @@ void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t ro
     const int64_t i1 = std::min(rows, i0 + B), j1 = std::min(cols, j0 + B);
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
+  }
+}
+
+void ncx_to_cnx_u16(const uint16_t* src, uint16_t* dst, int64_t n, int64_t c, int64_t x,
+                    int nthreads) {
+  const int nt = n * c * x >= (int64_t{1} << 16) ? nthreads : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t k = 0; k < n * c; ++k) {
+    const int64_t i = k / c, ch = k % c;
+    std::memcpy(dst + (ch * n + i) * x, src + k * x, sizeof(uint16_t) * static_cast<size_t>(x));
   }
 }
 

@@ -21,5 +21,8 @@ void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, 
 // tensors that the bf16 tiles read and write without widening.
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
                    int nthreads);
+// (N, C, X) -> (C, N, X) of 16-bit elements (both dense): dst[c][n][x] = src[n][c][x].
+void ncx_to_cnx_u16(const uint16_t* src, uint16_t* dst, int64_t n, int64_t c, int64_t x,
+                    int nthreads);
 
 }  // namespace tct

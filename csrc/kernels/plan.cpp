@@ -649,15 +649,15 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     c.amx_out16 = info.out16;
     c.amx_ncx = amx_ncx;
   }
-  // Backward-weights on AMX: every image at once; src read as NCX and
-  // diff_dst as channels-last, in place or through a 16-bit copy.
+  // Backward-weights on AMX: every image at once; src through a 16-bit CNX
+  // copy, diff_dst read as channels-last, in place or through a 16-bit copy.
   if (spec.amx && spec.dtype == DType::BF16 && spec.pass == Pass::BackwardWeights &&
       x86::bww_bf16_amx_applies(p)) {
     plan->copy_b = !spec.b.nxc && !spec.b.ncx;
     c.amx = true;
     c.images = p.N;
     c.chunks = 1;
-    c.a_floats = spec.a.ncx ? 0 : (p.N * a_img + 1) / 2;  // src -> NCX
+    c.a_floats = (p.N * a_img + 1) / 2;  // src -> CNX
     c.b_floats = spec.b.nxc || plan->copy_b ? 0 : (p.N * b_img + 1) / 2;  // diff_dst -> NXC
     plan->step.route = Route::Convert16;
     return;

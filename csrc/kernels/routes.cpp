@@ -339,20 +339,23 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
   transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads);
 }
 
-// Backward-weights of a Convert16 plan on AMX: src as NCX (in place, or
-// its channels-last data (or ATen's copy) transposed into abuf), diff_dst as
-// channels-last (in place, or transposed from NCX into bbuf), the f32
-// gradient into grad (diff_w's layout), rounded by the caller.
+// Backward-weights of a Convert16 plan on AMX: src in CNX order in abuf
+// (from channels-last data, or ATen's copy: one transpose; from NCX: its
+// planes moved), diff_dst as channels-last (in place, or transposed from
+// NCX into bbuf), the f32 gradient into grad (diff_w's layout), rounded by
+// the caller.
 void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
   const int64_t a_pix = sd.a_x[0] * sd.a_x[1] * sd.a_x[2], b_pix = sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
   const uint16_t* a = bits16(c.args.a.data);
   const uint16_t* b = bits16(c.args.b.data);
-  if (abuf) {
-    transpose_u16(a, bits16(abuf), s.p.N, a_pix, sd.a_c, s.nthreads);
-    a = bits16(abuf);
+  if (c.plan.spec.a.ncx) {
+    ncx_to_cnx_u16(a, bits16(abuf), s.p.N, sd.a_c, a_pix, s.nthreads);
+  } else {  // (N*X, C) -> (C, N*X)
+    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads);
   }
+  a = bits16(abuf);
   if (bbuf) {
     transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads);
     b = bits16(bbuf);

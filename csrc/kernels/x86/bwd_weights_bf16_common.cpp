@@ -7,8 +7,9 @@
 // over the taps t whose o(i, t) = i*s + k*d - pb lies inside diff_dst. One
 // GEMM per (group, tap): rows = input channels, columns = output channels,
 // reduction = src pixels, in steps of 32 (TDPBF16PS reduces pixel pairs):
-//   A (16 channels x 32 pixels) straight from src in NCX order (a row is a
-//     channel's run of pixels), or gathered with zeros where a pixel's tap
+//   A (16 channels x 32 pixels) straight from src in CNX order (a row is a
+//     channel's pixels of every image, so that steps run across images: a
+//     one-pixel src fills whole steps), or gathered with zeros where a pixel's tap
 //     falls outside diff_dst (never multiplying src by a missing diff_dst,
 //     so NaN / Inf stay where the reference puts them) or past the channels;
 //   B (16 pixel pairs x 32 columns) from diff_dst in NXC order, each pair of
@@ -98,14 +99,17 @@ struct TaskBufs {
         agather(aligned_buffer<uint16_t>(2 * kSteps * 16 * kStep)) {}
 };
 
-// Chunk [j0, j0 + len) of image n under tap t of group g: the B panel and
-// the diff_dst pixels.
-void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t n, int64_t g, int64_t t,
-            int64_t j0, int64_t len, TaskBufs& tb) {
+// Chunk [j0, j0 + len) of the pixels of all images (image-major) under tap
+// t of group g: the B panel and the diff_dst rows (of all images).
+void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int64_t j0,
+            int64_t len, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OC();
-  const uint16_t* const img = dy + (n * pl.opix) * OC + g * p.OCg;
-  for (int64_t j = 0; j < kChunk; ++j) tb.opix[j] = j < len ? dst_pixel(pl, j0 + j, t) : -1;
+  const uint16_t* const img = dy + g * p.OCg;
+  for (int64_t j = 0; j < kChunk; ++j) {
+    const int64_t J = j0 + j, o = j < len ? dst_pixel(pl, J % pl.ipix, t) : -1;
+    tb.opix[j] = o >= 0 ? J / pl.ipix * pl.opix + o : -1;
+  }
   const int64_t pairs = (len + kStep - 1) / kStep * (kStep / 2);  // whole steps
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t o0 = tb.opix[2 * q], o1 = tb.opix[2 * q + 1];
@@ -117,10 +121,10 @@ void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t n, int64_t g, int6
 // The A operands of steps [0, nks) of the chunk for input-channel block icb:
 // in place where all 32 pixels have their tap inside and 16 channels exist,
 // else gathered.
-void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t n, int64_t g, int64_t icb,
-            int64_t j0, int64_t len, int64_t nks, TaskBufs& tb) {
+void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t g, int64_t icb, int64_t j0,
+            int64_t len, int64_t nks, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
-  const int64_t ipix = pl.ipix;
+  const int64_t ipix = p.N * pl.ipix;  // a channel's row in CNX
   for (int64_t k = 0; k < nks; ++k) {
     uint32_t valid = 0;
     for (int64_t l = 0; l < kStep; ++l)
@@ -128,7 +132,7 @@ void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t n, int64_t g, int
     for (int h = 0; h < 2; ++h) {
       const int64_t ic0 = icb * kBlock + 16 * h;
       const int rows = static_cast<int>(std::clamp<int64_t>(p.ICg - ic0, 0, 16));
-      const uint16_t* base = src + (n * p.IC() + g * p.ICg + ic0) * ipix + j0 + k * kStep;
+      const uint16_t* base = src + (g * p.ICg + ic0) * ipix + j0 + k * kStep;
       const int64_t s = 2 * k + h;
       if (valid == ~0u && rows == 16) {
         tb.a[s] = base;
@@ -156,31 +160,33 @@ void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, flo
   args.lda = tb.lda;
   args.ldb = pl.OCp;
   args.ldc = pl.OCp;
-  for (int64_t n = 0; n < p.N; ++n)
-    for (int64_t j0 = 0; j0 < pl.ipix; j0 += kChunk) {
-      const int64_t len = std::min(kChunk, pl.ipix - j0);
-      pack_b(pl, dy, n, g, t, j0, len, tb);
-      args.nks = (len + kStep - 1) / kStep;
-      for (int64_t icb = icb0; icb < icb1; ++icb) {
-        pack_a(pl, src, n, g, icb, j0, len, args.nks, tb);
-        for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
-          args.b = tb.panel.get() + ocb * kBlock;
-          args.c = grad + icb * kBlock * pl.OCp + ocb * kBlock;
-          args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
-          bww_bf16_amx_block(&args);
-        }
+  const int64_t pixels = p.N * pl.ipix;
+  for (int64_t j0 = 0; j0 < pixels; j0 += kChunk) {
+    const int64_t len = std::min(kChunk, pixels - j0);
+    pack_b(pl, dy, g, t, j0, len, tb);
+    args.nks = (len + kStep - 1) / kStep;
+    for (int64_t icb = icb0; icb < icb1; ++icb) {
+      pack_a(pl, src, g, icb, j0, len, args.nks, tb);
+      for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
+        args.b = tb.panel.get() + ocb * kBlock;
+        args.c = grad + icb * kBlock * pl.OCp + ocb * kBlock;
+        args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
+        bww_bf16_amx_block(&args);
       }
     }
+  }
 }
 
 }  // namespace
 
 bool bww_bf16_amx_applies(const ConvProblem& p) {
-  // (Depthwise and small groups would fill a sixteenth of a tile or less.)
-  return p.ICg >= 16 && p.OCg >= 16 && p.N > 0 && p.src_spatial() > 0;
+  // 32 x 32 blocks: with fewer channels on a side the f32 kernels were faster
+  // (SPR VM, bf16: benchdnn's 16 -> 17 and 17 -> 16 layers 4-6x, 3D 1x1 s2
+  // 16 -> 16 2.4x slower on the tiles).
+  return p.ICg >= 32 && p.OCg >= 32 && p.N > 0 && p.src_spatial() > 0;
 }
 
-bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_ncx,
+bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
                                const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
   if (!bww_bf16_amx_applies(p)) return false;
   const BwwAmxPlan pl = plan_bww_amx(p, nthreads);
@@ -195,7 +201,7 @@ bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_ncx,
     TaskBufs tb(pl);
     tiles_begin_amx();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_ncx, dy_nxc, sc, task, tb);
+    for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_cnx, dy_nxc, sc, task, tb);
     tiles_end_amx();
     // The f32 gradient in diff_w's layout.
     float* const dw = static_cast<float*>(diff_w.data);

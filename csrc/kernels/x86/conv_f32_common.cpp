@@ -2554,7 +2554,11 @@ AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
   AmxConvInfo info;
   if (pass == Pass::BackwardWeights) return info;
   const ConvPlan c = plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads);
-  info.applies = c.route == Route::Gemm;
+  // A reduction of at least 16 channels per tap (half a 32-channel step):
+  // with 3 or 4 (RGB layers' backward-data, small groups) the tiles ran
+  // 2-2.5x slower than the f32 kernels (SPR VM, bf16: AlexNet 96 <- 3 k11
+  // s4, 36 <- 4 k3 s3, benchdnn's 3D groups of 4).
+  info.applies = c.route == Route::Gemm && c.cred >= 16;
   info.out16 = c.out_bytes == 2;
   return info;
 }

@@ -32,13 +32,14 @@ bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, 
 bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
                             void* diff_src, bool out16, int nthreads);
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads);
-// bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp): src dense NCX
-// and diff_dst dense channels-last, both bf16; the f32 gradient written into
+// bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp): src dense in
+// CNX order (C, N, X...: each channel's pixels of every image in a row) and
+// diff_dst dense channels-last, both bf16; the f32 gradient written into
 // diff_w (f32, any strides); the caller rounds it once. False where it does
-// not apply (bww_bf16_amx_applies: at least 16 channels per group on both
+// not apply (bww_bf16_amx_applies: at least 32 channels per group on both
 // sides).
 bool bww_bf16_amx_applies(const ConvProblem& p);
-bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_ncx,
+bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
                                const uint16_t* dy_nxc, WeightsView diff_w, int nthreads);
 std::string describe_bwd_weights_bf16_amx(const ConvProblem& p, int nthreads);
 // Share of the lanes that hold real columns in the GEMM register tiles that
