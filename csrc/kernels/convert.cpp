@@ -81,11 +81,11 @@ void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, 
   in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(src + b, d + b, len); });
 }
 
-// In 32 x 32 blocks (a block's source and destination lines stay in L1;
-// GCC vectorizes neither loop, about an element a cycle, far below the
-// multiply-adds of the layers that take this route).
+// In 32 x 32 blocks (a block's source and destination lines stay in L1):
+// whole blocks by block32 where given, the edges (and everything without
+// it) in scalar loops (GCC vectorizes neither: about an element a cycle).
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads) {
+                   int nthreads, Transpose16Block block32) {
   constexpr int64_t B = 32;
   const int64_t rb = (rows + B - 1) / B, cb = (cols + B - 1) / B;
   const int64_t blocks = batch * rb * cb;
@@ -96,6 +96,10 @@ void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t ro
     const uint16_t* s = src + b * rows * cols;
     uint16_t* d = dst + b * rows * cols;
     const int64_t i1 = std::min(rows, i0 + B), j1 = std::min(cols, j0 + B);
+    if (block32 && i1 - i0 == B && j1 - j0 == B) {
+      block32(s + i0 * cols + j0, cols, d + j0 * rows + i0, rows);
+      continue;
+    }
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
   }

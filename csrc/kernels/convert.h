@@ -19,8 +19,11 @@ void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, 
 // Batched transpose of 16-bit elements: dst[b][j][i] = src[b][i][j] for
 // i < rows, j < cols (both dense): NCX <-> channels-last for the 16-bit
 // tensors that the bf16 tiles read and write without widening.
+// block32: a vector kernel for whole 32 x 32 blocks (dst[c*ldd + r] =
+// src[r*lds + c]), or null (scalar loops).
+using Transpose16Block = void (*)(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads);
+                   int nthreads, Transpose16Block block32 = nullptr);
 // (N, C, X) -> (C, N, X) of 16-bit elements (both dense): dst[c][n][x] = src[n][c][x].
 void ncx_to_cnx_u16(const uint16_t* src, uint16_t* dst, int64_t n, int64_t c, int64_t x,
                     int nthreads);

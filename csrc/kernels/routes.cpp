@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "plan.h"
+#include "x86/conv_f32_kernels.h"
 #include "x86/x86.h"
 
 namespace tct {
@@ -315,7 +316,7 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
   const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
   uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
   if (cv.amx_ncx) {
-    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads);
+    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_amx);
     a = bits16(abuf);
   }
   void* const y = !cv.amx_out16 ? static_cast<void*>(bbuf)
@@ -336,7 +337,7 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
     y16 = bits16(c.ws.buffer(kOutput, std::max<int64_t>(1, cv.b16_floats)));
     narrow_from_f32(s.isa, s.dtype, bbuf, y16, nb, s.nthreads);
   }
-  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads);
+  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads, x86::transpose_u16_block32_amx);
 }
 
 // Backward-weights of a Convert16 plan on AMX: src in CNX order in abuf
@@ -353,11 +354,12 @@ void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
   if (c.plan.spec.a.ncx) {
     ncx_to_cnx_u16(a, bits16(abuf), s.p.N, sd.a_c, a_pix, s.nthreads);
   } else {  // (N*X, C) -> (C, N*X)
-    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads);
+    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads,
+                  x86::transpose_u16_block32_amx);
   }
   a = bits16(abuf);
   if (bbuf) {
-    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads);
+    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, x86::transpose_u16_block32_amx);
     b = bits16(bbuf);
   }
   if (!x86::backward_weights_bf16_amx(s.p, a, b, grad, s.nthreads))

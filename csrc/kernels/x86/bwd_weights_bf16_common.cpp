@@ -44,6 +44,8 @@ struct BwwAmxPlan {
   int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
   int64_t parts = 1, tasks = 0;
   std::vector<int64_t> koff_k[kAxes];  // per tap: its kernel index along each axis
+  // Per axis a, kernel index k and src index i: the diff_dst index, or -1.
+  std::vector<int64_t> omap[kAxes];
 };
 
 BwwAmxPlan plan_bww_amx(const ConvProblem& p, int nthreads) {
@@ -69,20 +71,15 @@ BwwAmxPlan plan_bww_amx(const ConvProblem& p, int nthreads) {
         pl.koff_k[1][t] = k1;
         pl.koff_k[2][t] = k2;
       }
-  return pl;
-}
-
-// The diff_dst pixel of src pixel j (of an image) under tap t, or -1.
-inline int64_t dst_pixel(const BwwAmxPlan& pl, int64_t j, int64_t t) {
-  const ConvProblem& p = pl.p;
-  const int64_t i[kAxes] = {j / (p.I[1] * p.I[2]), (j / p.I[2]) % p.I[1], j % p.I[2]};
-  int64_t o = 0;
   for (int a = 0; a < kAxes; ++a) {
-    const int64_t oa = i[a] * p.s[a] + pl.koff_k[a][t] * p.d[a] - p.pb[a];
-    if (oa < 0 || oa >= p.O[a]) return -1;
-    o = o * p.O[a] + oa;
+    pl.omap[a].resize(static_cast<size_t>(p.K[a] * p.I[a]));
+    for (int64_t k = 0; k < p.K[a]; ++k)
+      for (int64_t i = 0; i < p.I[a]; ++i) {
+        const int64_t o = i * p.s[a] + k * p.d[a] - p.pb[a];
+        pl.omap[a][k * p.I[a] + i] = o >= 0 && o < p.O[a] ? o : -1;
+      }
   }
-  return o;
+  return pl;
 }
 
 // Per-thread buffers: the B panel of a chunk and tap, the diff_dst pixel of
@@ -93,6 +90,7 @@ struct TaskBufs {
   AlignedBuf<uint16_t> agather;
   const void* a[2 * kSteps];
   int64_t lda[2 * kSteps];
+  uint32_t valid[kSteps];  // per step of the chunk: its pixels whose tap is inside
   explicit TaskBufs(const BwwAmxPlan& pl)
       : panel(aligned_buffer<uint32_t>(kChunk / 2 * pl.OCp)),
         opix(static_cast<size_t>(kChunk)),
@@ -106,9 +104,30 @@ void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int6
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OC();
   const uint16_t* const img = dy + g * p.OCg;
+  // The chunk's pixels stepped through (image, i0, i1, i2) with carries.
+  const int64_t* const m0 = pl.omap[0].data() + pl.koff_k[0][t] * p.I[0];
+  const int64_t* const m1 = pl.omap[1].data() + pl.koff_k[1][t] * p.I[1];
+  const int64_t* const m2 = pl.omap[2].data() + pl.koff_k[2][t] * p.I[2];
+  const int64_t r = j0 % pl.ipix;
+  int64_t n = j0 / pl.ipix, i0 = r / (p.I[1] * p.I[2]), i1 = r / p.I[2] % p.I[1], i2 = r % p.I[2];
+  for (int64_t k = 0; k < kSteps; ++k) tb.valid[k] = 0;
   for (int64_t j = 0; j < kChunk; ++j) {
-    const int64_t J = j0 + j, o = j < len ? dst_pixel(pl, J % pl.ipix, t) : -1;
-    tb.opix[j] = o >= 0 ? J / pl.ipix * pl.opix + o : -1;
+    int64_t row = -1;
+    if (j < len) {
+      const int64_t o0 = m0[i0], o1 = m1[i1], o2 = m2[i2];
+      if ((o0 | o1 | o2) >= 0) {
+        row = n * pl.opix + (o0 * p.O[1] + o1) * p.O[2] + o2;
+        tb.valid[j / kStep] |= 1u << (j % kStep);
+      }
+      if (++i2 == p.I[2]) {
+        i2 = 0;
+        if (++i1 == p.I[1]) {
+          i1 = 0;
+          if (++i0 == p.I[0]) i0 = 0, ++n;
+        }
+      }
+    }
+    tb.opix[j] = row;
   }
   const int64_t pairs = (len + kStep - 1) / kStep * (kStep / 2);  // whole steps
   for (int64_t q = 0; q < pairs; ++q) {
@@ -122,13 +141,11 @@ void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int6
 // in place where all 32 pixels have their tap inside and 16 channels exist,
 // else gathered.
 void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t g, int64_t icb, int64_t j0,
-            int64_t len, int64_t nks, TaskBufs& tb) {
+            int64_t nks, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t ipix = p.N * pl.ipix;  // a channel's row in CNX
   for (int64_t k = 0; k < nks; ++k) {
-    uint32_t valid = 0;
-    for (int64_t l = 0; l < kStep; ++l)
-      if (k * kStep + l < len && tb.opix[k * kStep + l] >= 0) valid |= 1u << l;
+    const uint32_t valid = tb.valid[k];
     for (int h = 0; h < 2; ++h) {
       const int64_t ic0 = icb * kBlock + 16 * h;
       const int rows = static_cast<int>(std::clamp<int64_t>(p.ICg - ic0, 0, 16));
@@ -166,7 +183,7 @@ void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, flo
     pack_b(pl, dy, g, t, j0, len, tb);
     args.nks = (len + kStep - 1) / kStep;
     for (int64_t icb = icb0; icb < icb1; ++icb) {
-      pack_a(pl, src, g, icb, j0, len, args.nks, tb);
+      pack_a(pl, src, g, icb, j0, args.nks, tb);
       for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
         args.b = tb.panel.get() + ocb * kBlock;
         args.c = grad + icb * kBlock * pl.OCp + ocb * kBlock;

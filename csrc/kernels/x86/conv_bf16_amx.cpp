@@ -400,5 +400,29 @@ void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint
   }
 }
 
+// --- 16-bit transposes (the AMX routes' layout changes) ---
+
+void transpose_u16_block32_amx(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd) {
+  // Rows 2r and 2r + 1 interleaved into 32-bit pairs (r < 16, columns 0-15
+  // and 16-31), then the 16 x 32 matrix of pairs transposed as floats: row c
+  // of the result is the pairs (x[2r][c], x[2r+1][c]), r < 16.
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                      40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                      32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  alignas(64) uint32_t pairs[16 * 32];
+  for (int r = 0; r < 16; ++r) {
+    const __m512i a = _mm512_loadu_si512(src + 2 * r * lds);
+    const __m512i b = _mm512_loadu_si512(src + (2 * r + 1) * lds);
+    _mm512_store_si512(pairs + 32 * r, _mm512_permutex2var_epi16(a, lo, b));
+    _mm512_store_si512(pairs + 32 * r + 16, _mm512_permutex2var_epi16(a, hi, b));
+  }
+  float* rows[16];
+  for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < 16; ++c) rows[c] = reinterpret_cast<float*>(dst + (16 * h + c) * ldd);
+    transpose_rows_avx512(reinterpret_cast<const float*>(pairs + 16 * h), 32, 16, 16, rows);
+  }
+}
+
 }  // namespace x86
 }  // namespace tct

@@ -198,6 +198,8 @@ void conv_bf16_amx_32x16(const ConvTileArgs* args);
 void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
                          int64_t jn, uint32_t* const* rows);
 void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst);
+// dst[c*ldd + r] = src[r*lds + c] for r, c < 32 (16-bit elements).
+void transpose_u16_block32_amx(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
 void tiles_begin_amx();
 void tiles_end_amx();
 const ConvF32Table* conv_bf16_table_amx();

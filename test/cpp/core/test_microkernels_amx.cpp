@@ -108,6 +108,19 @@ TEST_F(AmxKernels, PairPackingMatchesScalar) {
   }
 }
 
+TEST_F(AmxKernels, Transpose16MatchesScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 20; ++iter) {
+    const int64_t lds = 32 + rng.uni(0, 9), ldd = 32 + rng.uni(0, 9);
+    std::vector<uint16_t> src(static_cast<size_t>(32 * lds)), dst(static_cast<size_t>(32 * ldd), 0xBEEF);
+    for (auto& v : src) v = static_cast<uint16_t>(rng.uni(0, 65535));
+    x86::transpose_u16_block32_amx(src.data(), lds, dst.data(), ldd);
+    for (int64_t c = 0; c < 32; ++c)
+      for (int64_t r = 0; r < ldd; ++r)
+        ASSERT_EQ(dst[c * ldd + r], r < 32 ? src[r * lds + c] : uint16_t{0xBEEF}) << c << " " << r;
+  }
+}
+
 // One sampled call of a conv tile and its check.
 void conv_tile_case(Rng& rng, int iter) {
   const int NT = static_cast<int>(rng.uni(1, 2)), NR = 16 * NT, MR = 32;
