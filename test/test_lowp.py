@@ -388,3 +388,27 @@ def test_amx_bf16_backward_weights_same_bits_for_any_threads():
     finally:
         torch.set_num_threads(old)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
+def test_amx_bf16_batch_zero(op, layout):
+    # No images: empty results, and a zero gradient (nothing summed).
+    P.require_isa("avx512_amx")
+    S, s, p, dt = 2, 2, 1, torch.bfloat16
+    x = torch.zeros(0, 64, 5, 6, dtype=dt)
+    w = _ints((64, 48, 4, 4), dt, 31)
+    dy = torch.zeros(0, 48, 10, 12, dtype=dt)
+    nxc = layout == "nxc"
+    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
+    a = dict(_attrs(S, s, p), groups=1, data_format=layout.upper(), weights_format="IOX")
+    with P.use_isa("avx512_amx"):
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(to(x), w, None, **a)
+            assert got.shape == to(dy).shape and got.dtype == dt
+        elif op == "bwd_d":
+            got = torch.ops.graph.conv_transpose_backward_data(to(dy), w, src_shape=list(to(x).shape), **a)
+            assert got.shape == to(x).shape and got.dtype == dt
+        else:
+            got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), weights_shape=list(w.shape), **a)
+            assert torch.equal(got, torch.zeros_like(w))
