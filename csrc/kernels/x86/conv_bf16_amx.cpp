@@ -263,7 +263,7 @@ void gemm_tile_amx(const ConvTileArgs* args) {
 }  // namespace
 
 // The tile configuration: loaded by each thread before its first tile of a
-// call and released after its last (ConvF32Table::thread_begin / end), not
+// call and released after its last (ConvTable::thread_begin / end), not
 // per tile (SPR VM: LDTILECFG per tile took a fifth of a DCGAN layer's time).
 void tiles_begin_amx() { _tile_loadconfig(&tile_config_amx()); }
 void tiles_end_amx() { _tile_release(); }
@@ -271,10 +271,10 @@ void tiles_end_amx() { _tile_release(); }
 void conv_bf16_amx_32x32(const ConvTileArgs* args) { gemm_tile_amx<2>(args); }
 void conv_bf16_amx_32x16(const ConvTileArgs* args) { gemm_tile_amx<1>(args); }
 
-const ConvF32Table* conv_bf16_table_amx() {
+const ConvTable* conv_bf16_table_amx() {
   // Speeds relative to the 32x32 tile (two B tiles per two A tiles, four
   // TDPBF16PS per 32 channels); the 32x16 one does half the products per A.
-  static const ConvF32Table table = {
+  static const ConvTable table = {
       "amx",
       16,
       {{"amx_bf16_32x32", conv_bf16_amx_32x32, 32, 32, 1.0, nullptr},

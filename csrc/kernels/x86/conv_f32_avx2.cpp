@@ -30,7 +30,7 @@ void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<V, 4, 3>(args); }
 
 void conv_f32_avx2_dw(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx2>(args); }
 
-const ConvF32Table* conv_f32_table_avx2() {
+const ConvTable* conv_f32_table_avx2() {
   struct Partials {
     ConvTileFn t6x16[6];
     ConvTileFn t4x24[4];
@@ -51,7 +51,7 @@ const ConvF32Table* conv_f32_table_avx2() {
   // measured, 6x16 and 4x24 95 %, 8 rows x 8 73 %). (A 2x40 tile, 89 % in
   // cache, lost 1.3x on the 36-column layer it would serve: two pixels per
   // tile.)
-  static const ConvF32Table table = {
+  static const ConvTable table = {
       "avx2",
       8,
       {{"avx2_6x16", conv_f32_avx2_6x16, 6, 16, 1.0, partials.t6x16},

@@ -72,7 +72,7 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
   }
 }
 
-const ConvF32Table* conv_f32_table_avx512() {
+const ConvTable* conv_f32_table_avx512() {
   struct Partials {
     ConvTileFn t6x64[6];
     ConvTileFn t8x48[8];
@@ -93,7 +93,7 @@ const ConvF32Table* conv_f32_table_avx512() {
   }();
   // Speeds: bench_conv_f32's in-cache micro runs on Zen 5 (12x16 86-89 %,
   // the others 96-99 %).
-  static const ConvF32Table table = {
+  static const ConvTable table = {
       "avx512",
       16,
       {{"avx512_6x64", conv_f32_avx512_6x64, 6, 64, 1.0, partials.t6x64},

@@ -42,7 +42,7 @@
 // buffer of one row block.
 //
 // plan_conv() takes every decision of a call once (route, the tile from the
-// ISA's ConvF32Table, phases and row orders, packing, chunks, schedule,
+// ISA's ConvTable, phases and row orders, packing, chunks, schedule,
 // streaming, workspace) into a ConvPlan; describe() prints it in one line;
 // run_conv() and the functions below it only execute a plan.
 #include <omp.h>
@@ -332,7 +332,7 @@ double chained_work(const TapClasses& tc, const std::vector<int64_t>& order,
 // 4d's k3 p1 on 14x14 1.06-1.08x, DCGAN 512 -> 256 k4 s2 p1 on 8x8 1.07x,
 // AlexNet's k3 p1 layers 1.02-1.05x, the rest even, on both ISAs. Dot tiles
 // 0.85 (AVX-512; the 64 -> 3 k7 s2 d2 layer ran 4 % slower at 0.97) and 0.9
-// (ConvF32Table::regroup_dot_share).
+// (ConvTable::regroup_dot_share).
 void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   // (Only small phases: in large images the borders are a small share.)
   if (ph.rows < 2 * MR || ph.rows > (1 << 16) || ph.taps < 2 || ph.ax[kAxes - 1].lazy) return;
@@ -424,7 +424,7 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
 
 
 // The micro-kernel table of the ISA (null: no kernels, the reference runs).
-const ConvF32Table* table_for(Isa isa) {
+const ConvTable* table_for(Isa isa) {
   switch (vector_isa(isa)) {
     case Isa::Avx512:
       return conv_f32_table_avx512();
@@ -436,7 +436,7 @@ const ConvF32Table* table_for(Isa isa) {
 }
 
 // The register tile for ncol output columns: least padded work per unit speed.
-const ConvGemmTile& choose_gemm_tile(const ConvF32Table& tab, int64_t ncol) {
+const ConvGemmTile& choose_gemm_tile(const ConvTable& tab, int64_t ncol) {
   const ConvGemmTile* best = &tab.gemm[0];
   double best_cost = 0;
   for (int i = 0; i < tab.ngemm; ++i) {
@@ -461,7 +461,7 @@ const ConvGemmTile& choose_gemm_tile(const ConvF32Table& tab, int64_t ncol) {
 // first layer of a generator) is the same for any stride and any OCg: the
 // row-per-output-pixel GEMM would keep one tap of the tile's rows in six.
 // (Only for OCg below one vector.)
-bool patch_applies(const ConvF32Table& tab, const ConvProblem& p) {
+bool patch_applies(const ConvTable& tab, const ConvProblem& p) {
   if (p.G != 1 || p.ICg < 1 || p.taps() < 2) return false;
   const bool one_pixel = p.src_spatial() == 1;
   if (!one_pixel && p.OCg >= tab.lanes) return false;
@@ -648,7 +648,7 @@ struct ConvPlan {
 
 // Route Patch: the GEMM tile over taps x OCg columns, reduction chunks,
 // tiles per item, streaming.
-void plan_patch(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
+void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   const ConvProblem& p = c.p;
   PatchPlan& pp = c.patch;
   const int64_t IC = p.ICg, OC = p.OCg, T = p.taps();
@@ -690,7 +690,7 @@ void plan_patch(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
 
 // The kernel family, its tile and column blocks. False: no kernel (the
 // reference runs).
-bool plan_kernel(ConvPlan& c, const ConvF32Table& tab) {
+bool plan_kernel(ConvPlan& c, const ConvTable& tab) {
   const ConvProblem& p = c.p;
   const int64_t cred = c.cred, ncol = c.ncol, out_c = c.out_c;
   // Depthwise: vectorize over the channels of all groups instead.
@@ -757,7 +757,7 @@ bool plan_kernel(ConvPlan& c, const ConvF32Table& tab) {
 
 // The phases (per axis maps, combined), their tap ranges in the packed
 // weights, rows regrouped by valid taps, row mode's tap offsets.
-void plan_phases(ConvPlan& c, const ConvF32Table& tab) {
+void plan_phases(ConvPlan& c, const ConvTable& tab) {
   const ConvProblem& p = c.p;
   const bool fwd = c.fwd;
   const std::array<int64_t, kAxes> in_dims = fwd ? p.I : p.O;
@@ -851,7 +851,7 @@ void plan_phases(ConvPlan& c, const ConvF32Table& tab) {
 // Per packed tap, the offset of its kernel position in W; the packed taps
 // that are read; the packing order and move; the reduction chunks; fused
 // taps; streamed packing.
-void plan_packing(ConvPlan& c, const ConvF32Table& tab, const WeightsView& wv) {
+void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   const ConvProblem& p = c.p;
   const int64_t T = c.T, cred = c.cred;
   // Per packed tap: the offset of its kernel position in W (-1: its phase has
@@ -1073,7 +1073,7 @@ bool lines_preferred(const ConvPlan& c, bool by_columns, double w_bytes) {
 // Schedule: by rows, by columns (lazy packing, row parts) or line by line;
 // row blocks of TB tiles and ranges of CG column blocks; streaming stores
 // and prefetch.
-void plan_schedule(ConvPlan& c, const ConvF32Table& tab) {
+void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   const ConvProblem& p = c.p;
   const bool fwd = c.fwd;
   const int64_t nthreads = c.nthreads, MR = c.MR, cred = c.cred;
@@ -1240,7 +1240,7 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // threads, for weights with wv's strides (wv.data is not read): pure, and
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
-ConvPlan plan_conv(const ConvF32Table* tab, Isa isa, Pass pass, const ConvProblem& p,
+ConvPlan plan_conv(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
                    const WeightsView& wv, int nthreads) {
   ConvPlan c;
   c.isa = isa;
@@ -2519,7 +2519,7 @@ bool backward_data_fuses_taps(const ConvProblem& p) {
 }
 
 double gemm_column_share(Isa isa, int64_t ncol) {
-  const ConvF32Table* tab = table_for(isa);
+  const ConvTable* tab = table_for(isa);
   if (ncol <= 0 || !tab || tab->ngemm < 1) return 1.0;
   const int64_t nr = choose_gemm_tile(*tab, ncol).nr;
   return static_cast<double>(ncol) / static_cast<double>((ncol + nr - 1) / nr * nr);

@@ -148,12 +148,12 @@ struct ConvGemmTile {
 constexpr int kMaxConvGemmTiles = 4;
 constexpr int kMaxDotColumns = 4;
 
-// The f32 forward / backward-data micro-kernels of one ISA and the constants
-// measured per ISA (each ISA file fills one, conv_f32_table_<isa>()), looked
-// up once per call by the driver's plan. A null GEMM / depthwise / dot
+// The forward / backward-data micro-kernels of one (ISA, dtype) and the
+// constants measured for it (each ISA file fills one: conv_f32_table_<isa>(),
+// conv_bf16_table_amx()), looked up once per call by the driver's plan. A null GEMM / depthwise / dot
 // kernel (or ngemm 0): the plan routes to the reference (the entry point
 // returns false); a null grouped kernel: the small groups run as GEMMs.
-struct ConvF32Table {
+struct ConvTable {
   const char* isa;  // "avx512", "avx2"
   int lanes;        // floats per vector (the patch route: OCg below one vector)
   ConvGemmTile gemm[kMaxConvGemmTiles];
@@ -183,8 +183,8 @@ struct ConvF32Table {
   void (*thread_end)() = nullptr;
 };
 
-const ConvF32Table* conv_f32_table_avx512();
-const ConvF32Table* conv_f32_table_avx2();
+const ConvTable* conv_f32_table_avx512();
+const ConvTable* conv_f32_table_avx2();
 
 // bf16 on AMX (conv_bf16_amx.cpp): GEMM tiles of 32 rows x 32 / 16 columns
 // (TDPBF16PS, 2 x 2 / 2 x 1 accumulator tiles), the contract above with the
@@ -202,7 +202,7 @@ void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint
 void transpose_u16_block32_amx(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
 void tiles_begin_amx();
 void tiles_end_amx();
-const ConvF32Table* conv_bf16_table_amx();
+const ConvTable* conv_bf16_table_amx();
 
 // bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp). One block of
 // 32 rows (input channels) x ncols <= 32 columns (output channels) of an f32

@@ -52,7 +52,7 @@ struct TableCase {
   Isa isa;           // skipped where the CPU lacks it
   const Table* (*get)();
 };
-using ConvTableCase = TableCase<x86::ConvF32Table>;
+using ConvTableCase = TableCase<x86::ConvTable>;
 using BwwTableCase = TableCase<x86::bww::BwdWeightsF32Table>;
 using PlanarTableCase = TableCase<x86::PlanarF32Table>;
 

@@ -53,7 +53,7 @@ class AmxKernels : public ::testing::Test {
 };
 
 TEST_F(AmxKernels, TableListsTheTiles) {
-  const x86::ConvF32Table* t = x86::conv_bf16_table_amx();
+  const x86::ConvTable* t = x86::conv_bf16_table_amx();
   ASSERT_EQ(t->ngemm, 2);
   EXPECT_EQ(t->in_bytes, 2);
   EXPECT_TRUE(t->pairs16);

@@ -1,4 +1,4 @@
-// Micro-kernel tester of the forward / backward-data tables (ConvF32Table,
+// Micro-kernel tester of the forward / backward-data tables (ConvTable,
 // conv_f32_kernels.h): every GEMM tile and each of its partial-row forms, the
 // dot, depthwise and small-groups tiles and the weight-packing transposes,
 // against scalar versions of their contracts (microkernel_tester.h).
@@ -10,7 +10,7 @@ namespace tct {
 namespace mkt {
 namespace {
 
-using x86::ConvF32Table;
+using x86::ConvTable;
 using x86::ConvGroupedArgs;
 using x86::ConvTileArgs;
 using x86::ConvTileFn;
@@ -211,7 +211,7 @@ class ConvMicrokernels : public ::testing::TestWithParam<ConvTableCase> {
     tab = GetParam().get();
     ASSERT_NE(tab, nullptr);
   }
-  const ConvF32Table* tab = nullptr;
+  const ConvTable* tab = nullptr;
 };
 
 TEST_P(ConvMicrokernels, TableIsWellFormed) {
@@ -489,7 +489,7 @@ TEST_P(ConvMicrokernels, TransposeRowsMatchScalar) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tables, ConvMicrokernels, ::testing::ValuesIn(kConvTables),
-                         table_name<x86::ConvF32Table>);
+                         table_name<x86::ConvTable>);
 
 }  // namespace
 }  // namespace mkt
