@@ -64,19 +64,20 @@ def _kwargs(case, layout):
                 data_format=layout.upper(), weights_format="IOX")
 
 
-def _call(case, layout, pass_):
+def _call(case, layout, pass_, dtype=torch.float32):
     """One call of the pass on uninitialized tensors of the case's shapes."""
     kw = _kwargs(case, layout)
+    e = lambda shape: torch.empty(shape, dtype=dtype)  # noqa: E731
     if pass_ == "fwd":
-        torch.ops.graph.conv_transpose(torch.empty(case.src_shape(layout)),
-                                       torch.empty(case.weights_shape), None, **kw)
+        torch.ops.graph.conv_transpose(e(case.src_shape(layout)), e(case.weights_shape), None,
+                                       **kw)
     elif pass_ == "bwd_d":
         torch.ops.graph.conv_transpose_backward_data(
-            torch.empty(case.dst_shape(layout)), torch.empty(case.weights_shape),
+            e(case.dst_shape(layout)), e(case.weights_shape),
             src_shape=list(case.src_shape(layout)), **kw)
     else:
         torch.ops.graph.conv_transpose_backward_weights(
-            torch.empty(case.src_shape(layout)), torch.empty(case.dst_shape(layout)),
+            e(case.src_shape(layout)), e(case.dst_shape(layout)),
             weights_shape=list(case.weights_shape), **kw)
 
 
@@ -282,3 +283,36 @@ def test_verbose_off_by_default():
     assert r.returncode == 0, r.stderr
     assert "torch_convtranspose plan:" not in r.stderr
     assert len(r.stdout.splitlines()) == 4
+
+
+# bf16 on AMX (issue #21): the plans of every benchmark case, both layouts, three
+# passes, 1 and 16 threads, on isa avx512_amx: which problems take the AMX tiles
+# (amx={...}), their chunks, out16 and the drivers' plans. Recorded on an AMX CPU;
+# skipped elsewhere (set_isa cannot force an ISA the CPU lacks).
+GOLDEN_AMX = ROOT / "test" / "golden" / "plans_calls_bf16_amx.txt"
+
+
+def test_bf16_amx_plans_match_golden():
+    tct = P.tct()
+    P.require_isa("avx512_amx")
+    lines = []
+    threads = torch.get_num_threads()
+    try:
+        for case, layouts, _ in _golden_cases():
+            for pass_ in PASSES:
+                for layout in layouts:
+                    for t in (1, 16):
+                        torch.set_num_threads(t)
+                        with tct.use_isa("avx512_amx"), tct.use_ncx_path("auto"), \
+                                tct.plans(execute=False) as got:
+                            _call(case, layout, pass_, torch.bfloat16)
+                        assert len(got) == 1, got
+                        lines.append(f"{case.name} {pass_} {layout} t{t}: {got[0]}")
+    finally:
+        torch.set_num_threads(threads)
+    if os.environ.get("TCT_UPDATE_GOLDEN") == "1":
+        GOLDEN_AMX.write_text("\n".join(lines) + "\n")
+    want = GOLDEN_AMX.read_text().splitlines()
+    assert sum("amx={" in ln for ln in lines) > len(lines) // 3  # the route is exercised
+    assert lines == want, _first_difference(lines, want)
+
