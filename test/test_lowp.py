@@ -157,14 +157,39 @@ AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 3, 13, 7, (9, 11), 4, 2, 1, 1),     # 13 / 7 channels per tap: the f32 kernels
     (2, 2, 16, 16, (8, 8), 4, 2, 1, 16),    # depthwise: the f32 kernels
     (2, 2, 48, 3, (8, 8), 3, 1, 1, 1),      # fwd: 3 columns (dot tiles, f32); bwd_d: 3 channels
+    (2, 2, 40, 3, (7, 6), 11, 4, 2, 1),     # bwd_d: fused taps of 33 rows, pairs across taps
 ]
 
 
-def _amx_expected(op, IC, OC, g):
+def test_amx_bf16_short_fused_taps_only_without_padding():
+    # 4 diff_dst channels x 3 fused taps = 12 rows: on the tiles when no row
+    # has a tap in the padding (k3 s3 p0), else through f32 (k3 s3 p1).
+    P.require_isa("avx512_amx")
+    dt = torch.bfloat16
+    for pad, amx in ((0, True), (1, False)):
+        x = _ints((2, 36, 9, 10), dt, 32)
+        w = _ints((36, 4, 3, 3), dt, 33)
+        dy = _ints(_oracle("fwd", x, w, 2, 3, pad).shape, dt, 34)
+        want = _oracle("bwd_d", x, w, 2, 3, pad, 1, dy)
+        a = dict(_attrs(2, 3, pad), groups=1, data_format="NXC", weights_format="IOX")
+        with P.use_isa("avx512_amx"), tct.plans() as lines:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, 2), w, src_shape=list(_nxc(x, 2).shape), **a)
+        assert ("amx={" in lines[0]) == amx, lines[0][:300]
+        assert torch.equal(_ncx(got, 2), want.to(dt))
+
+
+def _amx_expected(op, IC, OC, g, K):
     # conv_bf16_amx_info: the GEMM route (not depthwise, not <= 4 columns with
-    # a long reduction) and at least 16 reduction channels per tap.
+    # a long reduction) and at least 16 reduction channels per tap, or per
+    # fused tap (backward-data with at most 16 diff_dst channels fuses the K
+    # innermost taps: backward_data_fuses_taps).
     cred, ncol = (IC // g, OC // g) if op == "fwd" else (OC // g, IC // g)
-    return cred >= 16 and not (ncol <= 4 and cred >= 16) and not (IC // g == 1 and OC // g == 1)
+    dot = ncol <= 4 and cred >= 16
+    fuse = (op == "bwd_d" and g == 1 and OC <= 16 and K > 1 and not (IC <= 4 and OC >= 16)
+            and not dot)
+    # (12-15 fused rows only without padding along the innermost axis: none here.)
+    return cred * (K if fuse else 1) >= 16 and not dot and not (IC // g == 1 and OC // g == 1)
 
 
 def _nxc(t, S):
@@ -181,7 +206,7 @@ def _ncx(t, S):
 def test_amx_bf16_exact(case, op, layout):
     P.require_isa("avx512_amx")
     S, N, IC, OC, sp, K, s, p, g = case
-    amx = _amx_expected(op, IC, OC, g)
+    amx = _amx_expected(op, IC, OC, g, K)
     dt = torch.bfloat16
     x = _ints((N, IC) + sp, dt, 11)
     w = _ints((IC, OC // g) + (K,) * S, dt, 12)

@@ -632,6 +632,7 @@ struct ConvPlan {
   // from bf16 weights packed as pairs: pairs16).
   int in_bytes = 4;
   bool vnni = false;
+  int64_t fused_copy = 0;  // VNNI + fused taps: the offset of the fused pair rows in a block
   ConvPairsTapsFn pairs_taps = nullptr;
   ConvPairsRowFn pairs_row = nullptr;
   void (*thread_begin)() = nullptr;  // the table's per-thread set-up and clean-up
@@ -916,9 +917,15 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   // order, so [tap][c][NR] is also [(t0, t1)][(t2, c)][NR]. Tiles whose rows
   // all have every axis-2 tap inside diff_dst run K0*K1 fused taps of
   // K2 * cred channels: a third of the pointers and of the per-tap overhead.
-  c.fuse = !c.fwd && backward_data_fuses_taps(p) && !c.whole_pixel && !c.dot && !c.vnni &&
+  c.fuse = !c.fwd && backward_data_fuses_taps(p) && !c.whole_pixel && !c.dot &&
            cred == c.in_c && c.nchunks == 1;
   c.K2 = c.fuse ? p.K[2] : 1;
+  // VNNI tiles pair consecutive reduction rows: a fused tap's K2 * cred rows
+  // pair across its taps where cred is odd, so its packed block gets a
+  // second copy, paired along the fused rows, after the per-tap one (RGB
+  // backward-data: 3 channels per tap, 33 per fused tap of a k11 kernel).
+  c.fused_copy = c.vnni && c.fuse ? c.block_floats : 0;
+  c.block_floats += c.fused_copy;
   // Packed weights of 2 MiB and more (beyond both L2s) are written with
   // non-temporal stores, in whole lines (NR a multiple of 16): regular stores
   // read every line for ownership first, at random from 16-64 streams (one
@@ -1053,7 +1060,7 @@ bool lines_preferred(const ConvPlan& c, bool by_columns, double w_bytes) {
   // depthwise layers ran 10-15 % slower line by line).
   const ConvProblem& p = c.p;
   const int64_t MR = c.MR;
-  bool by_lines = c.dw || (c.fuse && !by_columns && w_bytes <= (64 << 10));
+  bool by_lines = c.dw || (c.fuse && !c.vnni && !by_columns && w_bytes <= (64 << 10));
   for (const Phase& ph : c.phases) {
     // Long lines without tables: row blocks (run_lines needs the tables, and
     // gives one item per line: one thread for a 1D signal).
@@ -1616,6 +1623,32 @@ void pack_pairs(const ConvPlan& pl, const uint16_t* W, int64_t g, int64_t nb, in
   }
 }
 
+// VNNI + fused taps: the fused pair rows of column block (g, nb) at
+// dst_block + fused_copy: per fused tap f (K2 consecutive packed taps), row
+// i pairs rows 2i and 2i + 1 of its K2 * cred (tap, channel) rows.
+void pack_pairs_fused(const ConvPlan& pl, const uint16_t* W, int64_t g, int64_t nb,
+                      float* dst_block) {
+  const int64_t NR = pl.NR, cred = pl.cred, cs = pl.col_stride, rs = pl.red_stride;
+  const int64_t jn = std::min<int64_t>(NR, pl.ncol - nb * NR), run = pl.K2 * cred;
+  const uint16_t* const src = W + g * pl.group_stride + nb * NR * cs;
+  uint32_t* const d0 = reinterpret_cast<uint32_t*>(dst_block + pl.fused_copy);
+  for (int64_t f = 0; f < pl.T / pl.K2; ++f)
+    for (int64_t i = 0; i < (run + 1) / 2; ++i) {
+      uint32_t* d = d0 + (f * run + i) * NR;
+      for (int64_t j = 0; j < jn; ++j) {
+        uint32_t slot = 0;
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = 2 * i + h;
+          if (r >= run) break;
+          const int64_t t = f * pl.K2 + r / cred, koff = pl.koff[t];
+          if (koff >= 0) slot |= static_cast<uint32_t>(src[j * cs + (r % cred) * rs + koff]) << (16 * h);
+        }
+        d[j] = slot;
+      }
+      std::fill(d + jn, d + NR, 0u);
+    }
+}
+
 // Packs every block of the weights up front (not lazy), in the plan's order;
 // worksharing loops of the caller's parallel region (no barrier).
 void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
@@ -1627,6 +1660,12 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
       for (int64_t b = 0; b < n16; ++b)
         pack_pairs(pl, static_cast<const uint16_t*>(call.W), q / pl.NB, q % pl.NB, 16 * b,
                    std::min(np, 16 * b + 16), wp + q * pl.block_floats);
+    if (pl.fused_copy) {
+#pragma omp for schedule(static) nowait
+      for (int64_t q = 0; q < pl.G * pl.NB; ++q)
+        pack_pairs_fused(pl, static_cast<const uint16_t*>(call.W), q / pl.NB, q % pl.NB,
+                         wp + q * pl.block_floats);
+    }
     return;
   }
   const float* const W = static_cast<const float*>(call.W);
@@ -2393,6 +2432,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
       args.ntaps = tile_ntaps[tile];
       const bool fused = fuse && tile_fused[tile];
       args.cred = fused ? cn * K2 : cn;
+      if (pl.fused_copy) args.w = wblock + (fused ? pl.fused_copy : 0) + packed_offset(pl, ph.tap_off, c0);
       args.rows = tile_rowmode[tile] ? row_base + tile * MR : nullptr;
       args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
       (partial && tile_real[tile] < MR ? partial[tile_real[tile]] : fn)(&args);
@@ -2411,9 +2451,11 @@ void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& b
   for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
     const int64_t it = item / rsplit, part = item % rsplit;
     float* const wblock = call.wp + (pl.lazy ? omp_get_thread_num() : it) * pl.block_floats;
-    if (pl.lazy && pl.vnni)
+    if (pl.lazy && pl.vnni) {
       pack_pairs(pl, static_cast<const uint16_t*>(call.W), it / NB, it % NB, 0,
                  (pl.cred + 1) / 2, wblock);
+      if (pl.fused_copy) pack_pairs_fused(pl, static_cast<const uint16_t*>(call.W), it / NB, it % NB, wblock);
+    }
     else if (pl.lazy)
       pack_whole(pl, static_cast<const float*>(call.W), it / NB, it % NB, wblock, pl.tr_lazy);
     int64_t k = 0;
@@ -2554,11 +2596,20 @@ AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
   AmxConvInfo info;
   if (pass == Pass::BackwardWeights) return info;
   const ConvPlan c = plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads);
-  // A reduction of at least 16 channels per tap (half a 32-channel step):
-  // with 3 or 4 (RGB layers' backward-data, small groups) the tiles ran
-  // 2-2.5x slower than the f32 kernels (SPR VM, bf16: AlexNet 96 <- 3 k11
-  // s4, 36 <- 4 k3 s3, benchdnn's 3D groups of 4).
-  info.applies = c.route == Route::Gemm && c.cred >= 16;
+  // A reduction of at least 16 channels per (fused) tap, half a 32-channel
+  // step: with 3 or 4 per tap unfused (RGB layers' backward-data, small
+  // groups) the tiles ran 2-2.5x slower than the f32 kernels (SPR VM, bf16:
+  // AlexNet 96 <- 3 k11 s4 before fused taps, benchdnn's 3D groups of 4).
+  // Fused taps of 12-15 rows only where every row is fused (no padding along
+  // the innermost axis: a tile with one border row runs unfused, 3 rows a
+  // tap): 36 <- 4 k3 s3 1.9x faster, DCGAN's 64 <- 3 k4 s2 p1 1.9x slower.
+  bool all_fused = c.fuse;
+  for (const Phase& ph : c.phases)
+    all_fused = all_fused && !ph.ax[2].lazy &&
+                std::all_of(ph.ax[2].interior.begin(), ph.ax[2].interior.end(),
+                            [](char v) { return v != 0; });
+  const int64_t run = c.cred * c.K2;
+  info.applies = c.route == Route::Gemm && (run >= 16 || (run >= 12 && all_fused));
   info.out16 = c.out_bytes == 2;
   return info;
 }
