@@ -179,17 +179,19 @@ def test_amx_bf16_short_fused_taps_only_without_padding():
         assert torch.equal(_ncx(got, 2), want.to(dt))
 
 
-def _amx_expected(op, IC, OC, g, K):
-    # conv_bf16_amx_info: the GEMM route (not depthwise, not <= 4 columns with
-    # a long reduction) and at least 16 reduction channels per tap, or per
-    # fused tap (backward-data with at most 16 diff_dst channels fuses the K
-    # innermost taps: backward_data_fuses_taps).
+def _amx_expected(op, IC, OC, g, K, S, st):
+    # conv_bf16_amx_info: the GEMM route (not depthwise), at least 16 reduction
+    # channels per tap, or per fused tap (backward-data with at most 16
+    # diff_dst channels fuses the K innermost taps: backward_data_fuses_taps),
+    # and with <= 4 columns at least 128 reduction rows per row and phase.
     cred, ncol = (IC // g, OC // g) if op == "fwd" else (OC // g, IC // g)
-    dot = ncol <= 4 and cred >= 16
+    dot = ncol <= 4 and cred >= 16  # the f32 plan's dot tiles (not fused)
     fuse = (op == "bwd_d" and g == 1 and OC <= 16 and K > 1 and not (IC <= 4 and OC >= 16)
             and not dot)
+    phases = st ** S if op == "fwd" else 1
+    few_ok = ncol > 4 or cred * K ** S / phases >= 128
     # (12-15 fused rows only without padding along the innermost axis: none here.)
-    return cred * (K if fuse else 1) >= 16 and not dot and not (IC // g == 1 and OC // g == 1)
+    return cred * (K if fuse else 1) >= 16 and few_ok and not (IC // g == 1 and OC // g == 1)
 
 
 def _nxc(t, S):
@@ -206,7 +208,7 @@ def _ncx(t, S):
 def test_amx_bf16_exact(case, op, layout):
     P.require_isa("avx512_amx")
     S, N, IC, OC, sp, K, s, p, g = case
-    amx = _amx_expected(op, IC, OC, g, K)
+    amx = _amx_expected(op, IC, OC, g, K, S, s)
     dt = torch.bfloat16
     x = _ints((N, IC) + sp, dt, 11)
     w = _ints((IC, OC // g) + (K,) * S, dt, 12)

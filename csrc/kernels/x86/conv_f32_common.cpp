@@ -720,7 +720,8 @@ bool plan_kernel(ConvPlan& c, const ConvTable& tab) {
   }
   c.whole_pixel = c.dw || c.vg;  // one kernel call covers every channel
   // Few columns, long reduction: vectorize over the reduction.
-  c.dot = !c.whole_pixel && ncol <= kMaxDotColumns && cred >= 16;
+  // (A table without dot tiles, the AMX one, runs them as GEMMs.)
+  c.dot = !c.whole_pixel && ncol <= kMaxDotColumns && cred >= 16 && tab.dot[ncol] != nullptr;
   c.credp = (cred + 15) / 16 * 16;
   c.G = c.whole_pixel ? 1 : p.G;          // group loop of the driver
   c.cols = c.whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
@@ -2609,7 +2610,14 @@ AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
                 std::all_of(ph.ax[2].interior.begin(), ph.ax[2].interior.end(),
                             [](char v) { return v != 0; });
   const int64_t run = c.cred * c.K2;
-  info.applies = c.route == Route::Gemm && (run >= 16 || (run >= 12 && all_fused));
+  // Few columns (where the f32 kernels take dot tiles): a 16-column tile
+  // holds 1-4 of them, so only with 128+ reduction rows per row and phase
+  // (SPR VM, bf16 forward: DCGAN 64 -> 3 k4 s2 1.33 -> 0.60 ms, AlexNet k11
+  // s4 96 -> 3 6.2 -> 3.9 ms; 36 -> 4 k3 s3, 36 rows a phase, 8.0 -> 11.3 ms).
+  const double rows_per_phase =
+      static_cast<double>(c.cred) * c.T / std::max<double>(1.0, static_cast<double>(c.phases.size()));
+  const bool few_ok = c.ncol > kMaxDotColumns || rows_per_phase >= 128;
+  info.applies = c.route == Route::Gemm && few_ok && (run >= 16 || (run >= 12 && all_fused));
   info.out16 = c.out_bytes == 2;
   return info;
 }
