@@ -65,10 +65,10 @@ inline bool evenly_spaced(const uint16_t* const* p, int64_t* stride) {
 
 // Channels per gather batch: the rows of a tap that are not read in place
 // are copied for up to this many channels at once before their tile loads,
-// so that the copies' stores have drained when the loads read them (a tile
-// load waits for the stores it reads; one gather per 32-channel step left
-// the tiles idle: SPR VM, DCGAN 256 -> 128 bf16 forward, most tiles with a
-// border pixel).
+// so that the copies' stores can drain before the loads read them (a tile
+// load waits for the stores it reads). Against one gather per 32-channel
+// step no difference was measurable on the SPR VM (DCGAN 256 -> 128 bf16
+// forward, within noise); kept as the form that does not depend on it.
 constexpr int64_t kGatherChannels = 256;
 
 // Rows p[0..16), elements [c, c + n), into buf (16 rows of kGatherChannels),
@@ -263,8 +263,9 @@ void gemm_tile_amx(const ConvTileArgs* args) {
 }  // namespace
 
 // The tile configuration: loaded by each thread before its first tile of a
-// call and released after its last (ConvTable::thread_begin / end), not
-// per tile (SPR VM: LDTILECFG per tile took a fifth of a DCGAN layer's time).
+// call and released after its last (ConvTable::thread_begin / end), not per
+// tile (the per-tile form showed a fifth of the tile's samples on its first
+// tile instruction, but the layer's time did not change measurably).
 void tiles_begin_amx() { _tile_loadconfig(&tile_config_amx()); }
 void tiles_end_amx() { _tile_release(); }
 
