@@ -325,7 +325,7 @@ def test_amx_forced_off_on_the_same_cpu():
         with P.use_isa(isa), tct.plans() as lines:
             outs[isa] = torch.ops.graph.conv_transpose(_nxc(x, 2), w, None, **a)
         assert ("amx={" in lines[0]) == (isa == "avx512_amx"), lines[0][:300]
-        assert (" f32={" in lines[0]) == (isa == "avx512"), lines[0][:300]
+        assert ("direct16={" in lines[0]) == (isa == "avx512"), lines[0][:300]
     assert torch.equal(outs["avx512"], outs["avx512_amx"])
 
 
@@ -439,3 +439,54 @@ def test_amx_bf16_batch_zero(op, layout):
         else:
             got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), weights_shape=list(w.shape), **a)
             assert torch.equal(got, torch.zeros_like(w))
+
+
+# --- no AMX (or f16): channels-last forward / backward-data on the f32 GEMM
+# tiles, which round the result into the 16-bit tensor themselves
+# (route convert16 with direct16={...}: no f32 result buffer, no narrowing).
+
+VEC_ISAS = [i for i in ("avx2", "avx512") if i in P.isa_param_names()]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_direct16_long_sums_rounded_once(op, dtype, isa):
+    # 128-256 channels of small integers: f32 sums exact, not representable in
+    # the 16-bit types, rounded once; odd column counts for the tails.
+    S, s, p = 2, 2, 1
+    ic, oc = (256, 37) if op == "fwd" else (37, 128)  # (one reduction chunk)
+    x = _ints((2, ic, 5, 6), dtype, 35, 1, 4)
+    w = _ints((ic, oc, 4, 4), dtype, 36, 1, 4)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 37, 1, 4)
+    want = _oracle(op, x, w, S, s, p, 1, dy)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    assert "direct16={" in lines[0], lines[0][:300]
+    assert torch.equal(_ncx(got, S), want.to(dtype))
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_direct16_nan_and_inf(bad, dtype, isa):
+    S, s, p = 2, 2, 1
+    x = _ints((2, 24, 6, 7), dtype, 38, 1, 3)
+    w = _ints((24, 19, 4, 4), dtype, 39, 1, 3)
+    x[1, 5, 3, 4] = bad
+    want = _oracle("fwd", x, w, S, s, p).to(dtype)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a), S)
+    assert "direct16={" in lines[0]
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])
+

@@ -471,6 +471,14 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
            << "}";
         return;
       }
+      if (c.direct16) {
+        ConvProblem q = plan.spec.p;
+        q.N = c.images;
+        os << " direct16={" << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q,
+                                                           plan.spec.nthreads)
+           << "}";
+        return;
+      }
       if (c.amx) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
@@ -668,6 +676,16 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     c.a_floats = c.amx_ncx ? a16 : 0;  // NXC: read in place
     c.b_floats = c.amx_out16 ? (c.amx_ncx ? b16 : 0) : c.images * b_img;
     c.b16_floats = c.amx_ncx && !c.amx_out16 ? b16 : 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
+  // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles
+  // round the result themselves write it straight into b (no f32 result
+  // buffer, no narrowing pass); a is still widened per chunk.
+  if (spec.pass != Pass::BackwardWeights && amx_nxc &&
+      x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
+    c.direct16 = true;
+    c.b_floats = 0;
     plan->step.route = Route::Convert16;
     return;
   }

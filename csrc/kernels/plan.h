@@ -111,6 +111,9 @@ struct CallPlan;
 struct Convert16Plan {
   int64_t images = 0, chunks = 0;  // images per chunk, chunks
   bool amx = false, amx_out16 = false, amx_ncx = false;
+  // Not AMX: the f32 GEMM tiles round a channels-last result into b themselves
+  // (x86::conv_f32_out16; no f32 plans kept).
+  bool direct16 = false;
   int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (AMX: see run_amx_chunk)
   int64_t b16_floats = 0;  // AMX, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy

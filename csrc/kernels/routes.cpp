@@ -377,7 +377,8 @@ bool run_convert16(const Ctx& c) {
   const int64_t a_img = sd.a_image(), b_img = sd.b_image();
   // The f32 buffers in the layouts the chunks' f32 plans were made for
   // (AMX: channels-last, a not widened).
-  const bool a_nxc = cv.amx || cv.full->spec.a.nxc, b_nxc = cv.amx || cv.full->spec.b.nxc;
+  const bool a_nxc = cv.amx || cv.direct16 || cv.full->spec.a.nxc;
+  const bool b_nxc = cv.amx || cv.direct16 || cv.full->spec.b.nxc;
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
@@ -406,6 +407,14 @@ bool run_convert16(const Ctx& c) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
     if (cv.amx) {
       run_amx_chunk(c, n0, n, in, abuf, bbuf);
+    } else if (cv.direct16) {
+      ConvProblem q = p;
+      q.N = n;
+      widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
+      if (!x86::conv_f32_out16(s.isa, s.pass, q, abuf, in.w, static_cast<const float*>(in.bias),
+                               bits16(c.args.b.data) + n0 * b_img, s.dtype == DType::F16 ? 2 : 1,
+                               s.nthreads))
+        throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");
     } else {
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
       widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
@@ -418,7 +427,7 @@ bool run_convert16(const Ctx& c) {
       execute(f32, in, c.ws);
     }
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
-    if (!bww && !cv.amx)
+    if (!bww && !cv.amx && !cv.direct16)
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }

@@ -637,9 +637,11 @@ struct ConvPlan {
   ConvPairsRowFn pairs_row = nullptr;
   void (*thread_begin)() = nullptr;  // the table's per-thread set-up and clean-up
   void (*thread_end)() = nullptr;
-  // The output's element bytes: 2 (bf16, rounded once by the tiles) where the
-  // caller asks for it and the reduction is one chunk (no accumulation).
+  // The output's element bytes: 2 (rounded once by the tiles to out16: 1 =
+  // bf16, 2 = f16) where the caller asks for it and the reduction is one
+  // chunk (no accumulation).
   int out_bytes = 4;
+  int out16 = 0;
   // Workspace.
   int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
   RowBufSizes row_bufs;
@@ -2396,7 +2398,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
   const float* const* const row_base = reinterpret_cast<const float* const*>(bufs.row_base.data());
   ConvTileArgs args;
   args.stream = pl.stream;
-  args.out16 = pl.out_bytes == 2;
+  args.out16 = pl.out_bytes == 2 ? pl.out16 : 0;
   args.prefetch = pl.prefetch;
   args.bias = call.biasp + q * NR;
   args.col_off = g * cols + nb * NR;
@@ -2539,6 +2541,7 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
     if (pl.schedule == Schedule::Lines) run_lines(pl, call);
     else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
     else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t, float>(pl, call);
+    else if (pl.out_bytes == 2) run_rows_or_columns<float, uint16_t>(pl, call);
     else run_rows_or_columns<float, float>(pl, call);
     if (pl.thread_end) pl.thread_end();
 #if defined(__SSE2__)
@@ -2589,7 +2592,23 @@ std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthr
 
 ConvPlan plan_bf16_amx(Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
   ConvPlan c = plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p, wv, nthreads);
-  if (c.route == Route::Gemm && c.nchunks == 1) c.out_bytes = 2;
+  if (c.route == Route::Gemm && c.nchunks == 1) c.out_bytes = 2, c.out16 = 1;
+  return c;
+}
+
+// --- f32 kernels writing a 16-bit result (route convert16, direct) ---
+
+// The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM
+// tiles round it themselves: one reduction chunk, the row or column
+// schedules, no streaming stores; else out_bytes stays 4.
+ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
+                        int nthreads, int out16) {
+  ConvPlan c = plan_conv(table_for(isa), isa, pass, p, wv, nthreads);
+  if (c.route == Route::Gemm && c.nchunks == 1 && c.schedule != Schedule::Lines) {
+    c.out_bytes = 2;
+    c.out16 = out16;
+    c.stream = false;
+  }
   return c;
 }
 
@@ -2638,6 +2657,22 @@ bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, Weig
 
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads) {
   return describe(plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads));
+}
+
+bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  if (pass == Pass::BackwardWeights) return false;
+  return plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1).out_bytes == 2;
+}
+
+bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
+                    const float* bias, uint16_t* out, int out16, int nthreads) {
+  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16);
+  if (plan.out_bytes != 2) return false;
+  return run_conv(plan, in, w.data, pass == Pass::Forward ? bias : nullptr, out);
+}
+
+std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1));
 }
 
 }  // namespace x86

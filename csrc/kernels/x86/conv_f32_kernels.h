@@ -45,9 +45,10 @@ struct ConvTileArgs {
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
-  // VNNI tiles (conv_bf16_amx.cpp) only: out's rows hold bf16 (uint16_t),
-  // accumulate is 0, and each result (sum plus bias) is rounded once to
-  // bf16, to nearest even.
+  // GEMM tiles: when not 0, out's rows hold 16-bit values (uint16_t),
+  // accumulate and stream are 0, and each result (sum plus bias) is rounded
+  // once, to nearest even: 1 = bf16 (NaN kept a NaN), 2 = f16 (2: not the
+  // VNNI tiles, which are bf16 only).
   int64_t out16 = 0;
   // VNNI tiles only: nq >= 1 consecutive column blocks of one group, block
   // q's packed weights at w + q*wq, its bias at bias + q*NR, its columns

@@ -150,6 +150,15 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       for (int64_t c = 0; c < cred; ++c) step(c);
     }
   }
+  if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
+#pragma GCC unroll 32
+    for (int m = 0; m < M; ++m) {
+      uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) V::store16(o + W * v, acc[m][v], args->ncols - W * v, args->out16);
+    }
+    return;
+  }
   if constexpr (V::kStreamGemm) {
     if (args->stream) {
       store_tile_streaming<V, M, NV>(args, acc, k);

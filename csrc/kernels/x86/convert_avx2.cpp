@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "convert.h"
+#include "vec_avx2.h"
 
 namespace tct {
 namespace x86 {
@@ -13,20 +14,6 @@ namespace {
 
 // 8 floats -> 8 bf16 in the low 16 bits of each 32-bit lane, round to
 // nearest even; NaN -> the quieted top half.
-inline __m256i round_bf16(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i top = _mm256_srli_epi32(u, 16);
-  const __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_epi8(r, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
-}
-
-// The tail's scalar rounding: types.h's to_bf16, restated here because an
-// inline function of that header compiled with this file's -m flags could be
-// the copy the linker keeps for the portable code (IsaObjectsShareNoSymbols).
 inline uint16_t round_bf16_1(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -52,8 +39,8 @@ void f32_to_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     // packus per 128-bit lane: [a0-3 b0-3 | a4-7 b4-7] -> qwords (0, 2, 1, 3).
-    const __m256i p = _mm256_packus_epi32(round_bf16(_mm256_loadu_ps(src + i)),
-                                          round_bf16(_mm256_loadu_ps(src + i + 8)));
+    const __m256i p = _mm256_packus_epi32(VecAvx2::to_bf16_32(_mm256_loadu_ps(src + i)),
+                                          VecAvx2::to_bf16_32(_mm256_loadu_ps(src + i + 8)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0)));
   }

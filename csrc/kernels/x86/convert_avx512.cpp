@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "convert.h"
+#include "vec_avx512.h"
 
 namespace tct {
 namespace x86 {
@@ -15,18 +16,6 @@ inline __mmask16 lanes(int64_t n) {
 }
 
 // 16 floats -> 16 bf16, round to nearest even; NaN -> the quieted top half.
-inline __m256i round_bf16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i top = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-  const __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(
-      _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x40))));
-}
-
 }  // namespace
 
 void bf16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
@@ -41,7 +30,7 @@ void bf16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
 void f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = lanes(n - i);
-    _mm256_mask_storeu_epi16(dst + i, k, round_bf16(_mm512_maskz_loadu_ps(k, src + i)));
+    _mm256_mask_storeu_epi16(dst + i, k, VecAvx512::to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
   }
 }
 
@@ -55,9 +44,7 @@ void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
 void f32_to_f16_avx512(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = lanes(n - i);
-    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(dst + i, k, h);
+    _mm256_mask_storeu_epi16(dst + i, k, VecAvx512::to_f16(_mm512_maskz_loadu_ps(k, src + i)));
   }
 }
 

@@ -44,6 +44,37 @@ struct VecAvx2 {
   // Column tails are never streamed (a vector is half a line).
   static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool) { store_part(p, v, k, n); }
   static inline float hsum(Reg v) { return ::tct::x86::hsum(v); }
+  // f32 -> bf16 bits in each 32-bit lane, rounded to nearest even, NaN kept
+  // a (quiet) NaN.
+  static inline __m256i to_bf16_32(Reg x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
+  }
+  // The 8 lanes as bf16 (kind 1) or f16 (kind 2), rounded to nearest even.
+  static inline __m128i to16(Reg v, int64_t kind) {
+    if (kind == 2) return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i b = to_bf16_32(v);  // packus per 128-bit lane, then the low lane
+    return _mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  // The first min(n, 8) lanes of v rounded to bf16 / f16 at p.
+  static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
+    if (n <= 0) return;
+    const __m128i h = to16(v, kind);
+    if (n >= 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    } else {
+      alignas(16) uint16_t t[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), h);
+      for (int64_t i = 0; i < n; ++i) p[i] = t[i];
+    }
+  }
   // Planar tiles stream a full vector aligned to 32 bytes (half a line).
   static constexpr uintptr_t kStreamAlign = 32;
   static inline void hsum4(Reg v0, Reg v1, Reg v2, Reg v3, float* out) {

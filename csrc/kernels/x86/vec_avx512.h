@@ -56,6 +56,27 @@ struct VecAvx512 {
     else
       store_part(p, v, k, n);
   }
+  // f32 -> bf16 bits, rounded to nearest even, NaN kept a (quiet) NaN.
+  static inline __m256i to_bf16(Reg x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(
+        _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x40))));
+  }
+  // f32 -> f16 bits, rounded to nearest even.
+  static inline __m256i to_f16(Reg x) {
+    return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // The first min(n, 16) lanes of v rounded to bf16 (kind 1) or f16 (kind 2) at p.
+  static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
+    if (n <= 0) return;
+    _mm256_mask_storeu_epi16(p, first(n), kind == 2 ? to_f16(v) : to_bf16(v));
+  }
   // out[0..4) = the lane sums of v0..v3.
   // The lane sum of v.
   static inline float hsum(Reg v) { return _mm512_reduce_add_ps(v); }

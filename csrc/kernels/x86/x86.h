@@ -32,6 +32,15 @@ bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, 
 bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
                             void* diff_src, bool out16, int nthreads);
 std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads);
+// The f32 forward / backward-data kernels writing a 16-bit result (route
+// convert16, direct): in f32 dense channels-last, w f32, out dense
+// channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum
+// rounded once by the GEMM tiles. Applies where the plan is GEMM tiles with
+// one reduction chunk on the row or column schedules; false otherwise.
+bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
+                    const float* bias, uint16_t* out, int out16, int nthreads);
+std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 // bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp): src dense in
 // CNX order (C, N, X...: each channel's pixels of every image in a row) and
 // diff_dst dense channels-last, both bf16; the f32 gradient written into
