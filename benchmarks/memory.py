@@ -32,9 +32,10 @@ MEM_CASES = [
 ]
 
 
-def spec_of(case, layout, pass_, who, isa=None, threads=None):
+def spec_of(case, layout, pass_, who, isa=None, threads=None, dtype="f32"):
     name, n, ic, oc, length, k, s, p = case
     return dict(
+        dtype=dtype,
         name=name,
         n=n,
         ic=ic,
@@ -71,9 +72,11 @@ def _child(spec):
     out_len = (L - 1) * s - 2 * p + k
     gen = torch.Generator().manual_seed(0)
     # Integer values: exact sums whichever order they are added in.
-    x = torch.randint(-2, 3, (n, ic, L), generator=gen).float()
-    w = torch.randint(-2, 3, (ic, oc, k), generator=gen).float()
-    gy = torch.randint(-2, 3, (n, oc, out_len), generator=gen).float()
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[spec.get("dtype", "f32")]
+    x = torch.randint(-2, 3, (n, ic, L), generator=gen).to(dt)
+    w = torch.randint(-2, 3, (ic, oc, k), generator=gen).to(dt)
+    gy = torch.randint(-2, 3, (n, oc, out_len), generator=gen).to(dt)
+    esize = x.element_size()
     nxc = spec["layout"] == "nxc"
     pass_, who = spec["pass_"], spec["who"]
     kw = dict(
@@ -117,11 +120,11 @@ def _child(spec):
                     gyt, xt, w, None, [s], [p], [1], True, [0], 1, [True, False, False]
                 )[0]
 
-    out_bytes = 4 * (n * oc * out_len if pass_ == "fwd" else n * ic * L)
+    out_bytes = esize * (n * oc * out_len if pass_ == "fwd" else n * ic * L)
     res = {
         "out_mb": out_bytes / 2**20,
-        "largest_mb": 4 * max(n * ic * L, n * oc * out_len) / 2**20,
-        "weights_mb": 4 * w.numel() / 2**20,
+        "largest_mb": esize * max(n * ic * L, n * oc * out_len) / 2**20,
+        "weights_mb": esize * w.numel() / 2**20,
     }
     with torch.inference_mode():
         for call in ("first", "second"):
@@ -133,11 +136,12 @@ def _child(spec):
             peak = _vm_hwm_kb()
             res[call + "_mb"] = ((peak - base) * 1024 - out_bytes) / 2**20
             if call == "first" and spec.get("check"):
+                xd, wd, gyd = x.double(), w.double(), gy.double()
                 ref = (
-                    F.conv_transpose1d(x, w, None, stride=s, padding=p)
+                    F.conv_transpose1d(xd, wd, None, stride=s, padding=p)
                     if pass_ == "fwd"
-                    else F.conv1d(gy, w, None, stride=s, padding=p)
-                )
+                    else F.conv1d(gyd, wd, None, stride=s, padding=p)
+                ).to(dt)
                 got = out.movedim(-1, 1) if nxc else out
                 res["exact"] = bool(torch.equal(got, ref))
             del out
@@ -162,7 +166,8 @@ def measure(spec, timeout=300):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_table(passes=("bwd_d", "fwd"), layouts=("nxc", "ncx"), filt=None, isa=None, threads=None):
+def run_table(passes=("bwd_d", "fwd"), layouts=("nxc", "ncx"), filt=None, isa=None, threads=None,
+              dtype="f32"):
     """Prints ours vs torch's extra memory per case; returns the rows."""
     import re
 
@@ -184,7 +189,7 @@ def run_table(passes=("bwd_d", "fwd"), layouts=("nxc", "ncx"), filt=None, isa=No
                 r = {"case": case[0], "pass": pass_, "layout": lay}
                 for who in ("ours", "torch"):
                     try:
-                        m = measure(spec_of(case, lay, pass_, who, isa, threads))
+                        m = measure(spec_of(case, lay, pass_, who, isa, threads, dtype))
                     except Exception as e:  # noqa: BLE001 (report, go on)
                         m = {"error": str(e)[-300:]}
                     r[who] = m
@@ -219,5 +224,6 @@ if __name__ == "__main__":
         ap.add_argument("--filter", default=None)
         ap.add_argument("--isa", default=None)
         ap.add_argument("--threads", type=int, default=None)
+        ap.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"))
         a = ap.parse_args()
-        run_table(a.passes.split(","), a.layouts.split(","), a.filter, a.isa, a.threads)
+        run_table(a.passes.split(","), a.layouts.split(","), a.filter, a.isa, a.threads, a.dtype)

@@ -132,3 +132,20 @@ def test_long_1d_exact_paths(isa):
                 tag = (L, k, s, p, d, n, g, op, fmt, path)
                 assert torch.equal(yo, y), ("forward", tag)
                 assert torch.equal(go, gx), ("backward-data", tag)
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd_d"])
+def test_bf16_amx_channels_last_extra_memory(memory, pass_):
+    """bf16 on the AMX tiles, channels-last: the activations are read and the
+    result written in place (no f32 or transposed copies), so the extra memory
+    stays within the f32 bound; results exact on integer data."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import problems as P
+
+    P.require_isa("avx512_amx")
+    case = ("16to8_k16s8", 1, 16, 8, 1 << 21, 16, 8, 4)
+    spec = memory.spec_of(case, "nxc", pass_, "ours", isa="avx512_amx", threads=2, dtype="bf16")
+    spec["check"] = True
+    r = memory.measure(spec)
+    assert r["exact"], r
+    assert r["first_mb"] <= _bound_mb(r), r
