@@ -465,7 +465,8 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
     case Route::Convert16: {
       const Convert16Plan& c = plan.convert;
       os << " images=" << c.images << " chunks=" << c.chunks
-         << " f32_bytes=" << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
+         << " f32_bytes="
+         << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
       if (c.amx && plan.spec.pass == Pass::BackwardWeights) {
         os << " amx={" << x86::describe_bwd_weights_bf16_amx(plan.spec.p, plan.spec.nthreads)
            << "}";
@@ -482,8 +483,8 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.amx) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
-        os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={" << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads)
-           << "}";
+        os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={"
+           << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads) << "}";
         return;
       }
       os << " f32={" << describe(*c.full) << "}";
@@ -595,7 +596,8 @@ std::string describe(const CallPlan& plan) {
   const auto& an = act_names[static_cast<int>(s.pass)];
   std::ostringstream os;
   os << "pass=" << name(s.pass) << " dtype=" << name(s.dtype) << " " << an[0] << "="
-     << name(s.a) << " " << an[1] << "=" << name(s.b) << " isa=" << isa_name(s.amx ? Isa::Avx512Amx : s.isa)
+     << name(s.a) << " " << an[1] << "=" << name(s.b)
+     << " isa=" << isa_name(s.amx ? Isa::Avx512Amx : s.isa)
      << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
   if (plan.s1x1 != Strided1x1::None) {

@@ -187,8 +187,10 @@ ConvSides conv_sides(bool forward, const ConvProblem& q);
 struct ActSides {
   int64_t a_c, b_c;
   std::array<int64_t, kAxes> a_x, b_x;
-  int64_t a_image() const { return a_c * a_x[0] * a_x[1] * a_x[2]; }  // elements per image
-  int64_t b_image() const { return b_c * b_x[0] * b_x[1] * b_x[2]; }
+  int64_t a_pixels() const { return a_x[0] * a_x[1] * a_x[2]; }  // positions per image
+  int64_t b_pixels() const { return b_x[0] * b_x[1] * b_x[2]; }
+  int64_t a_image() const { return a_c * a_pixels(); }  // elements per image
+  int64_t b_image() const { return b_c * b_pixels(); }
 };
 ActSides act_sides(Pass pass, const ConvProblem& p);
 

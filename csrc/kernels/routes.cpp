@@ -312,16 +312,16 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
   ConvProblem q = s.p;
   q.N = n;
   const ActSides sd = act_sides(s.pass, s.p);
-  const int64_t a_pix = sd.a_x[0] * sd.a_x[1] * sd.a_x[2], b_pix = sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
+  const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
   const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
   uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
   if (cv.amx_ncx) {
     transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_amx);
     a = bits16(abuf);
   }
-  void* const y = !cv.amx_out16 ? static_cast<void*>(bbuf)
-                  : cv.amx_ncx  ? static_cast<void*>(bbuf)
-                                : static_cast<void*>(b);
+  // The tiles' result: bf16 straight into b (channels-last, amx_out16), else
+  // into bbuf (f32, or NCX's channels-last bf16).
+  void* const y = cv.amx_out16 && !cv.amx_ncx ? static_cast<void*>(b) : static_cast<void*>(bbuf);
   const bool ok =
       c.forward() ? x86::forward_bf16_amx(q, a, c.args.w, static_cast<const float*>(in.bias), y,
                                           cv.amx_out16, s.nthreads)
@@ -348,7 +348,7 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
 void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
-  const int64_t a_pix = sd.a_x[0] * sd.a_x[1] * sd.a_x[2], b_pix = sd.b_x[0] * sd.b_x[1] * sd.b_x[2];
+  const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
   const uint16_t* a = bits16(c.args.a.data);
   const uint16_t* b = bits16(c.args.b.data);
   if (c.plan.spec.a.ncx) {
@@ -375,10 +375,6 @@ bool run_convert16(const Ctx& c) {
   const bool bww = s.pass == Pass::BackwardWeights;
   const ActSides sd = act_sides(s.pass, p);
   const int64_t a_img = sd.a_image(), b_img = sd.b_image();
-  // The f32 buffers in the layouts the chunks' f32 plans were made for
-  // (AMX: channels-last, a not widened).
-  const bool a_nxc = cv.amx || cv.direct16 || cv.full->spec.a.nxc;
-  const bool b_nxc = cv.amx || cv.direct16 || cv.full->spec.b.nxc;
   auto widen = [&](const void* src, float* dst, int64_t n) {
     widen_to_f32(s.isa, s.dtype, src, dst, n, s.nthreads);
   };
@@ -416,10 +412,11 @@ bool run_convert16(const Ctx& c) {
                                s.nthreads))
         throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");
     } else {
+      // The f32 buffers in the layouts the chunks' f32 plans were made for.
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
       widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
-      in.a = dense_view(abuf, sd.a_c, sd.a_x, a_nxc);
-      in.b = dense_view(bbuf, sd.b_c, sd.b_x, b_nxc);
+      in.a = dense_view(abuf, sd.a_c, sd.a_x, cv.full->spec.a.nxc);
+      in.b = dense_view(bbuf, sd.b_c, sd.b_x, cv.full->spec.b.nxc);
       if (bww) {
         widen(bits16(c.args.b.data) + n0 * b_img, bbuf, n * b_img);
         in.w.data = k == 0 ? wbuf : wbuf + wn;

@@ -29,6 +29,21 @@ namespace {
 
 constexpr int kRows = 32;  // two 16-row A tiles
 
+// The first n of 32 lanes (none for n <= 0, all for n >= 32).
+inline __mmask32 lanes32(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : (__mmask32{1} << n) - 1;
+}
+
+// Words 2j, 2j + 1 of the result: a[16 * half + j], b[16 * half + j], j < 16
+// (pairs of 16-bit values in 32-bit slots).
+inline __m512i interleave16(__m512i a, __m512i b, int half = 0) {
+  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                       40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                       32, 0);
+  return _mm512_permutex2var_epi16(
+      a, half ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, b);
+}
+
 // Palette 1: tiles 0-3 the accumulators C[h][j] (16 rows x 16 floats), 4-5
 // the A halves (16 rows x 32 bf16), 6-7 the B tiles (16 pairs x 16 columns).
 struct alignas(64) TileConfig {
@@ -76,7 +91,7 @@ constexpr int64_t kGatherChannels = 256;
 inline void gather_rows(const uint16_t* const* p, int64_t c, int64_t n, uint16_t* buf) {
   for (int64_t k = 0; k < n; k += 32) {
     const int64_t kn = n - k;
-    const __mmask32 mk = kn >= 32 ? ~__mmask32{0} : ((__mmask32{1} << kn) - 1);
+    const __mmask32 mk = lanes32(kn);
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m)
       _mm512_store_si512(buf + m * kGatherChannels + k, _mm512_maskz_loadu_epi16(mk, p[m] + c + k));
@@ -231,7 +246,7 @@ void gemm_tile_amx_multi(const ConvTileArgs* args) {
       for (int m = 0; m < 16; ++m)
         for (int64_t c = 0; c < credp; c += 32) {
           const int64_t kn = cred - c;
-          const __mmask32 mk = kn >= 32 ? ~__mmask32{0} : ((__mmask32{1} << kn) - 1);
+          const __mmask32 mk = lanes32(kn);
           _mm512_store_si512(d + m * credp + c, _mm512_maskz_loadu_epi16(mk, p[16 * h + m] + c));
         }
       base[t][h] = d;
@@ -336,16 +351,11 @@ void bww_bf16_amx_block(const BwwAmxBlockArgs* args) {
 
 void bww_bf16_amx_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
                         uint32_t* dst) {
-  // Output word 2j: r0[j], 2j + 1: r1[j] (index 32 + j of the pair of sources).
-  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
-                                       40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
-                                       32, 0);
   for (int64_t j = 0; j < npad; j += 16) {
-    const int64_t left = n - j;
-    const __mmask32 k = left >= 16 ? __mmask32(0xFFFF) : left > 0 ? __mmask32((1u << left) - 1u) : 0;
+    const __mmask32 k = lanes32(n - j < 16 ? n - j : 16);
     const __m512i a = r0 ? _mm512_maskz_loadu_epi16(k, r0 + j) : _mm512_setzero_si512();
     const __m512i b = r1 ? _mm512_maskz_loadu_epi16(k, r1 + j) : _mm512_setzero_si512();
-    _mm512_store_si512(dst + j, _mm512_permutex2var_epi16(a, idx, b));
+    _mm512_store_si512(dst + j, interleave16(a, b));
   }
 }
 
@@ -358,23 +368,13 @@ void bww_bf16_amx_gather(const uint16_t* base, int64_t row_stride, uint32_t vali
 
 // --- weight packing into bf16 pairs (the driver's pack_pairs) ---
 
-namespace {
-// Words 2j, 2j + 1 of the result: a[j], b[j] (j < 16).
-inline __m512i interleave16(__m512i a, __m512i b) {
-  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
-                                       40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
-                                       32, 0);
-  return _mm512_permutex2var_epi16(a, idx, b);
-}
-}  // namespace
-
 void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
                          int64_t jn, uint32_t* const* rows) {
   alignas(64) uint32_t buf[16 * 16];
   float* dst[16];
   for (int64_t t0 = 0; t0 < ntaps; t0 += 16) {
     const int64_t tn = ntaps - t0 < 16 ? ntaps - t0 : 16;
-    const __mmask32 k = static_cast<__mmask32>((1u << tn) - 1u);
+    const __mmask32 k = lanes32(tn);
     for (int64_t j0 = 0; j0 < jn; j0 += 16) {
       const int64_t n = jn - j0 < 16 ? jn - j0 : 16;
       // buf[j][t] = (s0[j][t0 + t], s1[j][t0 + t]): a column's taps, interleaved.
@@ -394,7 +394,7 @@ void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int
 void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst) {
   for (int64_t j = 0; j < jn; j += 16) {
     const int64_t n = jn - j < 16 ? jn - j : 16;
-    const __mmask32 k = static_cast<__mmask32>((1u << n) - 1u);
+    const __mmask32 k = lanes32(n);
     const __m512i a = _mm512_maskz_loadu_epi16(k, s0 + j);
     const __m512i b = s1 ? _mm512_maskz_loadu_epi16(k, s1 + j) : _mm512_setzero_si512();
     _mm512_mask_storeu_epi32(dst + j, static_cast<__mmask16>(k), interleave16(a, b));
@@ -407,16 +407,12 @@ void transpose_u16_block32_amx(const uint16_t* src, int64_t lds, uint16_t* dst, 
   // Rows 2r and 2r + 1 interleaved into 32-bit pairs (r < 16, columns 0-15
   // and 16-31), then the 16 x 32 matrix of pairs transposed as floats: row c
   // of the result is the pairs (x[2r][c], x[2r+1][c]), r < 16.
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
-                                      40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
-                                      32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   alignas(64) uint32_t pairs[16 * 32];
   for (int r = 0; r < 16; ++r) {
     const __m512i a = _mm512_loadu_si512(src + 2 * r * lds);
     const __m512i b = _mm512_loadu_si512(src + (2 * r + 1) * lds);
-    _mm512_store_si512(pairs + 32 * r, _mm512_permutex2var_epi16(a, lo, b));
-    _mm512_store_si512(pairs + 32 * r + 16, _mm512_permutex2var_epi16(a, hi, b));
+    _mm512_store_si512(pairs + 32 * r, interleave16(a, b, 0));
+    _mm512_store_si512(pairs + 32 * r + 16, interleave16(a, b, 1));
   }
   float* rows[16];
   for (int h = 0; h < 2; ++h) {
