@@ -72,7 +72,8 @@ def _child(spec):
     out_len = (L - 1) * s - 2 * p + k
     gen = torch.Generator().manual_seed(0)
     # Integer values: exact sums whichever order they are added in.
-    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[spec.get("dtype", "f32")]
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    dt = dtypes[spec.get("dtype", "f32")]
     x = torch.randint(-2, 3, (n, ic, L), generator=gen).to(dt)
     w = torch.randint(-2, 3, (ic, oc, k), generator=gen).to(dt)
     gy = torch.randint(-2, 3, (n, oc, out_len), generator=gen).to(dt)

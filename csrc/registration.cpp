@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "kernels/dispatch.h"
+#include "kernels/tune.h"
 #include "kernels/x86/peak.h"
 #include "ops/common.h"
 #include "ops/ops.h"
@@ -67,6 +68,41 @@ std::vector<std::string> available_isas() {
 double fma_peak_gflops(int64_t nthreads, double seconds) {
   TORCH_CHECK(nthreads >= 1, "fma_peak_gflops: nthreads must be >= 1, got ", nthreads);
   return x86::fma_peak_gflops(vector_isa(active_isa()), static_cast<int>(nthreads), seconds);
+}
+
+void set_benchmark(bool enabled) { set_benchmark_enabled(enabled); }
+bool get_benchmark() { return benchmark_enabled(); }
+
+void set_benchmark_file(c10::string_view path) {
+  checked([&] {
+    set_tuning_file(std::string(path));
+    return 0;
+  });
+}
+
+std::string get_benchmark_file() { return tuning_file(); }
+
+void save_benchmark_cache(c10::string_view path) {
+  checked([&] {
+    save_tuning_cache(std::string(path));
+    return 0;
+  });
+}
+
+void clear_benchmark_cache() { clear_tuning_cache(); }
+
+// One line per entry: key, tab, chosen label, tab, source (timed / file),
+// then per candidate a tab, its label, '=' and its time in ms.
+std::vector<std::string> benchmark_entries() {
+  std::vector<std::string> out;
+  for (const TuningEntry& e : tuning_entries()) {
+    std::string line = e.key + "\t" + e.candidates[e.chosen].label + "\t" +
+                       (e.from_file ? "file" : "timed");
+    for (const TuningCandidate& c : e.candidates)
+      line += "\t" + c.label + "=" + std::to_string(c.seconds * 1e3);
+    out.push_back(std::move(line));
+  }
+  return out;
 }
 
 }  // namespace
@@ -136,4 +172,11 @@ TORCH_LIBRARY(torch_convtranspose, m) {
   m.def("fma_peak_gflops(int nthreads, float seconds) -> float", &tct::ops::fma_peak_gflops);
   m.def("plans_begin(bool execute) -> ()", &tct::ops::plans_begin);
   m.def("plans_end() -> str[]", &tct::ops::plans_end);
+  m.def("set_benchmark(bool enabled) -> ()", &tct::ops::set_benchmark);
+  m.def("get_benchmark() -> bool", &tct::ops::get_benchmark);
+  m.def("set_benchmark_file(str path) -> ()", &tct::ops::set_benchmark_file);
+  m.def("get_benchmark_file() -> str", &tct::ops::get_benchmark_file);
+  m.def("save_benchmark_cache(str path) -> ()", &tct::ops::save_benchmark_cache);
+  m.def("clear_benchmark_cache() -> ()", &tct::ops::clear_benchmark_cache);
+  m.def("benchmark_entries() -> str[]", &tct::ops::benchmark_entries);
 }

@@ -11,6 +11,7 @@ expected, chunked backward-weights sums, NaN / Inf, layouts and tails."""
 import problems as P
 import pytest
 import torch
+
 import torch_convtranspose as tct
 
 FAST_ISAS = [i for i in ("avx2", "avx512", "avx512_amx") if i in P.isa_param_names()]
@@ -434,10 +435,14 @@ def test_amx_bf16_batch_zero(op, layout):
             got = torch.ops.graph.conv_transpose(to(x), w, None, **a)
             assert got.shape == to(dy).shape and got.dtype == dt
         elif op == "bwd_d":
-            got = torch.ops.graph.conv_transpose_backward_data(to(dy), w, src_shape=list(to(x).shape), **a)
+            got = torch.ops.graph.conv_transpose_backward_data(
+                to(dy), w, src_shape=list(to(x).shape), **a
+            )
             assert got.shape == to(x).shape and got.dtype == dt
         else:
-            got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), weights_shape=list(w.shape), **a)
+            got = torch.ops.graph.conv_transpose_backward_weights(
+                to(x), to(dy), weights_shape=list(w.shape), **a
+            )
             assert torch.equal(got, torch.zeros_like(w))
 
 

@@ -6,6 +6,14 @@ Importing this package registers the dispatcher ops ``torch.ops.graph.conv_trans
 """
 
 from . import _library  # noqa: F401  (loads the extension, registers the ops)
+from ._benchmark import (
+    benchmark_results,
+    clear_benchmark_cache,
+    get_benchmark,
+    save_benchmark_cache,
+    set_benchmark,
+    use_benchmark,
+)
 from ._library import (
     available_isas,
     fma_peak_gflops,
@@ -52,4 +60,10 @@ __all__ = [
     "use_ncx_path",
     "fma_peak_gflops",
     "plans",
+    "set_benchmark",
+    "get_benchmark",
+    "use_benchmark",
+    "benchmark_results",
+    "clear_benchmark_cache",
+    "save_benchmark_cache",
 ]

@@ -589,8 +589,7 @@ ConvProblem piece_problem(const RouteStep& st, int64_t n0, int64_t i0, int64_t* 
   return qp;
 }
 
-std::string describe(const CallPlan& plan) {
-  const CallSpec& s = plan.spec;
+std::string describe_spec(const CallSpec& s) {
   static const char* const act_names[3][2] = {
       {"src", "dst"}, {"diff_dst", "diff_src"}, {"src", "diff_dst"}};
   const auto& an = act_names[static_cast<int>(s.pass)];
@@ -600,6 +599,12 @@ std::string describe(const CallPlan& plan) {
      << " isa=" << isa_name(s.amx ? Isa::Avx512Amx : s.isa)
      << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
+  return os.str();
+}
+
+std::string describe(const CallPlan& plan) {
+  std::ostringstream os;
+  os << describe_spec(plan.spec);
   if (plan.s1x1 != Strided1x1::None) {
     os << " s1x1=" << name(plan.s1x1);
     if (plan.s1x1 != Strided1x1::Gather)

@@ -141,6 +141,9 @@ CallPlan make_call_plan(const CallSpec& spec);
 // One line, space-separated key=value fields in a stable order, each route
 // step with the describe_* line of the driver it runs (x86.h) in braces.
 std::string describe(const CallPlan& plan);
+// The first fields of describe(): the spec alone (pass, dtype, layouts, ISA,
+// vendor flag, NCX path, threads, problem).
+std::string describe_spec(const CallSpec& spec);
 
 // --- execution (routes.cpp) ---
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "../kernels/dispatch.h"
 #include "../kernels/kernels.h"
 #include "../kernels/plan.h"
+#include "../kernels/tune.h"
 #include "../problem.h"
 #include "common.h"
 #include "ops.h"
@@ -175,6 +178,44 @@ bool observe(const CallPlan& plan) {
   return execute;
 }
 
+// Whether an open plans(execute=False) frame makes this call a dry run.
+bool dry_run() {
+  if (g_plan_depth.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  for (const PlanFrame& frame : g_plan_frames)
+    if (!frame.execute) return true;
+  return false;
+}
+
+// The plan of a call: the default one, or in benchmark mode (tune.h) the
+// fastest candidate for its spec, timed on this call's tensors the first
+// time (run: executes a plan on them; the caller runs the chosen plan after).
+CallPlan call_plan(const CallSpec& spec, WeightsFormat wf,
+                   const std::function<void(const CallPlan&)>& run) {
+  if (!benchmark_enabled()) return make_call_plan(spec);
+  const std::string extra = std::string("weights=") + to_string(wf);
+  if (dry_run()) return cached_call_plan(spec, extra);
+  bool timed = false;
+  CallPlan plan = tuned_call_plan(
+      spec, extra,
+      [&](const CallPlan& candidate) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(candidate);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      },
+      &timed);
+  if (timed && verbose()) {
+    for (const TuningEntry& e : tuning_entries()) {
+      if (e.key != tuning_key(spec, extra)) continue;
+      for (size_t i = 0; i < e.candidates.size(); ++i)
+        std::fprintf(stderr, "torch_convtranspose benchmark: %s %.3f ms%s [%s]\n",
+                     e.candidates[i].label.c_str(), e.candidates[i].seconds * 1e3,
+                     static_cast<int>(i) == e.chosen ? " (chosen)" : "", e.key.c_str());
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ plans
@@ -203,16 +244,20 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
   const DataFormat df = plan.attrs.data_format;
   const int S = p.spatial_rank;
   Tensor dst = at::empty(dst_shape(p, df), src.options());
-  const CallPlan call = make_call_plan(call_spec(Pass::Forward, p, src, dst, df));
-  if (!observe(call)) return dst;
-  Tensor b = bias ? bias->contiguous() : Tensor(), src_copy;
-  CallArgs args;
-  args.a = activation(src, df, call.copy_a, &src_copy);
-  args.b = act_view(dst, df, S);
-  args.w = weights_view(weights, plan.attrs.weights_format, S);
-  args.bias = b.defined() ? b.data_ptr() : nullptr;
-  AtenWorkspace ws;
-  execute(call, args, ws);
+  const Tensor b = bias ? bias->contiguous() : Tensor();
+  auto run = [&](const CallPlan& call) {
+    Tensor src_copy;
+    CallArgs args;
+    args.a = activation(src, df, call.copy_a, &src_copy);
+    args.b = act_view(dst, df, S);
+    args.w = weights_view(weights, plan.attrs.weights_format, S);
+    args.bias = b.defined() ? b.data_ptr() : nullptr;
+    AtenWorkspace ws;
+    execute(call, args, ws);
+  };
+  const CallPlan call =
+      call_plan(call_spec(Pass::Forward, p, src, dst, df), plan.attrs.weights_format, run);
+  if (observe(call)) run(call);
   return dst;
 }
 
@@ -232,15 +277,18 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
   const DataFormat df = plan.attrs.data_format;
   const int S = p.spatial_rank;
   Tensor diff_src = at::empty(tct::src_shape(p, df), diff_dst.options());
-  const CallPlan call = make_call_plan(call_spec(Pass::BackwardData, p, diff_dst, diff_src, df));
-  if (!observe(call)) return diff_src;
-  Tensor dy_copy;
-  CallArgs args;
-  args.a = activation(diff_dst, df, call.copy_a, &dy_copy);
-  args.b = act_view(diff_src, df, S);
-  args.w = weights_view(weights, plan.attrs.weights_format, S);
-  AtenWorkspace ws;
-  execute(call, args, ws);
+  auto run = [&](const CallPlan& call) {
+    Tensor dy_copy;
+    CallArgs args;
+    args.a = activation(diff_dst, df, call.copy_a, &dy_copy);
+    args.b = act_view(diff_src, df, S);
+    args.w = weights_view(weights, plan.attrs.weights_format, S);
+    AtenWorkspace ws;
+    execute(call, args, ws);
+  };
+  const CallPlan call = call_plan(call_spec(Pass::BackwardData, p, diff_dst, diff_src, df),
+                                  plan.attrs.weights_format, run);
+  if (observe(call)) run(call);
   return diff_src;
 }
 
@@ -280,15 +328,18 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
   const int S = p.spatial_rank;
   // Dense in weights_format: the plan's gradient copies are added to it element by element.
   Tensor diff_w = at::empty(tct::weights_shape(p, plan.attrs.weights_format), src.options());
-  const CallPlan call = make_call_plan(call_spec(Pass::BackwardWeights, p, src, diff_dst, df));
-  if (!observe(call)) return diff_w;
-  Tensor src_copy, dy_copy;
-  CallArgs args;
-  args.a = activation(src, df, call.copy_a, &src_copy);
-  args.b = activation(diff_dst, df, call.copy_b, &dy_copy);
-  args.w = weights_view(diff_w, plan.attrs.weights_format, S);
-  AtenWorkspace ws;
-  execute(call, args, ws);
+  auto run = [&](const CallPlan& call) {
+    Tensor src_copy, dy_copy;
+    CallArgs args;
+    args.a = activation(src, df, call.copy_a, &src_copy);
+    args.b = activation(diff_dst, df, call.copy_b, &dy_copy);
+    args.w = weights_view(diff_w, plan.attrs.weights_format, S);
+    AtenWorkspace ws;
+    execute(call, args, ws);
+  };
+  const CallPlan call = call_plan(call_spec(Pass::BackwardWeights, p, src, diff_dst, df),
+                                  plan.attrs.weights_format, run);
+  if (observe(call)) run(call);
   return diff_w;
 }
 
