@@ -55,6 +55,12 @@ Columns:
                      N*prod(I_src) bwd_w: the f32 summation order). Ours off: MISMATCH, as
                      for f32; torch's own 16-bit result off is only noted ("torch off")
 
+Second peer (--peers, default auto: when onnxruntime is installed): onnxruntime's
+ConvTranspose (benchmarks/peers.py), forward f32 only, on NCX data (its only layout;
+the nxc rows' ours and torch read channels-last), timed interleaved with ours and
+torch; its result is checked against torch's. Rows gain "ort/o" = onnxruntime min /
+ours min (> 1: ours faster), the summary a per-layout table of it.
+
 Summary: per pass and layout (and all together) the geometric mean of the ratios
 (of the minima, and of the medians: geo(med)), the worst and best case, and the
 geometric mean % of the FMA peak, ours and torch's; then, when the peak was
@@ -88,6 +94,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import cases as cases_mod  # noqa: E402
+import peers  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from memory import _vm_hwm_kb  # noqa: E402  (one reader of the peak RSS, shared)
@@ -195,6 +202,17 @@ def load_ops(use_stub: bool, isa: str | None = None):
     if isa:
         desc += f", ISA {isa}"
     return ops, pkg, desc
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for the run logs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
+    except (OSError, StopIteration):
+        return platform.processor() or "?"
 
 
 def _active_isa(pkg):
@@ -566,6 +584,14 @@ def run_pass(prob, pass_, args, peak, prob32=None, f32_row=None):
     f_o = getattr(prob, "ours_" + pass_)
     row = {"status": "ok", "dtype": prob.dtype}
     fns = {"torch": f_t, "ours": f_o}
+    peer = None
+    if getattr(args, "use_ort", False) and pass_ == "fwd" and not lowp:
+        try:
+            x_ncx, w_iox, bias = prob.inputs[0].contiguous(), prob.w, prob.bias
+            peer = peers.OrtConvTranspose(c, x_ncx, w_iox, bias, torch.get_num_threads())
+            fns["ort"] = peer
+        except Exception as e:  # the peer rejected the problem: note it, time the others
+            row["ort_check"] = f"ERROR: {type(e).__name__}: {str(e)[:120]}"
     if lowp and f32_row is None and prob32 is not None:
         fns["ours_f32"] = getattr(prob32, "ours_" + pass_)
     try:
@@ -575,6 +601,12 @@ def run_pass(prob, pass_, args, peak, prob32=None, f32_row=None):
         row.update(status="ERROR", error=f"{type(e).__name__}: {msg}")
         return row
     res.pop("ours_f32", None)
+    if peer is not None:
+        ok_p, err_p = compare(peer.result(), res["torch"])
+        row["ort_check"] = "ok" if ok_p else f"MISMATCH (max rel err {err_p:.2e})"
+        s_p = samples.pop("ort")
+        row["ort_ms_min"], row["ort_ms_med"] = 1e3 * min(s_p), 1e3 * statistics.median(s_p)
+        del peer, fns["ort"]
     if lowp:
         red = reduction_length(c, pass_)
         row["rtol"], row["atol_x_max_ref"] = lowp_tolerance(prob.dtype, red)
@@ -609,6 +641,8 @@ def run_pass(prob, pass_, args, peak, prob32=None, f32_row=None):
     row["reps"] = len(samples["ours"])
     row["ratio"] = row["torch_ms_min"] / row["ours_ms_min"]
     row["ratio_med"] = row["torch_ms_med"] / row["ours_ms_med"]
+    if row.get("ort_ms_min") is not None and row.get("ort_check") == "ok":
+        row["ratio_ort"] = row["ort_ms_min"] / row["ours_ms_min"]
     if lowp:
         if "ours_f32" in samples:
             s = samples["ours_f32"]
@@ -725,6 +759,10 @@ def format_row(r, with_dtype=False):
     )
     if r.get("torch_check") == "off":
         check += f" (torch off: max rel err {r['torch_max_rel_err']:.2e})"
+    if r.get("ratio_ort") is not None:
+        check += f"  ort/o {r['ratio_ort']:.2f}"
+    elif r.get("ort_check"):
+        check += f"  ort: {r['ort_check']}"
     vs32 = f"{_f(r.get('ratio_vs_f32'), '.2f', 6)} " if with_dtype else ""
     return (
         f"{r['case']:<30} {r['pass']:<5} {r['layout']:<3} {dt}"
@@ -861,6 +899,32 @@ def lowp_summary(good, dtype):
     return out
 
 
+def peer_summary(rows):
+    """onnxruntime (forward, f32): geomean and worst of its time / ours per layout."""
+    rs = [r for r in rows if r.get("ratio_ort") is not None and r["status"] == "ok"]
+    if not rs:
+        return []
+    out = [
+        "",
+        f"onnxruntime {peers.version()} (forward, f32, NCX data): ratio = its time / ours",
+        f"{'layout':<6} {'cases':>5} {'geomean':>8} {'min':>6}  {'min case':<30} {'max':>6}",
+    ]
+    for lay in list(LAYOUTS) + ["all"]:
+        sel = [r for r in rs if lay == "all" or r["layout"] == lay]
+        if not sel:
+            continue
+        lo = min(sel, key=lambda r: r["ratio_ort"])
+        out.append(
+            f"{lay:<6} {len(sel):>5} {geomean([r['ratio_ort'] for r in sel]):>8.3f} "
+            f"{lo['ratio_ort']:>6.3f}  {lo['case'][:30]:<30} "
+            f"{max(r['ratio_ort'] for r in sel):>6.3f}"
+        )
+    bad = [r for r in rows if r.get("ort_check") not in (None, "ok")]
+    for r in bad:
+        out.append(f"onnxruntime {r['case']} {r['layout']}: {r['ort_check']}")
+    return out
+
+
 def summary(rows, peak):
     dtypes = list(dict.fromkeys(r.get("dtype", "f32") for r in rows))
     multi = dtypes != ["f32"]
@@ -877,6 +941,7 @@ def summary(rows, peak):
             out.extend(ratio_summary(good, peak))  # wrong answers' timings don't count
         else:
             out.extend(lowp_summary(good, dt))
+    out.extend(peer_summary(rows))
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         out.append("")
@@ -959,6 +1024,10 @@ CSV_FIELDS = [
     "atol_x_max_ref",
     "torch_max_rel_err",
     "torch_check",
+    "ort_ms_min",
+    "ort_ms_med",
+    "ratio_ort",
+    "ort_check",
 ]
 
 
@@ -1133,8 +1202,18 @@ def parse_args(argv=None):
         "layout), or a comma list (default f32). 16-bit rows add our f32 time / our 16-bit "
         "time, and are checked against an f32 computation on the same rounded inputs",
     )
+    ap.add_argument(
+        "--peers",
+        default="auto",
+        choices=["auto", "ort", "none"],
+        help="second peer: onnxruntime's ConvTranspose (forward, f32); auto (default): "
+        "when onnxruntime is installed",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.peers == "ort" and not peers.available():
+        ap.error("--peers ort: onnxruntime is not installed")
+    args.use_ort = args.peers == "ort" or (args.peers == "auto" and peers.available())
     try:
         names = [d.strip().lower() for d in args.dtype.split(",") if d.strip()]
         picked = {x for d in names for x in (DTYPES if d == "all" else (DTYPE_ALIASES[d],))}
@@ -1197,13 +1276,10 @@ def main(argv=None):
     ops, pkg, desc = load_ops(args.stub, args.isa)
     peak, peak_isa = fma_peak(pkg, threads, tries=3)
 
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     print(f"torch {torch.__version__}, {desc}")
+    if args.use_ort and not args.stub:
+        print(f"second peer: onnxruntime {peers.version()} (forward, f32; ort/o column)")
     load = os.getloadavg()[0]
     print(f"CPU: {cpu}, threads: {threads}, load average (1 min) before the run: {load:.2f}")
     print(

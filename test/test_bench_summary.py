@@ -279,3 +279,56 @@ def test_run_pass_lowp(bench):
     assert alone["ours_f32_source"] == "interleaved"
     assert reuse["ours_f32_source"] == "f32 row"
     assert reuse["ours_f32_ms_min"] == r32["ours_ms_min"]
+
+
+def test_onnxruntime_peer(bench):
+    """The second peer (#23 item 4): onnxruntime's ConvTranspose on every quick case
+    (crops, groups, dilation, depthwise, 1D, 3D) in both layouts, through run_pass
+    with plain-PyTorch stand-ins for ours; its result must match torch's."""
+    import types
+
+    import torch
+
+    if not bench.peers.available():
+        pytest.fail("onnxruntime is in requirements-dev.txt and must be installed")
+    saved = list(sys.path)
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        import stub_ops
+    finally:
+        sys.path[:] = saved
+    args = types.SimpleNamespace(
+        reps=2, warmup=1, budget=0.0, min_reps=1, no_memory=True, use_ort=True
+    )
+    gen = torch.Generator().manual_seed(0)
+    cases = bench.cases_mod.all_cases(quick=True)
+    assert any("crop" in c.tags for c in cases) and any(c.groups > 1 for c in cases)
+    with torch.inference_mode():
+        for case in cases:
+            for lay in ("nxc", "ncx"):
+                p = bench.Problem(case, lay, stub_ops, gen)
+                r = bench.run_pass(p, "fwd", args, None)
+                assert r["ort_check"] == "ok", (case.name, lay, r.get("ort_check"))
+                assert r["ratio_ort"] == r["ort_ms_min"] / r["ours_ms_min"] > 0
+                r = bench.run_pass(p, "bwd_d", args, None)  # forward only
+                assert "ort_check" not in r and "ratio_ort" not in r
+
+
+def test_peer_summary(bench):
+    rows = [
+        {"case": "a", "pass": "fwd", "layout": "nxc", "status": "ok", "ratio_ort": 2.0,
+         "ort_check": "ok"},
+        {"case": "b", "pass": "fwd", "layout": "nxc", "status": "ok", "ratio_ort": 0.5,
+         "ort_check": "ok"},
+        {"case": "c", "pass": "fwd", "layout": "ncx", "status": "ok", "ratio_ort": 4.0,
+         "ort_check": "ok"},
+        {"case": "d", "pass": "fwd", "layout": "ncx", "status": "ok",
+         "ort_check": "MISMATCH (max rel err 1.00e+00)"},
+    ]
+    lines = bench.peer_summary(rows)
+    by_layout = {ln.split()[0]: ln.split() for ln in lines[3:6]}
+    assert by_layout["nxc"][1:5] == ["2", "1.000", "0.500", "b"]
+    assert by_layout["ncx"][1:5] == ["1", "4.000", "4.000", "c"]
+    assert by_layout["all"][1:3] == ["3", "1.587"]  # (2 * 0.5 * 4) ** (1/3)
+    assert lines[-1] == "onnxruntime d ncx: MISMATCH (max rel err 1.00e+00)"
+    assert bench.peer_summary([r for r in rows if r["case"] == "d"]) == []

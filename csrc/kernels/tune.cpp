@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace tct {
 namespace {
@@ -18,9 +19,20 @@ bool env_on(const char* name) {
 
 std::atomic<int> g_enabled{-1};  // -1: the environment's setting
 
+// A choice as applied to a spec.
+struct Choice {
+  Isa isa;
+  bool amx;
+  NcxPath ncx_path;
+};
+
 struct Cache {
   std::mutex mutex;
-  std::map<std::string, TuningEntry> entries;
+  std::map<std::string, TuningEntry> entries;  // by tuning_key
+  // The calls' fast path: the spec's fields as raw numbers (fast_key) -> its
+  // choice, filled from `entries` on a spec's first lookup (formatting the
+  // readable key costs microseconds, a tenth of a small call).
+  std::unordered_map<std::string, Choice> fast;
   std::vector<std::string> order;  // keys in the order they were added
   std::string file;
   bool file_read_from_env = false;
@@ -36,6 +48,7 @@ void add_locked(Cache& c, TuningEntry e) {
 void load_locked(Cache& c, const std::string& path) {
   std::ifstream in(path);
   if (!in) return;
+  c.fast.clear();  // (rebuilt from the entries as calls look them up)
   std::string line;
   int no = 0;
   while (std::getline(in, line)) {
@@ -80,6 +93,46 @@ bool candidate_of(const CallSpec& spec, const std::string& l, CallSpec* out) {
       return true;
     }
   return false;
+}
+
+std::string fast_key(const CallSpec& s, const std::string& extra) {
+  const ConvProblem& p = s.p;
+  std::vector<int64_t> v{static_cast<int64_t>(s.pass), static_cast<int64_t>(s.dtype),
+                         s.a.nxc, s.a.ncx, s.b.nxc, s.b.ncx, static_cast<int64_t>(s.isa), s.amx,
+                         s.amd, static_cast<int64_t>(s.ncx_path), s.nthreads, p.spatial_rank,
+                         p.N, p.G, p.ICg, p.OCg};
+  for (const auto* a : {&p.I, &p.O, &p.K, &p.s, &p.d, &p.pb, &p.pe, &p.op})
+    v.insert(v.end(), a->begin(), a->end());
+  std::string key(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  return key + extra;
+}
+
+Choice choice_of(const CallSpec& s) { return {s.isa, s.amx, s.ncx_path}; }
+
+CallSpec apply(CallSpec s, const Choice& c) {
+  s.isa = c.isa;
+  s.amx = c.amx;
+  s.ncx_path = c.ncx_path;
+  return s;
+}
+
+// The cached choice of a spec, through the fast map (c.mutex held); false when
+// the spec has no entry. A label that is no candidate here (a file's, naming
+// an ISA this CPU lacks) is the default.
+bool lookup_locked(Cache& c, const CallSpec& spec, const std::string& extra, Choice* out) {
+  const std::string fk = fast_key(spec, extra);
+  auto f = c.fast.find(fk);
+  if (f != c.fast.end()) {
+    *out = f->second;
+    return true;
+  }
+  auto it = c.entries.find(tuning_key(spec, extra));
+  if (it == c.entries.end()) return false;
+  CallSpec chosen;
+  const bool known = candidate_of(spec, it->second.candidates[it->second.chosen].label, &chosen);
+  *out = choice_of(known ? chosen : spec);
+  c.fast.emplace(fk, *out);
+  return true;
 }
 
 // describe() without the spec's fields: equal for candidates that run the same plan.
@@ -128,28 +181,29 @@ std::string tuning_key(const CallSpec& spec, const std::string& extra) {
 
 CallPlan cached_call_plan(const CallSpec& spec, const std::string& extra) {
   Cache& c = cache();
-  std::string choice;
+  Choice choice;
+  bool found;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    auto it = c.entries.find(tuning_key(spec, extra));
-    if (it != c.entries.end()) choice = it->second.candidates[it->second.chosen].label;
+    found = lookup_locked(c, spec, extra, &choice);
   }
-  CallSpec chosen;
-  if (!choice.empty() && candidate_of(spec, choice, &chosen)) return make_call_plan(chosen);
-  return make_call_plan(spec);
+  return make_call_plan(found ? apply(spec, choice) : spec);
 }
 
 CallPlan tuned_call_plan(const CallSpec& spec, const std::string& extra,
                          const std::function<double(const CallPlan&)>& measure, bool* timed) {
   if (timed) *timed = false;
-  const std::string key = tuning_key(spec, extra);
   Cache& c = cache();
-  bool cached = false;
   {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    cached = c.entries.count(key) != 0;
+    Choice choice;
+    bool found;
+    {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      found = lookup_locked(c, spec, extra, &choice);
+    }
+    if (found) return make_call_plan(apply(spec, choice));
   }
-  if (cached) return cached_call_plan(spec, extra);
+  const std::string key = tuning_key(spec, extra);
   // Distinct plans among the candidates (the default first).
   std::vector<CallSpec> specs;
   std::vector<CallPlan> plans;
@@ -193,6 +247,7 @@ CallPlan tuned_call_plan(const CallSpec& spec, const std::string& extra,
       out << key << '\t' << chosen_label << '\n';
     }
     add_locked(c, std::move(e));
+    c.fast[fast_key(spec, extra)] = choice_of(specs[chosen]);
   }
   return plans[chosen];
 }
@@ -210,6 +265,7 @@ void clear_tuning_cache() {
   std::lock_guard<std::mutex> lock(c.mutex);
   c.entries.clear();
   c.order.clear();
+  c.fast.clear();
 }
 
 void set_tuning_file(const std::string& path) {

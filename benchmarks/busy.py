@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Shared cores: how much slower ours and torch get while another process keeps a core busy.
+
+    .venv/bin/python benchmarks/busy.py [--filter REGEX] [--passes ...] [--layouts ...]
+        [--threads N] [--competitors K]
+
+Per benchmark case, layout and pass, ours and torch are timed interleaved (min per
+call) twice: quiet, and with K competing processes (default 1), each spinning on the
+CPU (a busy loop, not pinned: the OS places it, as it would a user's other job). The
+competitors are started once and paused (SIGSTOP) during the quiet phase. A case's
+slowdown is busy / quiet, ours and torch's; the summary gives the geometric mean of
+our slowdown / torch's slowdown (target #23: <= 1.15) per pass and layout, and the
+worst cases. Both results are checked against each other in each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench  # noqa: E402
+import torch  # noqa: E402
+from ncx_paths import time_rotated  # noqa: E402
+
+SPIN = "import os\nos.nice(0)\nwhile True:\n    pass\n"
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--filter", default=None, help="regular expression on case name or tags")
+    ap.add_argument("--passes", default="fwd,bwd_d,bwd_w")
+    ap.add_argument("--layouts", default="nxc,ncx")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--competitors", type=int, default=1, help="busy processes (default 1)")
+    ap.add_argument("--quick", action="store_true", help="the benchmark's few small cases")
+    ap.add_argument("--budget", type=float, default=0.5, help="seconds per phase, case and pass")
+    ap.add_argument("--min-rounds", type=int, default=5)
+    ap.add_argument("--max-rounds", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    args.passes = [bench.PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",")]
+    args.layouts = [x.strip().lower() for x in args.layouts.split(",")]
+    args.mb = None
+    return args
+
+
+class Competitors:
+    """K busy processes, paused until resume()."""
+
+    def __init__(self, k):
+        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(k)]
+        time.sleep(0.2)
+        self.pause()
+
+    def pause(self):
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGSTOP)
+
+    def resume(self):
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.05)  # let the scheduler place them
+
+    def close(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def geo(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ops, pkg, desc = bench.load_ops(use_stub=False)
+    bench._steady_heap()
+    print(
+        f"{desc}; CPU {bench.cpu_name()}; {torch.get_num_threads()} threads; "
+        f"{args.competitors} busy competitor(s); min per call"
+    )
+    print(
+        f"{'case':<30} {'lay':<4} {'pass':<5} {'torch quiet':>11} {'busy':>8} {'ours quiet':>10} "
+        f"{'busy':>8} {'slow t':>6} {'slow o':>6} {'o/t':>5}"
+    )
+    gen = torch.Generator().manual_seed(args.seed)
+    comp = Competitors(args.competitors)
+    rows = []
+    try:
+        with torch.inference_mode():
+            for case in bench.select_cases(args):
+                for lay in args.layouts:
+                    prob = bench.Problem(case, lay, ops, gen)
+                    for pass_ in args.passes:
+                        fns = {
+                            "torch": getattr(prob, f"torch_{pass_}"),
+                            "ours": getattr(prob, f"ours_{pass_}"),
+                        }
+                        ok, err = bench.compare(prob.ours_as_ncx(pass_, fns["ours"]()),
+                                                fns["torch"]())
+                        if not ok:
+                            raise AssertionError(f"{case.name} {lay} {pass_}: {err:.3g}")
+                        quiet = time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
+                        comp.resume()
+                        try:
+                            busy = time_rotated(fns, args.budget, args.min_rounds,
+                                                args.max_rounds)
+                        finally:
+                            comp.pause()
+                        st, so = busy["torch"] / quiet["torch"], busy["ours"] / quiet["ours"]
+                        print(
+                            f"{case.name:<30} {lay:<4} {pass_:<5} {quiet['torch'] * 1e3:11.3f} "
+                            f"{busy['torch'] * 1e3:8.3f} {quiet['ours'] * 1e3:10.3f} "
+                            f"{busy['ours'] * 1e3:8.3f} {st:6.2f} {so:6.2f} {so / st:5.2f}",
+                            flush=True,
+                        )
+                        rows.append((case.name, lay, pass_, st, so))
+                    del prob
+    finally:
+        comp.close()
+    print("\nsummary: slowdown = busy / quiet; o/t = our slowdown / torch's (target <= 1.15)")
+    groups = sorted({(r[1], r[2]) for r in rows})
+    for lay, p in groups + [("all", "all")]:
+        sel = [r for r in rows if lay == "all" or (r[1] == lay and r[2] == p)]
+        worst = max(sel, key=lambda r: r[4] / r[3])
+        print(
+            f"  {p:<6} {lay:<4} n={len(sel):<4} torch {geo([r[3] for r in sel]):.2f}  "
+            f"ours {geo([r[4] for r in sel]):.2f}  o/t {geo([r[4] / r[3] for r in sel]):.3f}  "
+            f"worst {worst[4] / worst[3]:.2f} ({worst[0]} {worst[1]} {worst[2]})"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
