@@ -201,6 +201,10 @@ def load_ops(use_stub: bool, isa: str | None = None):
     isa = _active_isa(pkg)
     if isa:
         desc += f", ISA {isa}"
+    try:
+        desc += f", uarch {torch.ops.torch_convtranspose.get_uarch()}"
+    except (AttributeError, RuntimeError):
+        pass
     return ops, pkg, desc
 
 

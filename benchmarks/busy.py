@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/busy.py [--filter REGEX] [--passes ...] [--layouts ...]
         [--threads N] [--competitors K]
 
-Per benchmark case, layout and pass, ours and torch are timed interleaved (min per
-call) twice: quiet, and with K competing processes (default 1), each spinning on the
+Per benchmark case, layout and pass, ours and torch are timed interleaved (median
+per call) twice: quiet, and with K competing processes (default 1), each spinning on the
 CPU (a busy loop, not pinned: the OS places it, as it would a user's other job). The
 competitors are started once and paused (SIGSTOP) during the quiet phase. A case's
 slowdown is busy / quiet, ours and torch's; the summary gives the geometric mean of
@@ -26,9 +26,28 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import statistics  # noqa: E402
+
 import bench  # noqa: E402
 import torch  # noqa: E402
-from ncx_paths import time_rotated  # noqa: E402
+
+
+def time_median(fns, budget, min_rounds, max_rounds):
+    """{name: median seconds per call}: rounds of one call each, order rotated per
+    round. The median, not the minimum: with a competitor, the minimum finds the
+    moments the scheduler left a call alone, which is not what a user sees."""
+    names = list(fns)
+    samples = {k: [] for k in names}
+    t_start = time.perf_counter()
+    r = 0
+    while r < max_rounds and (r < min_rounds or time.perf_counter() - t_start < budget):
+        k0 = r % len(names)
+        for k in names[k0:] + names[:k0]:
+            t0 = time.perf_counter()
+            fns[k]()
+            samples[k].append(time.perf_counter() - t0)
+        r += 1
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 SPIN = "import os\nos.nice(0)\nwhile True:\n    pass\n"
 
@@ -89,7 +108,7 @@ def main(argv=None):
     bench._steady_heap()
     print(
         f"{desc}; CPU {bench.cpu_name()}; {torch.get_num_threads()} threads; "
-        f"{args.competitors} busy competitor(s); min per call"
+        f"{args.competitors} busy competitor(s); median per call"
     )
     print(
         f"{'case':<30} {'lay':<4} {'pass':<5} {'torch quiet':>11} {'busy':>8} {'ours quiet':>10} "
@@ -112,10 +131,10 @@ def main(argv=None):
                                                 fns["torch"]())
                         if not ok:
                             raise AssertionError(f"{case.name} {lay} {pass_}: {err:.3g}")
-                        quiet = time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
+                        quiet = time_median(fns, args.budget, args.min_rounds, args.max_rounds)
                         comp.resume()
                         try:
-                            busy = time_rotated(fns, args.budget, args.min_rounds,
+                            busy = time_median(fns, args.budget, args.min_rounds,
                                                 args.max_rounds)
                         finally:
                             comp.pause()

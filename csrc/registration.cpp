@@ -58,6 +58,17 @@ void set_ncx_path(c10::string_view name) {
 
 std::string get_ncx_path() { return ncx_path_name(ncx_path()); }
 
+void set_uarch_name(c10::string_view name) {
+  checked([&] {
+    set_uarch(parse_uarch(std::string(name)));
+    return 0;
+  });
+}
+
+std::string get_uarch() { return uarch_name(active_uarch()); }
+
+std::string detected_uarch() { return uarch_name(classify_uarch(read_cpuid())); }
+
 std::vector<std::string> available_isas() {
   std::vector<std::string> out;
   for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Amx})
@@ -167,6 +178,9 @@ TORCH_LIBRARY(torch_convtranspose, m) {
   m.def("set_isa(str isa) -> ()", &tct::ops::set_isa);
   m.def("get_isa() -> str", &tct::ops::get_isa);
   m.def("available_isas() -> str[]", &tct::ops::available_isas);
+  m.def("set_uarch(str uarch) -> ()", &tct::ops::set_uarch_name);
+  m.def("get_uarch() -> str", &tct::ops::get_uarch);
+  m.def("detected_uarch() -> str", &tct::ops::detected_uarch);
   m.def("set_ncx_path(str path) -> ()", &tct::ops::set_ncx_path);
   m.def("get_ncx_path() -> str", &tct::ops::get_ncx_path);
   m.def("fma_peak_gflops(int nthreads, float seconds) -> float", &tct::ops::fma_peak_gflops);

@@ -95,3 +95,43 @@ def test_isa_fixture_restores(tct):
                                            weights_format="IOX")
         assert y.flatten().tolist() == [1.0, 2.0, 1.0]
     assert tct.get_isa() == old
+
+
+UARCHS = ["generic", "intel", "intel_avx512", "intel_amx", "zen2", "zen3", "zen4", "zen5"]
+
+
+def test_uarch_detected_and_forced(tct):
+    """The per-microarchitecture choices (#23): detected from CPUID, forced for a
+    process (set_uarch / use_uarch / TORCH_CONVTRANSPOSE_UARCH) to try another CPU's."""
+    assert tct.detected_uarch() in UARCHS
+    before = tct.get_uarch()
+    for u in UARCHS:
+        with tct.use_uarch(u.upper()):
+            assert tct.get_uarch() == u
+    assert tct.get_uarch() == before
+    with pytest.raises(RuntimeError, match="uarch must be one of .*got 'zen9'"):
+        tct.set_uarch("zen9")
+    assert tct.get_uarch() == before
+
+
+def test_uarch_amd_ncx_rule_follows_the_forced_uarch(tct):
+    """The AMD AVX-512 NCX rule is Zen 4 / Zen 5's: the plan's amd flag follows
+    the forced uarch (plans only, on the AVX-512 kernels where the CPU has them)."""
+    if "avx512" not in tct.available_isas():
+        pytest.skip("the amd flag applies to the AVX-512 kernels only")
+    x = torch.randn(1, 8, 6, 6)
+    w = torch.randn(8, 4, 3, 3)
+    kw = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], dilations=[1, 1],
+              data_format="NCX", weights_format="IOX")
+    for u, amd in (("zen4", 1), ("zen5", 1), ("zen3", 0), ("intel_avx512", 0)):
+        with tct.use_isa("avx512"), tct.use_uarch(u), tct.plans(execute=False) as lines:
+            torch.ops.graph.conv_transpose(x, w, None, **kw)
+        assert f" amd={amd} " in lines[0], (u, lines[0])
+
+
+def test_uarch_environment_variable():
+    code = "import torch_convtranspose as t; print(t.get_uarch(), t.detected_uarch())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=P.subprocess_env(TORCH_CONVTRANSPOSE_UARCH="Zen3"), check=True)
+    forced, detected = out.stdout.split()
+    assert forced == "zen3" and detected in UARCHS

@@ -16,13 +16,17 @@ from ._benchmark import (
 )
 from ._library import (
     available_isas,
+    detected_uarch,
     fma_peak_gflops,
     get_isa,
     get_ncx_path,
+    get_uarch,
     set_isa,
     set_ncx_path,
+    set_uarch,
     use_isa,
     use_ncx_path,
+    use_uarch,
 )
 from ._plans import plans
 from ._version import __version__  # noqa: F401
@@ -59,6 +63,10 @@ __all__ = [
     "set_ncx_path",
     "use_ncx_path",
     "fma_peak_gflops",
+    "get_uarch",
+    "detected_uarch",
+    "set_uarch",
+    "use_uarch",
     "plans",
     "set_benchmark",
     "get_benchmark",

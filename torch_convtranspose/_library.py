@@ -55,6 +55,35 @@ def use_isa(name: str) -> Iterator[None]:
         set_isa(previous)
 
 
+def get_uarch() -> str:
+    """The microarchitecture whose measured choices the plans use: 'zen3', 'zen4',
+    'zen5', 'zen2', 'intel_amx', 'intel_avx512', 'intel' or 'generic'. Detected from
+    CPUID unless forced (set_uarch, TORCH_CONVTRANSPOSE_UARCH)."""
+    return torch.ops.torch_convtranspose.get_uarch()
+
+
+def detected_uarch() -> str:
+    """The microarchitecture CPUID reports (whatever is forced)."""
+    return torch.ops.torch_convtranspose.detected_uarch()
+
+
+def set_uarch(name: str) -> None:
+    """Forces the per-microarchitecture choices of another CPU for this process
+    (the kernels stay this CPU's ISA): to try them, or to pin plans in tests."""
+    torch.ops.torch_convtranspose.set_uarch(name)
+
+
+@contextlib.contextmanager
+def use_uarch(name: str) -> Iterator[None]:
+    """Context manager: run with the given uarch's choices, then restore the previous one."""
+    previous = get_uarch()
+    set_uarch(name)
+    try:
+        yield
+    finally:
+        set_uarch(previous)
+
+
 def get_ncx_path() -> str:
     """How dense channels-first (NCX) f32 tensors reach the kernels:
     'auto', 'planar' or 'channels_last'."""

@@ -104,24 +104,88 @@ bool isa_supported(Isa isa) {
 #endif
 }
 
-bool avx512_amd() {
+const char* uarch_name(Uarch u) {
+  switch (u) {
+    case Uarch::Generic: return "generic";
+    case Uarch::Intel: return "intel";
+    case Uarch::IntelAvx512: return "intel_avx512";
+    case Uarch::IntelAmx: return "intel_amx";
+    case Uarch::Zen2: return "zen2";
+    case Uarch::Zen3: return "zen3";
+    case Uarch::Zen4: return "zen4";
+    case Uarch::Zen5: return "zen5";
+  }
+  return "?";
+}
+
+Uarch parse_uarch(const std::string& name) {
+  const std::string l = lower(name);
+  for (Uarch u : {Uarch::Generic, Uarch::Intel, Uarch::IntelAvx512, Uarch::IntelAmx, Uarch::Zen2,
+                  Uarch::Zen3, Uarch::Zen4, Uarch::Zen5})
+    if (l == uarch_name(u)) return u;
+  throw ProblemError(
+      "uarch must be one of generic, intel, intel_avx512, intel_amx, zen2, zen3, zen4, zen5, "
+      "got '" + name + "'");
+}
+
+Uarch classify_uarch(const CpuidInfo& c) {
+  if (c.vendor == "GenuineIntel")
+    return c.amx ? Uarch::IntelAmx : c.avx512 ? Uarch::IntelAvx512 : Uarch::Intel;
+  if (c.vendor != "AuthenticAMD" && c.vendor != "HygonGenuine") return Uarch::Generic;
+  if (c.family < 0x19) return c.family == 0x17 || c.vendor == "HygonGenuine" ? Uarch::Zen2
+                                                                              : Uarch::Generic;
+  if (c.family > 0x19) return Uarch::Zen5;  // 1Ah, and later families until measured
+  const unsigned m = c.model;
+  const bool zen4 = (m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0x7f) ||
+                    (m >= 0xa0 && m <= 0xaf);
+  return zen4 ? Uarch::Zen4 : Uarch::Zen3;
+}
+
+CpuidInfo read_cpuid() {
+  CpuidInfo info;
 #if defined(__x86_64__) || defined(_M_X64)
-  static const bool amd = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
     char vendor[13] = {};
     std::memcpy(vendor, &b, 4);
     std::memcpy(vendor + 4, &d, 4);
     std::memcpy(vendor + 8, &c, 4);
-    if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
-    unsigned family = (a >> 8) & 0xf;
-    if (family == 0xf) family += (a >> 20) & 0xff;
-    return family >= 0x19;  // Zen 3 (no AVX-512), Zen 4; Zen 5 (1Ah) and later
-  }();
-  return amd;
-#else
-  return false;
+    info.vendor = vendor;
+  }
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    info.family = (a >> 8) & 0xf;
+    info.model = (a >> 4) & 0xf;
+    if (info.family == 0xf || info.family == 0x6) info.model |= ((a >> 16) & 0xf) << 4;
+    if (info.family == 0xf) info.family += (a >> 20) & 0xff;
+  }
 #endif
+  info.avx512 = isa_supported(Isa::Avx512);
+  info.amx = isa_supported(Isa::Avx512Amx);
+  return info;
+}
+
+namespace {
+std::atomic<int> g_uarch{-1};
+
+Uarch initial_uarch() {
+  if (const char* env = std::getenv("TORCH_CONVTRANSPOSE_UARCH"))
+    if (*env) return parse_uarch(env);
+  return classify_uarch(read_cpuid());
+}
+}  // namespace
+
+Uarch active_uarch() {
+  const int v = g_uarch.load(std::memory_order_relaxed);
+  if (v >= 0) return static_cast<Uarch>(v);
+  static const Uarch initial = initial_uarch();
+  return initial;
+}
+
+void set_uarch(Uarch u) { g_uarch.store(static_cast<int>(u), std::memory_order_relaxed); }
+
+bool avx512_amd() {
+  const Uarch u = active_uarch();
+  return u == Uarch::Zen4 || u == Uarch::Zen5;
 }
 
 Isa detected_isa() {

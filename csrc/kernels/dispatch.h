@@ -26,11 +26,32 @@ Isa active_isa();
 // Forces an ISA for this process (tests, reproducibility); throws ProblemError
 // naming the value when the CPU lacks it.
 void set_active_isa(Isa isa);
-// Whether this CPU is an AMD core of family 19h or later: with AVX-512 that is
-// Zen 4 (512-bit ops run as two 256-bit halves) or Zen 5 (family 1Ah, full
-// width); callers combine it with Isa::Avx512 (Zen 3, also 19h, has none).
-// Some choices between kernels (the NCX path rule) were measured to differ
-// there from Intel's AVX-512 cores.
+// The CPU's microarchitecture, as far as a choice of ours was measured to
+// depend on it (docs/heuristics.md, "On CPUs not measured"): AMD by CPUID
+// family and model (Zen 2 and older: 17h; Zen 3: 19h models 00-0F, 20-5F;
+// Zen 4: 19h models 10-1F, 60-7F, A0-AF; Zen 5: 1Ah and later), Intel by
+// features (AMX: Sapphire Rapids and later server cores; AVX-512; the rest).
+enum class Uarch { Generic, Intel, IntelAvx512, IntelAmx, Zen2, Zen3, Zen4, Zen5 };
+const char* uarch_name(Uarch u);  // "generic", "intel", "intel_avx512", "intel_amx", "zen2", ...
+Uarch parse_uarch(const std::string& name);  // any case; throws ProblemError naming the value
+// The CPUID values the classification reads (family and model: the
+// displayed ones, extended fields added), so that tests can fake them.
+struct CpuidInfo {
+  std::string vendor;  // "GenuineIntel", "AuthenticAMD", ...
+  unsigned family = 0, model = 0;
+  bool avx512 = false, amx = false;  // isa_supported(Avx512), (Avx512Amx)
+};
+Uarch classify_uarch(const CpuidInfo& info);
+CpuidInfo read_cpuid();  // this CPU's
+// The uarch in use: set_uarch's, else TORCH_CONVTRANSPOSE_UARCH (read once),
+// else classify_uarch(read_cpuid()). Forcing one runs that CPU's choices here
+// (tests, and trying another CPU's rules); the plans read it once per call.
+Uarch active_uarch();
+void set_uarch(Uarch u);
+// Whether the active uarch is an AMD core with full AVX-512 kernels of its
+// own rule (Zen 4: 512-bit ops as two 256-bit halves; Zen 5, full width):
+// the NCX path rule was measured to differ there from Intel's AVX-512 cores.
+// Callers combine it with Isa::Avx512.
 bool avx512_amd();
 
 // How dense NCX (channels-first) f32 activations reach the kernels:

@@ -429,7 +429,7 @@ const ConvTable* table_for(Isa isa) {
     case Isa::Avx512:
       return conv_f32_table_avx512();
     case Isa::Avx2:
-      return conv_f32_table_avx2();
+      return active_uarch() == Uarch::Zen3 ? conv_f32_table_avx2_zen3() : conv_f32_table_avx2();
     default:
       return nullptr;
   }

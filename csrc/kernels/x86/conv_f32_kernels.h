@@ -186,6 +186,8 @@ struct ConvTable {
 
 const ConvTable* conv_f32_table_avx512();
 const ConvTable* conv_f32_table_avx2();
+// The same kernels with the tile speeds measured on Zen 3 (for active_uarch() Zen3).
+const ConvTable* conv_f32_table_avx2_zen3();
 
 // bf16 on AMX (conv_bf16_amx.cpp): GEMM tiles of 32 rows x 32 / 16 columns
 // (TDPBF16PS, 2 x 2 / 2 x 1 accumulator tiles), the contract above with the
