@@ -347,6 +347,62 @@ def time_pair(fns, reps, warmup, budget, min_reps):
     return results, samples
 
 
+def time_rotated(fns, budget, min_rounds, max_rounds, stat=min):
+    """{name: stat of its seconds per call} (default the minimum): rounds of one
+    call each, the order rotated every round (the call right after another op's
+    starts with colder caches), at least min_rounds, then until `budget` seconds,
+    at most max_rounds. For the side scripts (ncx_paths.py, benchmark_mode.py, busy.py)."""
+    names = list(fns)
+    samples = {k: [] for k in names}
+    t_start = time.perf_counter()
+    r = 0
+    while r < max_rounds and (r < min_rounds or time.perf_counter() - t_start < budget):
+        k0 = r % len(names)
+        for k in names[k0:] + names[:k0]:
+            t0 = time.perf_counter()
+            fns[k]()
+            samples[k].append(time.perf_counter() - t0)
+        r += 1
+    return {k: stat(v) for k, v in samples.items()}
+
+
+def side_arg_parser(doc, budget):
+    """The side scripts' common options (cases, passes, layouts, threads, timing)."""
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--filter", default=None, help="regular expression on case name or tags")
+    ap.add_argument("--passes", default="fwd,bwd_d,bwd_w")
+    ap.add_argument("--layouts", default="nxc,ncx")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--quick", action="store_true", help="the benchmark's few small cases")
+    ap.add_argument("--budget", type=float, default=budget, help="seconds per case and pass")
+    ap.add_argument("--min-rounds", type=int, default=5)
+    ap.add_argument("--max-rounds", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def side_setup(args, what):
+    """A side script's start: threads, our ops, the heap, and its header line
+    (package, CPU, threads, then `what`). Returns (ops, package)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ops, pkg, desc = load_ops(use_stub=False)
+    _steady_heap()
+    print(f"{desc}; CPU {cpu_name()}; {torch.get_num_threads()} threads; {what}")
+    return ops, pkg
+
+
+def side_args(ap, argv=None):
+    """Parses side_arg_parser's options: passes and layouts as lists."""
+    args = ap.parse_args(argv)
+    args.passes = [PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",")]
+    args.layouts = [x.strip().lower() for x in args.layouts.split(",")]
+    args.mb = None  # select_cases: the cases' own batch sizes
+    return args
+
+
 def compare(ours, ref):
     """(ok, max |ours - ref| / max |ref|) with allclose(rtol, atol * max|ref|)."""
     if tuple(ours.shape) != tuple(ref.shape):

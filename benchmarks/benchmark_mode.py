@@ -17,7 +17,6 @@ default beyond noise, faster where the default picks wrong.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -27,40 +26,17 @@ sys.path.insert(0, HERE)
 
 import bench  # noqa: E402
 import torch  # noqa: E402
-from ncx_paths import time_rotated  # noqa: E402
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--filter", default=None, help="regular expression on case name or tags")
-    ap.add_argument("--passes", default="fwd,bwd_d,bwd_w")
-    ap.add_argument("--layouts", default="nxc,ncx")
+    ap = bench.side_arg_parser(__doc__, budget=0.6)
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--quick", action="store_true", help="the benchmark's few small cases")
-    ap.add_argument("--budget", type=float, default=0.6, help="seconds per case and pass")
-    ap.add_argument("--min-rounds", type=int, default=5)
-    ap.add_argument("--max-rounds", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    args.passes = [bench.PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",")]
-    args.layouts = [x.strip().lower() for x in args.layouts.split(",")]
-    args.mb = None
-    return args
+    return bench.side_args(ap, argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    ops, pkg, desc = bench.load_ops(use_stub=False)
-    bench._steady_heap()
-    print(
-        f"{desc}; CPU {bench.cpu_name()}; {torch.get_num_threads()} threads; "
-        f"dtype {args.dtype}; interleaved, rotated, min per call"
-    )
+    ops, pkg = bench.side_setup(args, f"dtype {args.dtype}; interleaved, rotated, min per call")
     head = (
         f"{'case':<30} {'lay':<4} {'pass':<5} {'torch':>8} {'default':>8} {'tuned':>8} "
         f"{'def/tun':>7} {'t/tun':>6}  choice"
@@ -94,7 +70,7 @@ def main(argv=None):
                 ok, err = bench.compare(out, ref)
                 if not ok:
                     raise AssertionError(f"{case.name} {lay} {pass_}: tuned vs default {err:.3g}")
-                t = time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
+                t = bench.time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
                 e = entry[0]
                 choice = "?"
                 if e is not None:

@@ -15,10 +15,10 @@ worst cases. Both results are checked against each other in each phase.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -26,51 +26,22 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import statistics  # noqa: E402
-
 import bench  # noqa: E402
 import torch  # noqa: E402
 
-
-def time_median(fns, budget, min_rounds, max_rounds):
-    """{name: median seconds per call}: rounds of one call each, order rotated per
-    round. The median, not the minimum: with a competitor, the minimum finds the
-    moments the scheduler left a call alone, which is not what a user sees."""
-    names = list(fns)
-    samples = {k: [] for k in names}
-    t_start = time.perf_counter()
-    r = 0
-    while r < max_rounds and (r < min_rounds or time.perf_counter() - t_start < budget):
-        k0 = r % len(names)
-        for k in names[k0:] + names[:k0]:
-            t0 = time.perf_counter()
-            fns[k]()
-            samples[k].append(time.perf_counter() - t0)
-        r += 1
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-SPIN = "import os\nos.nice(0)\nwhile True:\n    pass\n"
+SPIN = "while True:\n    pass\n"
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--filter", default=None, help="regular expression on case name or tags")
-    ap.add_argument("--passes", default="fwd,bwd_d,bwd_w")
-    ap.add_argument("--layouts", default="nxc,ncx")
-    ap.add_argument("--threads", type=int, default=None)
+    ap = bench.side_arg_parser(__doc__, budget=0.5)
     ap.add_argument("--competitors", type=int, default=1, help="busy processes (default 1)")
-    ap.add_argument("--quick", action="store_true", help="the benchmark's few small cases")
-    ap.add_argument("--budget", type=float, default=0.5, help="seconds per phase, case and pass")
-    ap.add_argument("--min-rounds", type=int, default=5)
-    ap.add_argument("--max-rounds", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    args.passes = [bench.PASS_ALIASES[p.strip().lower()] for p in args.passes.split(",")]
-    args.layouts = [x.strip().lower() for x in args.layouts.split(",")]
-    args.mb = None
-    return args
+    return bench.side_args(ap, argv)
+
+
+def time_median(fns, budget, min_rounds, max_rounds):
+    """The median, not the minimum: with a competitor, the minimum finds the
+    moments the scheduler left a call alone, which is not what a user sees."""
+    return bench.time_rotated(fns, budget, min_rounds, max_rounds, stat=statistics.median)
 
 
 class Competitors:
@@ -102,14 +73,7 @@ def geo(v):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    ops, pkg, desc = bench.load_ops(use_stub=False)
-    bench._steady_heap()
-    print(
-        f"{desc}; CPU {bench.cpu_name()}; {torch.get_num_threads()} threads; "
-        f"{args.competitors} busy competitor(s); median per call"
-    )
+    ops, pkg = bench.side_setup(args, f"{args.competitors} busy competitor(s); median per call")
     print(
         f"{'case':<30} {'lay':<4} {'pass':<5} {'torch quiet':>11} {'busy':>8} {'ours quiet':>10} "
         f"{'busy':>8} {'slow t':>6} {'slow o':>6} {'o/t':>5}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -31,23 +30,6 @@ import bench  # noqa: E402
 import torch  # noqa: E402
 
 PATHS = ("auto", "planar", "channels_last")
-
-
-def time_rotated(fns, budget, min_rounds, max_rounds):
-    """{name: min seconds per call}: rounds of one call each, order rotated per round
-    (after the caller's first call of each: main's result check)."""
-    names = list(fns)
-    best = {k: float("inf") for k in names}
-    t_start = time.perf_counter()
-    r = 0
-    while r < max_rounds and (r < min_rounds or time.perf_counter() - t_start < budget):
-        k0 = r % len(names)
-        for k in names[k0:] + names[:k0]:
-            t0 = time.perf_counter()
-            fns[k]()
-            best[k] = min(best[k], time.perf_counter() - t0)
-        r += 1
-    return best
 
 
 def parse_args(argv=None):
@@ -107,7 +89,7 @@ def main(argv=None):
                 ok, err = bench.compare(fns[p](), ref)
                 if not ok:
                     raise AssertionError(f"{case.name} {pass_} {p}: max rel err {err:.3g}")
-            t = time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
+            t = bench.time_rotated(fns, args.budget, args.min_rounds, args.max_rounds)
             fastest = min(t["planar"], t["channels_last"])
             flag = "  <- slower than the best" if t["auto"] > (1 + args.margin) * fastest else ""
             print(
