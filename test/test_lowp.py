@@ -495,3 +495,47 @@ def test_direct16_nan_and_inf(bad, dtype, isa):
     finite = torch.isfinite(want)
     assert torch.equal(got[finite], want[finite])
 
+
+
+SLAB_SHAPES = [
+    # (N, IC, OC, spatial, K, s, p, d, op): one image beyond the copies' budget
+    (1, 4, 4, (1 << 20,), (16,), (8,), (4,), (1,), (0,)),
+    (1, 3, 5, (300_001,), (7,), (3,), (5,), (1,), (2,)),
+    (1, 2, 3, (600, 700), (4, 3), (2, 1), (1, 1), (1, 2), (1, 0)),  # slabs along H
+]
+
+
+@pytest.mark.parametrize("isa", [i for i in FAST_ISAS if i != "avx512_amx"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SLAB_SHAPES, ids=lambda s: "x".join(map(str, s[3])))
+def test_one_image_slabs_exact(shape, dtype, isa):
+    """16-bit through f32 copies: an image too large for the copies' budget goes
+    in slabs (forward, backward-data; NXC, NCX planar and NCX channels-last),
+    exact against torch in f64 on integer data, each call routed through slabs."""
+    n, ic, oc, sp, k, s, p, d, op = shape
+    gen = torch.Generator().manual_seed(1)
+    S = len(sp)
+    conv_t = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d}[S]
+    conv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d}[S]
+    x = torch.randint(-2, 3, (n, ic) + sp, generator=gen).to(dtype)
+    w = torch.randint(-2, 3, (ic, oc) + k, generator=gen).to(dtype)
+    b = torch.randint(-2, 3, (oc,), generator=gen).to(dtype)
+    y = conv_t(x.double(), w.double(), b.double(), stride=s, padding=p, dilation=d,
+               output_padding=op).to(dtype)
+    gy = torch.randint(-2, 3, y.shape, generator=gen).to(dtype)
+    gx = conv(gy.double(), w.double(), None, stride=s, padding=p, dilation=d).to(dtype)
+    for fmt, path in (("NXC", "auto"), ("NCX", "planar"), ("NCX", "channels_last")):
+        kw = dict(strides=list(s), pads_begin=list(p), pads_end=list(p), dilations=list(d),
+                  output_padding=list(op), data_format=fmt, weights_format="IOX")
+        nxc = fmt == "NXC"
+        xi = x.movedim(1, -1).contiguous() if nxc else x
+        gyi = gy.movedim(1, -1).contiguous() if nxc else gy
+        with P.use_isa(isa), tct.use_ncx_path(path), tct.plans() as lines:
+            yo = torch.ops.graph.conv_transpose(xi, w, b, **kw)
+            go = torch.ops.graph.conv_transpose_backward_data(gyi, w, src_shape=list(xi.shape),
+                                                              **kw)
+        assert all(" slabs=" in ln for ln in lines), lines
+        if nxc:
+            yo, go = yo.movedim(-1, 1), go.movedim(-1, 1)
+        assert torch.equal(yo, y), (fmt, path, "forward")
+        assert torch.equal(go, gx), (fmt, path, "backward-data")

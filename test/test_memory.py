@@ -149,3 +149,19 @@ def test_bf16_amx_channels_last_extra_memory(memory, pass_):
     r = memory.measure(spec)
     assert r["exact"], r
     assert r["first_mb"] <= _bound_mb(r), r
+
+
+@needs_fast
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
+@pytest.mark.parametrize("pass_", ["fwd", "bwd_d"])
+def test_16bit_f32_copies_one_image_extra_memory(memory, dtype, layout, pass_):
+    """16-bit through f32 copies (f16; bf16 without AMX): one long image goes in
+    slabs, so the copies stay within the f32 bound instead of widening the whole
+    tensor (1.25-2.5x the largest tensor before); results exact on integer data."""
+    case = ("4ch_k16s8", 1, 4, 4, 1 << 20, 16, 8, 4)
+    spec = memory.spec_of(case, layout, pass_, "ours", isa=FAST, threads=2, dtype=dtype)
+    spec["check"] = True
+    r = memory.measure(spec)
+    assert r["exact"], r
+    assert r["first_mb"] <= _bound_mb(r), r

@@ -467,6 +467,24 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       os << " images=" << c.images << " chunks=" << c.chunks
          << " f32_bytes="
          << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
+      if (c.slabs) {  // (NCX: kInput and kOutput as large again)
+        const bool forward = plan.spec.pass == Pass::Forward;
+        int64_t lo = 0;
+        ConvProblem q = slab_problem(plan.spec.p, forward, c.axis, 0, c.rows, &lo);
+        q.N = 1;
+        os << " axis=" << c.axis << " rows=" << c.rows << " slabs=" << c.slabs;
+        if (c.planar) {
+          os << " driver={" << x86::describe_planar_f32(plan.spec.isa, plan.spec.pass, q,
+                                                       plan.spec.nthreads)
+             << "}";
+          return;
+        }
+        os << " ncx_bytes=" << (plan.spec.a.nxc ? 0 : c.a_floats + c.b_floats) * sizeof(float)
+           << " driver={" << x86::describe_conv_f32(plan.spec.isa, plan.spec.pass, q,
+                                                   plan.spec.nthreads)
+           << "}";
+        return;
+      }
       if (c.amx && plan.spec.pass == Pass::BackwardWeights) {
         os << " amx={" << x86::describe_bwd_weights_bf16_amx(plan.spec.p, plan.spec.nthreads)
            << "}";
@@ -623,6 +641,70 @@ std::string describe(const CallPlan& plan) {
   return os.str();
 }
 
+// Convert16Plan's slabs (plan.h), where an image outgrows the budget.
+static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
+  const ConvProblem& p = spec.p;
+  const bool forward = spec.pass == Pass::Forward;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
+  const int64_t in_img = in_c * in_pixels, out_img = out_c * out_pixels;
+  int sa = 0;
+  const auto& od = forward ? p.O : p.I;
+  while (sa < kAxes - 1 && od[sa] == 1) ++sa;
+  const int64_t eo = od[sa];
+  Convert16Plan& c = plan->convert;
+  if (c.images > 1 || eo < 2) return false;
+  if (!(spec.a.nxc || spec.a.ncx) || !(spec.b.nxc || spec.b.ncx)) return false;
+  const Convert16Plan chunked = c;  // (kept when slabs are not worth it)
+  // The f32 copies of a slab: a's (widened), b's unless the GEMM tiles round
+  // into b themselves (channels-last b); dense NCX through the channels-last
+  // kernels takes a second buffer a side, the planar kernels none.
+  c.planar = spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass);
+  const int copies = !c.planar && (!spec.a.nxc || !spec.b.nxc) ? 2 : 1;
+  const int64_t budget =
+      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), int64_t{1} << 18});
+  int64_t in_inner = 1, out_inner = 1;
+  for (int a = sa + 1; a < kAxes; ++a) {
+    in_inner *= forward ? p.I[a] : p.O[a];
+    out_inner *= forward ? p.O[a] : p.I[a];
+  }
+  auto slab = [&](int64_t o0, int64_t rows) {
+    int64_t lo = 0;
+    ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + rows), &lo);
+    q.N = 1;
+    return q;
+  };
+  auto layout = [&](bool direct) {
+    const int64_t per_image = copies * (in_img + (direct ? 0 : out_img));
+    c.rows = std::clamp<int64_t>(eo * budget / std::max<int64_t>(1, per_image), 1, eo);
+    c.slabs = (eo + c.rows - 1) / c.rows;
+    c.a_floats = c.b_floats = 0;
+    for (int64_t o0 = 0; o0 < eo; o0 += c.rows) {  // the largest slab's buffers
+      const ConvProblem q = slab(o0, c.rows);
+      c.a_floats = std::max(c.a_floats, (forward ? q.I[sa] : q.O[sa]) * in_inner * in_c);
+      if (!direct)
+        c.b_floats = std::max(c.b_floats, (forward ? q.O[sa] : q.I[sa]) * out_inner * out_c);
+    }
+    return per_image > 2 * budget;  // whether slabs are worth it
+  };
+  bool direct = spec.b.nxc && !c.planar;
+  if (direct) {
+    layout(true);  // the first, an inner and the last slab must round in the tiles
+    for (int64_t o0 : {int64_t{0}, c.rows, (c.slabs - 1) * c.rows})
+      direct = direct && (o0 >= eo || x86::conv_f32_out16_applies(spec.isa, spec.pass,
+                                                                    slab(o0, c.rows),
+                                                                    spec.nthreads));
+  }
+  if (!layout(direct)) {
+    c = chunked;
+    return false;
+  }
+  c.axis = sa;
+  c.direct16 = direct;
+  plan->copy_a = false;
+  plan->step.route = Route::Convert16;
+  return true;
+}
+
 // Route::Convert16 (plan.h). Its f32 copies are per-thread buffers kept
 // between calls (Workspace::buffer): fresh pages cost more than the widening
 // itself (a 4 MiB first touch took 3.8 ms on the Sapphire Rapids VM, and a
@@ -686,6 +768,12 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
+  // One image beyond the copies' budget (a long 1D signal, a large image):
+  // slabs of it, as the f32 NCX route's (N5), with f32 copies of about 1/40
+  // of the 16-bit tensors' elements (a tenth of the largest tensor's bytes:
+  // f32 is twice 16-bit), at least 1 MiB and 8x the weights (each slab's
+  // kernel packs them again).
+  if (spec.pass != Pass::BackwardWeights && plan_convert16_slabs(spec, plan)) return;
   // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles
   // round the result themselves write it straight into b (no f32 result
   // buffer, no narrowing pass); a is still widened per chunk.

@@ -118,6 +118,19 @@ struct Convert16Plan {
   int64_t b16_floats = 0;  // AMX, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)
+  // Slabs (not AMX, forward / backward-data; images = 1): an image too large
+  // for the copies' budget goes in slabs of `rows` kernel outputs along
+  // `axis` (slab_problem), `slabs` per image: the slab's inputs (with the
+  // rows its taps reach) widened into channels-last f32 (a_floats; NCX
+  // through kInput first), the channels-last f32 kernels, the result
+  // rounded into b (direct16 where it applies to the slab, else through
+  // b_floats of f32, NCX through kOutput). No f32 plans kept (full: null).
+  // With dense NCX activations where the planar kernels are preferred
+  // (use_planar), the slabs run them instead: widened per channel into
+  // a_floats, the result into b_floats, both NCX (no transposes).
+  int axis = -1;
+  int64_t rows = 0, slabs = 0;
+  bool planar = false;
 };
 
 struct CallPlan {

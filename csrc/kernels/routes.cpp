@@ -366,6 +366,90 @@ void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
     throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
 }
 
+// Convert16Plan's slabs: each image in slabs along cv.axis; a slab's inputs
+// widened into channels-last f32 (NCX: widened per channel into kInput,
+// then transposed), the channels-last kernels on the slab's problem, the
+// result rounded into b (the GEMM tiles round it themselves where they
+// apply to the slab and b is channels-last; else from f32, NCX through a
+// transpose into kOutput). w and bias: the call's f32 copies.
+bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
+  const CallSpec& s = c.plan.spec;
+  const Convert16Plan& cv = c.plan.convert;
+  const ConvProblem& p = s.p;
+  const bool forward = c.forward(), ncx_a = !s.a.nxc, ncx_b = !s.b.nxc;
+  const int sa = cv.axis;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
+  const int64_t eo = forward ? p.O[sa] : p.I[sa];
+  int64_t in_inner = 1, out_inner = 1;
+  for (int b = sa + 1; b < kAxes; ++b) {
+    in_inner *= forward ? p.I[b] : p.O[b];
+    out_inner *= forward ? p.O[b] : p.I[b];
+  }
+  const int out16 = s.dtype == DType::F16 ? 2 : 1;
+  float* const abuf = cv.planar ? nullptr : c.ws.buffer(kWideA, cv.a_floats);
+  float* bbuf = cv.planar || cv.direct16 ? nullptr : c.ws.buffer(kWideB, cv.b_floats);
+  float* const a_ncx = ncx_a ? c.ws.buffer(kInput, cv.a_floats) : nullptr;
+  float* const b_ncx = ncx_b ? c.ws.buffer(kOutput, cv.b_floats) : nullptr;
+  const uint16_t* const a16 = bits16(c.args.a.data);
+  uint16_t* const b16 = bits16(c.args.b.data);
+  std::shared_ptr<const x86::PreparedConv> prepared;
+  std::array<int64_t, 3> prepared_key{};
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t o0 = 0; o0 < eo; o0 += cv.rows) {
+      int64_t lo = 0;
+      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + cv.rows), &lo);
+      q.N = 1;
+      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
+      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+      if (qin * in_c > cv.a_floats || (!cv.direct16 && qout * out_c > cv.b_floats))
+        throw std::logic_error("convert16: a slab outgrows the plan's buffers");
+      const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx_a ? 1 : in_c);
+      uint16_t* const b = b16 + n * out_c * out_pixels + o0 * out_inner * (ncx_b ? 1 : out_c);
+      auto narrow_ncx = [&] {  // channel runs of qout positions
+        for (int64_t ch = 0; ch < out_c; ++ch)
+          narrow_from_f32(s.isa, s.dtype, b_ncx + ch * qout, b + ch * out_pixels, qout,
+                          s.nthreads);
+      };
+      if (ncx_a) {  // channel runs of qin positions
+        for (int64_t ch = 0; ch < in_c; ++ch)
+          widen_to_f32(s.isa, s.dtype, a + ch * in_pixels, a_ncx + ch * qin, qin, s.nthreads);
+        if (cv.planar) {
+          if (!x86::planar_f32(s.isa, q, forward, a_ncx, in.w,
+                               forward ? static_cast<const float*>(in.bias) : nullptr, b_ncx,
+                               s.nthreads))
+            return false;
+          narrow_ncx();
+          continue;
+        }
+        c.transpose(a_ncx, abuf, 1, in_c, qin);  // (C, X) -> (X, C)
+      } else {
+        widen_to_f32(s.isa, s.dtype, a, abuf, qin * in_c, s.nthreads);
+      }
+      // The slabs between the first and the last share one problem: one plan.
+      const std::array<int64_t, 3> key{q.I[sa], q.O[sa], q.pb[sa]};
+      if (!prepared || key != prepared_key) {
+        prepared = x86::prepare_conv_f32(s.isa, s.pass, q, in.w, ncx_b ? 0 : out16, s.nthreads);
+        prepared_key = key;
+      }
+      const float* bias = static_cast<const float*>(in.bias);
+      const bool direct = x86::prepared_out16(*prepared);
+      // (A slab the plan expected to round in the tiles but that does not:
+      // its f32 result needs a buffer after all.)
+      if (!direct && !bbuf) bbuf = c.ws.buffer(kWideB, qout * out_c);
+      if (!x86::run_prepared_conv(*prepared, abuf, in.w, bias, direct ? static_cast<void*>(b)
+                                                                     : static_cast<void*>(bbuf)))
+        return false;
+      if (direct) continue;
+      if (ncx_b) {  // (X, C) -> (C, X)
+        c.transpose(bbuf, b_ncx, 1, qout, out_c);
+        narrow_ncx();
+      } else {
+        narrow_from_f32(s.isa, s.dtype, bbuf, b, qout * out_c, s.nthreads);
+      }
+    }
+  return true;
+}
+
 // Route::Convert16 (plan.h): batch chunks widened into f32 buffers of the
 // tensors' own dense layout, each run by its f32 plan; results rounded once.
 bool run_convert16(const Ctx& c) {
@@ -394,6 +478,7 @@ bool run_convert16(const Ctx& c) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;
   }
+  if (cv.slabs) return run_convert16_slabs(c, in);
   if (bww && cv.amx) {
     run_amx_bww(c, abuf, bbuf, in.w);
     narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);

@@ -101,6 +101,17 @@ struct AxisMap {
 // Table entries (rows x taps) of an axis beyond which it goes lazy: 512 KiB
 // of int64 per table at most; the benchmark layers stay below (16384).
 constexpr int64_t kLazyEntries = int64_t{1} << 16;
+// 1D problems (axis 2 the only one) from 4096 entries: their tables only
+// regroup the two ends' rows, and building and streaming them cost more
+// than computing the windows (SPR, f32 NXC forward 64 -> 32 k16 s8 on 32768
+// positions: 40 ms with tables, 23 ms lazy; bf16 slabs of a 2**18 signal
+// 153 -> 124 ms).
+constexpr int64_t kLazyEntries1d = int64_t{1} << 12;
+
+bool lazy_axis(const ConvProblem& p, int ax, int64_t entries) {
+  const bool one_d = p.I[0] * p.I[1] * p.O[0] * p.O[1] == 1;
+  return ax == kAxes - 1 && (entries > kLazyEntries || (one_d && entries > kLazyEntries1d));
+}
 
 // Offset of a padding tap: the sum with two valid offsets stays negative.
 constexpr int64_t kPad = INT64_MIN / 4;
@@ -380,7 +391,7 @@ AxisMap forward_axis(const ConvProblem& p, int ax, int64_t q) {
   m.istep = 1;
   m.extent = p.I[ax];
   for (int64_t t = 0; t < m.taps; ++t) m.c.push_back((first + pb - m.tap[t] * d) / s);  // exact
-  m.lazy = ax == kAxes - 1 && m.rows * m.taps > kLazyEntries;
+  m.lazy = lazy_axis(p, ax, m.rows * m.taps);
   if (m.lazy) return m;
   m.out.resize(m.rows);
   m.in.resize(m.rows * m.taps);
@@ -408,7 +419,7 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
   m.istep = p.s[ax];
   m.extent = p.O[ax];
   for (int64_t k = 0; k < m.taps; ++k) m.c.push_back(k * p.d[ax] - p.pb[ax]);
-  m.lazy = ax == kAxes - 1 && m.rows * m.taps > kLazyEntries;
+  m.lazy = lazy_axis(p, ax, m.rows * m.taps);
   if (m.lazy) return m;
   m.out.resize(m.rows);
   m.in.resize(m.rows * m.taps);
@@ -2678,6 +2689,26 @@ bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, W
   const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16);
   if (plan.out_bytes != 2) return false;
   return run_conv(plan, in, w.data, pass == Pass::Forward ? bias : nullptr, out);
+}
+
+struct PreparedConv {
+  ConvPlan plan;
+};
+
+std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const ConvProblem& p,
+                                                     const WeightsView& w, int out16,
+                                                     int nthreads) {
+  auto prepared = std::make_shared<PreparedConv>();
+  prepared->plan = out16 ? plan_f32_out16(isa, pass, p, w, nthreads, out16)
+                         : plan_conv(table_for(isa), isa, pass, p, w, nthreads);
+  return prepared;
+}
+
+bool prepared_out16(const PreparedConv& c) { return c.plan.out_bytes == 2; }
+
+bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, const float* bias,
+                       void* out) {
+  return run_conv(c.plan, in, w.data, c.plan.fwd ? bias : nullptr, out);
 }
 
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {

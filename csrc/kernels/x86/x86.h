@@ -5,6 +5,7 @@
 // the reference). Activations are dense channels-last unless stated.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "../dispatch.h"
@@ -41,6 +42,19 @@ bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthrea
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
                     const float* bias, uint16_t* out, int out16, int nthreads);
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+// The channels-last f32 forward / backward-data planned once and run on
+// several inputs of the same problem (the slabs of route convert16: the
+// driver's tables are built once, not per slab). out16 (1 bf16, 2 f16): a
+// 16-bit result rounded by the GEMM tiles where prepared_out16 says they
+// do, else (and with out16 0) an f32 result. w: its strides (its data is
+// read by run_prepared_conv's w).
+struct PreparedConv;
+std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const ConvProblem& p,
+                                                     const WeightsView& w, int out16,
+                                                     int nthreads);
+bool prepared_out16(const PreparedConv& c);
+bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, const float* bias,
+                       void* out);
 // bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp): src dense in
 // CNX order (C, N, X...: each channel's pixels of every image in a row) and
 // diff_dst dense channels-last, both bf16; the f32 gradient written into
