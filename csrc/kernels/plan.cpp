@@ -759,6 +759,17 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
+  // AMX copying whole images (dense NCX, or a chunked reduction's f32
+  // result) of one image beyond the copies' budget: the f32 copies' slabs
+  // below instead, the memory bounded (the AMX tiles' speed given up there:
+  // such images are long signals and large few-channel images, where the
+  // copies, not the FMAs, take the time).
+  if (c.amx && (c.amx_ncx || !c.amx_out16) && spec.pass != Pass::BackwardWeights) {
+    const Convert16Plan amx = c;
+    c.amx = c.amx_out16 = c.amx_ncx = false;
+    if (plan_convert16_slabs(spec, plan)) return;
+    c = amx;
+  }
   if (c.amx) {
     const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
     c.w_floats = 0;  // the bf16 weights are packed as they are
