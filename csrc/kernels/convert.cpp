@@ -85,23 +85,24 @@ void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, 
 // whole blocks by block32 where given, the edges (and everything without
 // it) in scalar loops (GCC vectorizes neither: about an element a cycle).
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, Transpose16Block block32) {
+                   int nthreads, Transpose16Block block32, int64_t src_ld, int64_t dst_ld) {
   constexpr int64_t B = 32;
+  const int64_t lds = src_ld < 0 ? cols : src_ld, ldd = dst_ld < 0 ? rows : dst_ld;
   const int64_t rb = (rows + B - 1) / B, cb = (cols + B - 1) / B;
   const int64_t blocks = batch * rb * cb;
   const int nt = blocks >= 2 * nthreads ? nthreads : 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int64_t k = 0; k < blocks; ++k) {
     const int64_t b = k / (rb * cb), i0 = (k / cb) % rb * B, j0 = k % cb * B;
-    const uint16_t* s = src + b * rows * cols;
-    uint16_t* d = dst + b * rows * cols;
+    const uint16_t* s = src + b * rows * lds;
+    uint16_t* d = dst + b * cols * ldd;
     const int64_t i1 = std::min(rows, i0 + B), j1 = std::min(cols, j0 + B);
     if (block32 && i1 - i0 == B && j1 - j0 == B) {
-      block32(s + i0 * cols + j0, cols, d + j0 * rows + i0, rows);
+      block32(s + i0 * lds + j0, lds, d + j0 * ldd + i0, ldd);
       continue;
     }
     for (int64_t j = j0; j < j1; ++j)
-      for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
+      for (int64_t i = i0; i < i1; ++i) d[j * ldd + i] = s[i * lds + j];
   }
 }
 

@@ -22,8 +22,11 @@ void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, 
 // block32: a vector kernel for whole 32 x 32 blocks (dst[c*ldd + r] =
 // src[r*lds + c]), or null (scalar loops).
 using Transpose16Block = void (*)(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+// src_ld / dst_ld: the row strides when not dense (default cols / rows; batch
+// 1 only), e.g. a slab of each channel plane.
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, Transpose16Block block32 = nullptr);
+                   int nthreads, Transpose16Block block32 = nullptr, int64_t src_ld = -1,
+                   int64_t dst_ld = -1);
 // (N, C, X) -> (C, N, X) of 16-bit elements (both dense): dst[c][n][x] = src[n][c][x].
 void ncx_to_cnx_u16(const uint16_t* src, uint16_t* dst, int64_t n, int64_t c, int64_t x,
                     int nthreads);

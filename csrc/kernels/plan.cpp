@@ -473,6 +473,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         ConvProblem q = slab_problem(plan.spec.p, forward, c.axis, 0, c.rows, &lo);
         q.N = 1;
         os << " axis=" << c.axis << " rows=" << c.rows << " slabs=" << c.slabs;
+        if (c.amx) {
+          os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={"
+             << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads) << "}";
+          return;
+        }
         if (c.planar) {
           os << " driver={" << x86::describe_planar_f32(plan.spec.isa, plan.spec.pass, q,
                                                        plan.spec.nthreads)
@@ -705,6 +710,61 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   return true;
 }
 
+// Convert16Plan's slabs on AMX (plan.h): the 16-bit channels-last copies of
+// a dense NCX slab, and the f32 result of a chunked reduction, per slab.
+static bool plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
+  const ConvProblem& p = spec.p;
+  const bool forward = spec.pass == Pass::Forward;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
+  const int64_t in_img = in_c * in_pixels, out_img = out_c * out_pixels;
+  int sa = 0;
+  const auto& od = forward ? p.O : p.I;
+  while (sa < kAxes - 1 && od[sa] == 1) ++sa;
+  const int64_t eo = od[sa];
+  Convert16Plan& c = plan->convert;
+  if (c.images > 1 || eo < 2) return false;
+  const bool ncx = c.amx_ncx, out16 = c.amx_out16;
+  // Floats of copies per image: 16-bit transposes (half a float an element),
+  // the f32 result of a chunked reduction.
+  const int64_t per_image = (ncx ? (in_img + 1) / 2 : 0) +
+                            (out16 ? 0 : out_img) + (ncx ? (out_img + 1) / 2 : 0);
+  const int64_t budget =
+      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), int64_t{1} << 18});
+  if (per_image <= 2 * budget) return false;
+  int64_t in_inner = 1, out_inner = 1;
+  for (int a = sa + 1; a < kAxes; ++a) {
+    in_inner *= forward ? p.I[a] : p.O[a];
+    out_inner *= forward ? p.O[a] : p.I[a];
+  }
+  const int64_t rows = std::clamp<int64_t>(eo * budget / per_image, 1, eo);
+  int64_t a_floats = 0, b_floats = 0, b16_floats = 0;
+  const int64_t slabs = (eo + rows - 1) / rows;
+  for (int64_t o0 = 0; o0 < eo; o0 += rows) {
+    int64_t lo = 0;
+    ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + rows), &lo);
+    q.N = 1;
+    const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner * in_c;
+    const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner * out_c;
+    if (ncx) a_floats = std::max(a_floats, (qin + 1) / 2);
+    b_floats = std::max(b_floats, out16 ? (qout + 1) / 2 : qout);
+    if (ncx && !out16) b16_floats = std::max(b16_floats, (qout + 1) / 2);
+    // The tiles must take the first, an inner and the last slab as the whole.
+    if (o0 == 0 || o0 == rows || o0 + rows >= eo) {
+      const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, q, spec.nthreads);
+      if (!info.applies || info.out16 != out16) return false;
+    }
+  }
+  c.axis = sa;
+  c.rows = rows;
+  c.slabs = slabs;
+  c.w_floats = 0;  // the bf16 weights are packed as they are
+  c.a_floats = a_floats;
+  c.b_floats = b_floats;
+  c.b16_floats = b16_floats;
+  plan->step.route = Route::Convert16;
+  return true;
+}
+
 // Route::Convert16 (plan.h). Its f32 copies are per-thread buffers kept
 // between calls (Workspace::buffer): fresh pages cost more than the widening
 // itself (a 4 MiB first touch took 3.8 ms on the Sapphire Rapids VM, and a
@@ -760,11 +820,10 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     return;
   }
   // AMX copying whole images (dense NCX, or a chunked reduction's f32
-  // result) of one image beyond the copies' budget: the f32 copies' slabs
-  // below instead, the memory bounded (the AMX tiles' speed given up there:
-  // such images are long signals and large few-channel images, where the
-  // copies, not the FMAs, take the time).
+  // result) of one image beyond the copies' budget: slabs, on the AMX tiles
+  // where they take every slab alike, else through the f32 copies' slabs.
   if (c.amx && (c.amx_ncx || !c.amx_out16) && spec.pass != Pass::BackwardWeights) {
+    if (plan_amx_slabs(spec, plan)) return;
     const Convert16Plan amx = c;
     c.amx = c.amx_out16 = c.amx_ncx = false;
     if (plan_convert16_slabs(spec, plan)) return;

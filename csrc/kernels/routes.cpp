@@ -366,6 +366,59 @@ void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
     throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
 }
 
+// Convert16Plan's slabs on AMX: a dense NCX slab transposed into 16-bit
+// channels-last (abuf), or channels-last read in place; the tiles' result
+// (16-bit, or f32 narrowed) transposed into b's NCX slab, or narrowed into
+// b in place. The call's bf16 weights, its f32 bias.
+bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
+  const CallSpec& s = c.plan.spec;
+  const Convert16Plan& cv = c.plan.convert;
+  const ConvProblem& p = s.p;
+  const bool forward = c.forward(), ncx = cv.amx_ncx;
+  const int sa = cv.axis;
+  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
+  const int64_t eo = forward ? p.O[sa] : p.I[sa];
+  int64_t in_inner = 1, out_inner = 1;
+  for (int b = sa + 1; b < kAxes; ++b) {
+    in_inner *= forward ? p.I[b] : p.O[b];
+    out_inner *= forward ? p.O[b] : p.I[b];
+  }
+  const auto block = x86::transpose_u16_block32_amx;
+  uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
+  float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
+  uint16_t* const b16buf = cv.b16_floats ? bits16(c.ws.buffer(kOutput, cv.b16_floats)) : nullptr;
+  const uint16_t* const a16 = bits16(c.args.a.data);
+  uint16_t* const b16 = bits16(c.args.b.data);
+  const float* bias = static_cast<const float*>(in.bias);
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t o0 = 0; o0 < eo; o0 += cv.rows) {
+      int64_t lo = 0;
+      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + cv.rows), &lo);
+      q.N = 1;
+      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
+      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+      const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx ? 1 : in_c);
+      if (ncx) {
+        transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, block, in_pixels);
+        a = abuf;
+      }
+      uint16_t* const b = b16 + n * out_c * out_pixels + o0 * out_inner * (ncx ? 1 : out_c);
+      const bool ok = forward ? x86::forward_bf16_amx(q, a, c.args.w, bias, bbuf, cv.amx_out16,
+                                                      s.nthreads)
+                              : x86::backward_data_bf16_amx(q, a, c.args.w, bbuf, cv.amx_out16,
+                                                            s.nthreads);
+      if (!ok) return false;  // (the plan checked the first, an inner and the last slab)
+      const uint16_t* y16 = bits16(bbuf);
+      if (!cv.amx_out16) {
+        uint16_t* const dst = ncx ? b16buf : b;
+        narrow_from_f32(s.isa, s.dtype, bbuf, dst, qout * out_c, s.nthreads);
+        y16 = dst;
+      }
+      if (ncx) transpose_u16(y16, b, 1, qout, out_c, s.nthreads, block, -1, out_pixels);
+    }
+  return true;
+}
+
 // Convert16Plan's slabs: each image in slabs along cv.axis; a slab's inputs
 // widened into channels-last f32 (NCX: widened per channel into kInput,
 // then transposed), the channels-last kernels on the slab's problem, the
@@ -478,7 +531,7 @@ bool run_convert16(const Ctx& c) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;
   }
-  if (cv.slabs) return run_convert16_slabs(c, in);
+  if (cv.slabs) return cv.amx ? run_amx_slabs(c, in) : run_convert16_slabs(c, in);
   if (bww && cv.amx) {
     run_amx_bww(c, abuf, bbuf, in.w);
     narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
