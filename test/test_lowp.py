@@ -498,11 +498,12 @@ def test_direct16_nan_and_inf(bad, dtype, isa):
 
 
 SLAB_SHAPES = [
-    # (N, IC, OC, spatial, K, s, p, d, op): one image beyond the copies' budget
-    (1, 4, 4, (1 << 20,), (16,), (8,), (4,), (1,), (0,)),
+    # (N, IC, OC, spatial, K, s, p, d, op): one image whose copies exceed the
+    # slab budget (8 MiB of f32)
+    (1, 8, 4, (1 << 20,), (4,), (2,), (1,), (1,), (0,)),
     (1, 16, 8, (1 << 19,), (16,), (8,), (4,), (1,), (0,)),  # AMX-sized reduction
-    (1, 3, 5, (300_001,), (7,), (3,), (5,), (1,), (2,)),
-    (1, 2, 3, (600, 700), (4, 3), (2, 1), (1, 1), (1, 2), (1, 0)),  # slabs along H
+    (1, 3, 5, (1_500_001,), (7,), (3,), (5,), (1,), (2,)),
+    (1, 6, 3, (1100, 1300), (4, 3), (2, 1), (1, 1), (1, 2), (1, 0)),  # slabs along H
 ]
 
 

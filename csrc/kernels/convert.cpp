@@ -65,7 +65,42 @@ void in_parallel(int64_t n, int nthreads, F f) {
   }
 }
 
+// f(row, begin, len) over rows x [0, len) in pieces as in_parallel's.
+template <class F>
+void rows_in_parallel(int64_t rows, int64_t len, int nthreads, F f) {
+  constexpr int64_t kMinPiece = 16384;
+  const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>(nthreads, len / kMinPiece));
+  const int64_t total = rows * per_row, plen = (len + per_row - 1) / per_row;
+  const int nt = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({nthreads, total, rows * len / kMinPiece})));
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t k = 0; k < total; ++k) {
+    const int64_t r = k / per_row, b = k % per_row * plen, e = std::min(len, b + plen);
+    if (b < e) f(r, b, e - b);
+  }
+}
+
 }  // namespace
+
+void widen_rows_to_f32(Isa isa, DType dt, const void* src, int64_t ld_src, float* dst,
+                       int64_t ld_dst, int64_t rows, int64_t len, int nthreads) {
+  check_dtype(dt);
+  const Fn16To32 fn = widen_fn(isa, dt);
+  const auto* s = static_cast<const uint16_t*>(src);
+  rows_in_parallel(rows, len, nthreads, [&](int64_t r, int64_t b, int64_t n) {
+    fn(s + r * ld_src + b, dst + r * ld_dst + b, n);
+  });
+}
+
+void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, void* dst,
+                          int64_t ld_dst, int64_t rows, int64_t len, int nthreads) {
+  check_dtype(dt);
+  const Fn32To16 fn = narrow_fn(isa, dt);
+  auto* d = static_cast<uint16_t*>(dst);
+  rows_in_parallel(rows, len, nthreads, [&](int64_t r, int64_t b, int64_t n) {
+    fn(src + r * ld_src + b, d + r * ld_dst + b, n);
+  });
+}
 
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads) {
   check_dtype(dt);

@@ -16,6 +16,12 @@ namespace tct {
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads);
 // dst[i] = src[i] rounded to dt (DType::BF16 or DType::F16), i < n.
 void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads);
+// The same for rows of len elements: row r at src + r*ld_src, dst + r*ld_dst
+// (e.g. each channel's run of a slab of an NCX tensor), in one parallel pass.
+void widen_rows_to_f32(Isa isa, DType dt, const void* src, int64_t ld_src, float* dst,
+                       int64_t ld_dst, int64_t rows, int64_t len, int nthreads);
+void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, void* dst,
+                          int64_t ld_dst, int64_t rows, int64_t len, int nthreads);
 // Batched transpose of 16-bit elements: dst[b][j][i] = src[b][i][j] for
 // i < rows, j < cols (both dense): NCX <-> channels-last for the 16-bit
 // tensors that the bf16 tiles read and write without widening.

@@ -646,6 +646,12 @@ std::string describe(const CallPlan& plan) {
   return os.str();
 }
 
+// The 16-bit routes' slab budget at least (floats): 4 MiB, so that slabs
+// start beyond 8 MiB of copies, within the memory bound's slack, and calls of
+// a few MiB keep whole images (SPR, bf16 on AMX: HiFi-GAN 128 -> 64 k4 s2 on
+// 4096 NCX, 2 MiB of copies, ran 2.2-2.8x slower in 2-3 slabs with a 1 MiB floor).
+constexpr int64_t kSlabFloorFloats = int64_t{1} << 21;
+
 // Convert16Plan's slabs (plan.h), where an image outgrows the budget.
 static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
@@ -666,7 +672,7 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   c.planar = spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass);
   const int copies = !c.planar && (!spec.a.nxc || !spec.b.nxc) ? 2 : 1;
   const int64_t budget =
-      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), int64_t{1} << 18});
+      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
   int64_t in_inner = 1, out_inner = 1;
   for (int a = sa + 1; a < kAxes; ++a) {
     in_inner *= forward ? p.I[a] : p.O[a];
@@ -689,7 +695,7 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
       if (!direct)
         c.b_floats = std::max(c.b_floats, (forward ? q.O[sa] : q.I[sa]) * out_inner * out_c);
     }
-    return per_image > 2 * budget;  // whether slabs are worth it
+    return per_image > budget;  // whether slabs are worth it
   };
   bool direct = spec.b.nxc && !c.planar;
   if (direct) {
@@ -712,7 +718,8 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
 
 // Convert16Plan's slabs on AMX (plan.h): the 16-bit channels-last copies of
 // a dense NCX slab, and the f32 result of a chunked reduction, per slab.
-static bool plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
+enum class Slabs { NotNeeded, Planned, Declined };
+static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
   const bool forward = spec.pass == Pass::Forward;
   const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
@@ -722,15 +729,15 @@ static bool plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   while (sa < kAxes - 1 && od[sa] == 1) ++sa;
   const int64_t eo = od[sa];
   Convert16Plan& c = plan->convert;
-  if (c.images > 1 || eo < 2) return false;
+  if (c.images > 1 || eo < 2) return Slabs::NotNeeded;
   const bool ncx = c.amx_ncx, out16 = c.amx_out16;
   // Floats of copies per image: 16-bit transposes (half a float an element),
   // the f32 result of a chunked reduction.
   const int64_t per_image = (ncx ? (in_img + 1) / 2 : 0) +
                             (out16 ? 0 : out_img) + (ncx ? (out_img + 1) / 2 : 0);
   const int64_t budget =
-      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), int64_t{1} << 18});
-  if (per_image <= 2 * budget) return false;
+      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
+  if (per_image <= budget) return Slabs::NotNeeded;
   int64_t in_inner = 1, out_inner = 1;
   for (int a = sa + 1; a < kAxes; ++a) {
     in_inner *= forward ? p.I[a] : p.O[a];
@@ -751,7 +758,7 @@ static bool plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
     // The tiles must take the first, an inner and the last slab as the whole.
     if (o0 == 0 || o0 == rows || o0 + rows >= eo) {
       const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, q, spec.nthreads);
-      if (!info.applies || info.out16 != out16) return false;
+      if (!info.applies || info.out16 != out16) return Slabs::Declined;
     }
   }
   c.axis = sa;
@@ -762,7 +769,7 @@ static bool plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   c.b_floats = b_floats;
   c.b16_floats = b16_floats;
   plan->step.route = Route::Convert16;
-  return true;
+  return Slabs::Planned;
 }
 
 // Route::Convert16 (plan.h). Its f32 copies are per-thread buffers kept
@@ -823,11 +830,14 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // result) of one image beyond the copies' budget: slabs, on the AMX tiles
   // where they take every slab alike, else through the f32 copies' slabs.
   if (c.amx && (c.amx_ncx || !c.amx_out16) && spec.pass != Pass::BackwardWeights) {
-    if (plan_amx_slabs(spec, plan)) return;
+    const Slabs slabs = plan_amx_slabs(spec, plan);
+    if (slabs == Slabs::Planned) return;
     const Convert16Plan amx = c;
-    c.amx = c.amx_out16 = c.amx_ncx = false;
-    if (plan_convert16_slabs(spec, plan)) return;
-    c = amx;
+    if (slabs == Slabs::Declined) {
+      c.amx = c.amx_out16 = c.amx_ncx = false;
+      if (plan_convert16_slabs(spec, plan)) return;
+      c = amx;
+    }
   }
   if (c.amx) {
     const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
@@ -841,7 +851,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // One image beyond the copies' budget (a long 1D signal, a large image):
   // slabs of it, as the f32 NCX route's (N5), with f32 copies of about 1/40
   // of the 16-bit tensors' elements (a tenth of the largest tensor's bytes:
-  // f32 is twice 16-bit), at least 1 MiB and 8x the weights (each slab's
+  // f32 is twice 16-bit), at least 4 MiB and 8x the weights (each slab's
   // kernel packs them again).
   if (spec.pass != Pass::BackwardWeights && plan_convert16_slabs(spec, plan)) return;
   // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles

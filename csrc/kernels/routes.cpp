@@ -459,13 +459,10 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
       const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx_a ? 1 : in_c);
       uint16_t* const b = b16 + n * out_c * out_pixels + o0 * out_inner * (ncx_b ? 1 : out_c);
       auto narrow_ncx = [&] {  // channel runs of qout positions
-        for (int64_t ch = 0; ch < out_c; ++ch)
-          narrow_from_f32(s.isa, s.dtype, b_ncx + ch * qout, b + ch * out_pixels, qout,
-                          s.nthreads);
+        narrow_rows_from_f32(s.isa, s.dtype, b_ncx, qout, b, out_pixels, out_c, qout, s.nthreads);
       };
       if (ncx_a) {  // channel runs of qin positions
-        for (int64_t ch = 0; ch < in_c; ++ch)
-          widen_to_f32(s.isa, s.dtype, a + ch * in_pixels, a_ncx + ch * qin, qin, s.nthreads);
+        widen_rows_to_f32(s.isa, s.dtype, a, in_pixels, a_ncx, qin, in_c, qin, s.nthreads);
         if (cv.planar) {
           if (!x86::planar_f32(s.isa, q, forward, a_ncx, in.w,
                                forward ? static_cast<const float*>(in.bias) : nullptr, b_ncx,
