@@ -589,6 +589,35 @@ ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, 
   return q;
 }
 
+SlabSides slab_sides(const ConvProblem& p, bool forward) {
+  SlabSides g;
+  g.forward = forward;
+  const ConvSides cs = conv_sides(forward, p);
+  g.in_c = cs.in_c, g.in_pixels = cs.in_pixels, g.out_c = cs.out_c, g.out_pixels = cs.out_pixels;
+  const auto& od = forward ? p.O : p.I;
+  while (g.axis < kAxes - 1 && od[g.axis] == 1) ++g.axis;
+  g.eo = od[g.axis];
+  for (int a = g.axis + 1; a < kAxes; ++a) {
+    g.in_inner *= forward ? p.I[a] : p.O[a];
+    g.out_inner *= forward ? p.O[a] : p.I[a];
+  }
+  return g;
+}
+
+ConvProblem SlabSides::slab(const ConvProblem& p, int64_t o0, int64_t rows, int64_t* lo) const {
+  ConvProblem q = slab_problem(p, forward, axis, o0, std::min(eo, o0 + rows), lo);
+  q.N = 1;
+  return q;
+}
+
+int64_t SlabSides::in_positions(const ConvProblem& q) const {
+  return (forward ? q.I[axis] : q.O[axis]) * in_inner;
+}
+
+int64_t SlabSides::out_positions(const ConvProblem& q) const {
+  return (forward ? q.O[axis] : q.I[axis]) * out_inner;
+}
+
 ConvProblem piece_problem(const RouteStep& st, int64_t n0, int64_t i0, int64_t* o_lo) {
   const ConvProblem& q = st.q;
   const int a = st.axis;
@@ -655,13 +684,8 @@ constexpr int64_t kSlabFloorFloats = int64_t{1} << 21;
 // Convert16Plan's slabs (plan.h), where an image outgrows the budget.
 static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
-  const bool forward = spec.pass == Pass::Forward;
-  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
-  const int64_t in_img = in_c * in_pixels, out_img = out_c * out_pixels;
-  int sa = 0;
-  const auto& od = forward ? p.O : p.I;
-  while (sa < kAxes - 1 && od[sa] == 1) ++sa;
-  const int64_t eo = od[sa];
+  const SlabSides g = slab_sides(p, spec.pass == Pass::Forward);
+  const int64_t in_img = g.in_c * g.in_pixels, out_img = g.out_c * g.out_pixels, eo = g.eo;
   Convert16Plan& c = plan->convert;
   if (c.images > 1 || eo < 2) return false;
   if (!(spec.a.nxc || spec.a.ncx) || !(spec.b.nxc || spec.b.ncx)) return false;
@@ -673,16 +697,9 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   const int copies = !c.planar && (!spec.a.nxc || !spec.b.nxc) ? 2 : 1;
   const int64_t budget =
       std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
-  int64_t in_inner = 1, out_inner = 1;
-  for (int a = sa + 1; a < kAxes; ++a) {
-    in_inner *= forward ? p.I[a] : p.O[a];
-    out_inner *= forward ? p.O[a] : p.I[a];
-  }
   auto slab = [&](int64_t o0, int64_t rows) {
     int64_t lo = 0;
-    ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + rows), &lo);
-    q.N = 1;
-    return q;
+    return g.slab(p, o0, rows, &lo);
   };
   auto layout = [&](bool direct) {
     const int64_t per_image = copies * (in_img + (direct ? 0 : out_img));
@@ -691,9 +708,8 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
     c.a_floats = c.b_floats = 0;
     for (int64_t o0 = 0; o0 < eo; o0 += c.rows) {  // the largest slab's buffers
       const ConvProblem q = slab(o0, c.rows);
-      c.a_floats = std::max(c.a_floats, (forward ? q.I[sa] : q.O[sa]) * in_inner * in_c);
-      if (!direct)
-        c.b_floats = std::max(c.b_floats, (forward ? q.O[sa] : q.I[sa]) * out_inner * out_c);
+      c.a_floats = std::max(c.a_floats, g.in_positions(q) * g.in_c);
+      if (!direct) c.b_floats = std::max(c.b_floats, g.out_positions(q) * g.out_c);
     }
     return per_image > budget;  // whether slabs are worth it
   };
@@ -709,7 +725,7 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
     c = chunked;
     return false;
   }
-  c.axis = sa;
+  c.axis = g.axis;
   c.direct16 = direct;
   plan->copy_a = false;
   plan->step.route = Route::Convert16;
@@ -721,13 +737,8 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
 enum class Slabs { NotNeeded, Planned, Declined };
 static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
-  const bool forward = spec.pass == Pass::Forward;
-  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
-  const int64_t in_img = in_c * in_pixels, out_img = out_c * out_pixels;
-  int sa = 0;
-  const auto& od = forward ? p.O : p.I;
-  while (sa < kAxes - 1 && od[sa] == 1) ++sa;
-  const int64_t eo = od[sa];
+  const SlabSides g = slab_sides(p, spec.pass == Pass::Forward);
+  const int64_t in_img = g.in_c * g.in_pixels, out_img = g.out_c * g.out_pixels, eo = g.eo;
   Convert16Plan& c = plan->convert;
   if (c.images > 1 || eo < 2) return Slabs::NotNeeded;
   const bool ncx = c.amx_ncx, out16 = c.amx_out16;
@@ -738,20 +749,13 @@ static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   const int64_t budget =
       std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
   if (per_image <= budget) return Slabs::NotNeeded;
-  int64_t in_inner = 1, out_inner = 1;
-  for (int a = sa + 1; a < kAxes; ++a) {
-    in_inner *= forward ? p.I[a] : p.O[a];
-    out_inner *= forward ? p.O[a] : p.I[a];
-  }
   const int64_t rows = std::clamp<int64_t>(eo * budget / per_image, 1, eo);
   int64_t a_floats = 0, b_floats = 0, b16_floats = 0;
   const int64_t slabs = (eo + rows - 1) / rows;
   for (int64_t o0 = 0; o0 < eo; o0 += rows) {
     int64_t lo = 0;
-    ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + rows), &lo);
-    q.N = 1;
-    const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner * in_c;
-    const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner * out_c;
+    const ConvProblem q = g.slab(p, o0, rows, &lo);
+    const int64_t qin = g.in_positions(q) * g.in_c, qout = g.out_positions(q) * g.out_c;
     if (ncx) a_floats = std::max(a_floats, (qin + 1) / 2);
     b_floats = std::max(b_floats, out16 ? (qout + 1) / 2 : qout);
     if (ncx && !out16) b16_floats = std::max(b16_floats, (qout + 1) / 2);
@@ -761,7 +765,7 @@ static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
       if (!info.applies || info.out16 != out16) return Slabs::Declined;
     }
   }
-  c.axis = sa;
+  c.axis = g.axis;
   c.rows = rows;
   c.slabs = slabs;
   c.w_floats = 0;  // the bf16 weights are packed as they are

@@ -216,6 +216,21 @@ ActSides act_sides(Pass pass, const ConvProblem& p);
 bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src);
 // The part of problem p (forward or backward-data) that computes the kernel's
 // outputs [o0, o1) along axis a, and the first input row it reads (*lo).
+// One image in slabs along its outermost axis with more than one kernel
+// output (the 16-bit routes' slabs): that axis, its outputs, each side's
+// channels, positions per image and per step along the axis.
+struct SlabSides {
+  int axis = 0;
+  int64_t eo = 0;
+  int64_t in_c = 0, in_pixels = 0, out_c = 0, out_pixels = 0, in_inner = 1, out_inner = 1;
+  bool forward = true;
+  // The slab of outputs [o0, o0 + rows) (N = 1; slab_problem), *lo its
+  // first input row; its input and output positions.
+  ConvProblem slab(const ConvProblem& p, int64_t o0, int64_t rows, int64_t* lo) const;
+  int64_t in_positions(const ConvProblem& q) const;
+  int64_t out_positions(const ConvProblem& q) const;
+};
+SlabSides slab_sides(const ConvProblem& p, bool forward);
 ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
                          int64_t* lo);
 // Backward-weights piece (n0, i0) of a NcxPieces step: its problem and the

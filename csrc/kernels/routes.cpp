@@ -95,31 +95,23 @@ bool run_chunks(const Ctx& c, const RouteStep& st, const float* x, float* y) {
 // transposed through the buffers.
 bool run_slabs(const Ctx& c, const RouteStep& st, const float* x, float* y) {
   const ConvProblem& p = st.q;
-  const bool forward = c.forward();
-  const int sa = st.axis;
-  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
-  const int64_t in_image = in_c * in_pixels, out_image = out_c * out_pixels;
-  const int64_t eo = forward ? p.O[sa] : p.I[sa];
-  int64_t in_inner = 1, out_inner = 1;  // positions per step along the slab axis
-  for (int b = sa + 1; b < kAxes; ++b) {
-    in_inner *= forward ? p.I[b] : p.O[b];
-    out_inner *= forward ? p.O[b] : p.I[b];
-  }
+  const SlabSides g = slab_sides(p, c.forward());  // (its axis: st.axis, the same rule)
+  const int64_t in_image = g.in_c * g.in_pixels, out_image = g.out_c * g.out_pixels;
   float* in_buf = c.ws.buffer(kInput, st.buffer[kInput]);
   float* out_buf = c.ws.buffer(kOutput, st.buffer[kOutput]);
   for (int64_t n = 0; n < p.N; ++n)
-    for (int64_t o0 = 0; o0 < eo; o0 += st.rows) {
+    for (int64_t o0 = 0; o0 < g.eo; o0 += st.rows) {
       int64_t lo = 0;
-      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + st.rows), &lo);
-      q.N = 1;
-      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
-      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
-      if (qin * in_c > st.buffer[kInput] || qout * out_c > st.buffer[kOutput])
+      const ConvProblem q = g.slab(p, o0, st.rows, &lo);
+      const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
+      if (g.axis != st.axis || qin * g.in_c > st.buffer[kInput] ||
+          qout * g.out_c > st.buffer[kOutput])
         throw std::logic_error("run_slabs: a slab outgrows the plan's buffers");
-      c.transpose(x + n * in_image + lo * in_inner, in_buf, 1, in_c, qin, in_pixels, in_image);
+      c.transpose(x + n * in_image + lo * g.in_inner, in_buf, 1, g.in_c, qin, g.in_pixels,
+                  in_image);
       if (!channels_last_kernel(c, q, in_buf, out_buf)) return false;
-      c.transpose(out_buf, y + n * out_image + o0 * out_inner, 1, qout, out_c, -1, -1,
-                  out_pixels, out_image);
+      c.transpose(out_buf, y + n * out_image + o0 * g.out_inner, 1, qout, g.out_c, -1, -1,
+                  g.out_pixels, out_image);
     }
   return true;
 }
@@ -375,14 +367,9 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
   const Convert16Plan& cv = c.plan.convert;
   const ConvProblem& p = s.p;
   const bool forward = c.forward(), ncx = cv.amx_ncx;
-  const int sa = cv.axis;
-  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
-  const int64_t eo = forward ? p.O[sa] : p.I[sa];
-  int64_t in_inner = 1, out_inner = 1;
-  for (int b = sa + 1; b < kAxes; ++b) {
-    in_inner *= forward ? p.I[b] : p.O[b];
-    out_inner *= forward ? p.O[b] : p.I[b];
-  }
+  const SlabSides g = slab_sides(p, forward);
+  const int64_t in_c = g.in_c, in_pixels = g.in_pixels, out_c = g.out_c, out_pixels = g.out_pixels;
+  const int64_t in_inner = g.in_inner, out_inner = g.out_inner;
   const auto block = x86::transpose_u16_block32_amx;
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
@@ -391,12 +378,10 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
   uint16_t* const b16 = bits16(c.args.b.data);
   const float* bias = static_cast<const float*>(in.bias);
   for (int64_t n = 0; n < p.N; ++n)
-    for (int64_t o0 = 0; o0 < eo; o0 += cv.rows) {
+    for (int64_t o0 = 0; o0 < g.eo; o0 += cv.rows) {
       int64_t lo = 0;
-      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + cv.rows), &lo);
-      q.N = 1;
-      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
-      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+      const ConvProblem q = g.slab(p, o0, cv.rows, &lo);
+      const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
       const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx ? 1 : in_c);
       if (ncx) {
         transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, block, in_pixels);
@@ -430,14 +415,9 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
   const Convert16Plan& cv = c.plan.convert;
   const ConvProblem& p = s.p;
   const bool forward = c.forward(), ncx_a = !s.a.nxc, ncx_b = !s.b.nxc;
-  const int sa = cv.axis;
-  const auto [in_c, in_pixels, out_c, out_pixels] = conv_sides(forward, p);
-  const int64_t eo = forward ? p.O[sa] : p.I[sa];
-  int64_t in_inner = 1, out_inner = 1;
-  for (int b = sa + 1; b < kAxes; ++b) {
-    in_inner *= forward ? p.I[b] : p.O[b];
-    out_inner *= forward ? p.O[b] : p.I[b];
-  }
+  const SlabSides g = slab_sides(p, forward);
+  const int64_t in_c = g.in_c, in_pixels = g.in_pixels, out_c = g.out_c, out_pixels = g.out_pixels;
+  const int64_t in_inner = g.in_inner, out_inner = g.out_inner;
   const int out16 = s.dtype == DType::F16 ? 2 : 1;
   float* const abuf = cv.planar ? nullptr : c.ws.buffer(kWideA, cv.a_floats);
   float* bbuf = cv.planar || cv.direct16 ? nullptr : c.ws.buffer(kWideB, cv.b_floats);
@@ -448,12 +428,10 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
   std::shared_ptr<const x86::PreparedConv> prepared;
   std::array<int64_t, 3> prepared_key{};
   for (int64_t n = 0; n < p.N; ++n)
-    for (int64_t o0 = 0; o0 < eo; o0 += cv.rows) {
+    for (int64_t o0 = 0; o0 < g.eo; o0 += cv.rows) {
       int64_t lo = 0;
-      ConvProblem q = slab_problem(p, forward, sa, o0, std::min(eo, o0 + cv.rows), &lo);
-      q.N = 1;
-      const int64_t qin = (forward ? q.I[sa] : q.O[sa]) * in_inner;
-      const int64_t qout = (forward ? q.O[sa] : q.I[sa]) * out_inner;
+      const ConvProblem q = g.slab(p, o0, cv.rows, &lo);
+      const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
       if (qin * in_c > cv.a_floats || (!cv.direct16 && qout * out_c > cv.b_floats))
         throw std::logic_error("convert16: a slab outgrows the plan's buffers");
       const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx_a ? 1 : in_c);
@@ -476,7 +454,7 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
         widen_to_f32(s.isa, s.dtype, a, abuf, qin * in_c, s.nthreads);
       }
       // The slabs between the first and the last share one problem: one plan.
-      const std::array<int64_t, 3> key{q.I[sa], q.O[sa], q.pb[sa]};
+      const std::array<int64_t, 3> key{q.I[g.axis], q.O[g.axis], q.pb[g.axis]};
       if (!prepared || key != prepared_key) {
         prepared = x86::prepare_conv_f32(s.isa, s.pass, q, in.w, ncx_b ? 0 : out16, s.nthreads);
         prepared_key = key;
