@@ -79,6 +79,7 @@ def test_exact_timed_once_and_fastest(bench, p):
                 assert len(c) >= 2, e  # at least avx512 and avx2, or two NCX paths
             default = next(iter(c))
             fastest = min(c, key=c.get)
+            assert f"threads={torch.get_num_threads()}" in default, e
             if e["chosen"] != fastest:  # kept within the margin
                 assert e["chosen"] == default and c[fastest] >= c[default] * (1 - MARGIN), e
             else:
@@ -94,11 +95,35 @@ def test_every_candidate_exact(bench, p):
     tct = bench
     _run(p, torch.float32)
     labels = {label for e in tct.benchmark_results() for label in e["candidates"]}
+    threads = torch.get_num_threads()
     with tct.use_benchmark(False):
         for label in sorted(labels):
             fields = dict(f.split("=") for f in label.split())
-            with tct.use_isa(fields["isa"]), tct.use_ncx_path(fields["ncx_path"]):
-                _run(p, torch.float32, seed=5)
+            torch.set_num_threads(int(fields["threads"]))
+            try:
+                with tct.use_isa(fields["isa"]), tct.use_ncx_path(fields["ncx_path"]):
+                    _run(p, torch.float32, seed=5)
+            finally:
+                torch.set_num_threads(threads)
+
+
+def test_small_problems_try_fewer_threads(bench):
+    """Below about 4M multiply-adds the candidates include one thread (and half
+    the threads), with the same results."""
+    tct = bench
+    p = P.Problem(N=1, IC=8, OC=8, src_sp=(6, 6), K=(3, 3), strides=(1, 1), dilations=(1, 1),
+                  pads_begin=(1, 1), pads_end=(1, 1), data_format="NXC", weights_format="XOI",
+                  name="small")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _run(p, torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    for e in tct.benchmark_results():
+        labels = list(e["candidates"])
+        assert any(label.endswith(" threads=1") for label in labels), e
+        assert labels[0].endswith(" threads=2"), e
 
 
 def test_plan_trace_shows_the_choice(bench):
@@ -110,7 +135,7 @@ def test_plan_trace_shows_the_choice(bench):
         torch.ops.graph.conv_transpose(x, w, b, **p.attrs())
     (e,) = tct.benchmark_results()
     assert len(lines) == 2 and lines[0] == lines[1]
-    for field in e["chosen"].split():  # "isa=... ncx_path=..."
+    for field in e["chosen"].split():  # "isa=... ncx_path=... threads=..."
         assert f" {field} " in lines[0]
 
 

@@ -24,6 +24,7 @@ struct Choice {
   Isa isa;
   bool amx;
   NcxPath ncx_path;
+  int nthreads;
 };
 
 struct Cache {
@@ -82,7 +83,7 @@ Cache& cache() {
 
 std::string label(const CallSpec& s) {
   return std::string("isa=") + isa_name(s.amx ? Isa::Avx512Amx : s.isa) +
-         " ncx_path=" + ncx_path_name(s.ncx_path);
+         " ncx_path=" + ncx_path_name(s.ncx_path) + " threads=" + std::to_string(s.nthreads);
 }
 
 // The candidate of spec whose label is l (the file's choice), if any.
@@ -107,12 +108,13 @@ std::string fast_key(const CallSpec& s, const std::string& extra) {
   return key + extra;
 }
 
-Choice choice_of(const CallSpec& s) { return {s.isa, s.amx, s.ncx_path}; }
+Choice choice_of(const CallSpec& s) { return {s.isa, s.amx, s.ncx_path, s.nthreads}; }
 
 CallSpec apply(CallSpec s, const Choice& c) {
   s.isa = c.isa;
   s.amx = c.amx;
   s.ncx_path = c.ncx_path;
+  s.nthreads = c.nthreads;
   return s;
 }
 
@@ -163,15 +165,24 @@ std::vector<CallSpec> tuning_candidates(const CallSpec& spec) {
   std::vector<NcxPath> paths{spec.ncx_path};
   if (spec.ncx_path == NcxPath::Auto && (spec.a.ncx || spec.b.ncx))
     paths = {NcxPath::Auto, NcxPath::Planar, NcxPath::ChannelsLast};
+  // Small problems: also fewer threads (the team's start and barriers can
+  // outweigh the work; every route gives the same bits for any thread count).
+  std::vector<int> threads{spec.nthreads};
+  if (spec.nthreads > 1 && spec.p.macs() < kFewThreadsMacs) {
+    if (spec.nthreads / 2 > 1) threads.push_back(spec.nthreads / 2);
+    threads.push_back(1);
+  }
   std::vector<CallSpec> out;
-  for (const auto& [isa, with_amx] : isas)
-    for (NcxPath path : paths) {
-      CallSpec c = spec;
-      c.isa = isa;
-      c.amx = with_amx;
-      c.ncx_path = path;
-      out.push_back(c);
-    }
+  for (int nt : threads)
+    for (const auto& [isa, with_amx] : isas)
+      for (NcxPath path : paths) {
+        CallSpec c = spec;
+        c.isa = isa;
+        c.amx = with_amx;
+        c.ncx_path = path;
+        c.nthreads = nt;
+        out.push_back(c);
+      }
   return out;
 }
 
@@ -220,11 +231,12 @@ CallPlan tuned_call_plan(const CallSpec& spec, const std::string& extra,
   std::vector<double> best(plans.size(), 0);
   if (plans.size() > 1) {
     // A warm-up round (buffers, packed weights, caches), then rounds in turn
-    // (drifts hit every candidate alike): at least 2, up to 5 while the
-    // rounds took under half a second.
+    // (drifts hit every candidate alike): at least 2, more while the rounds
+    // took under 50 ms (up to 100: the minimum of a 20 us call over 5 rounds
+    // picked one thread where two were 1.3x faster, SPR).
     for (const CallPlan& p : plans) measure(p);
     double spent = 0;
-    for (int round = 0; round < 5 && (round < 2 || spent < 0.5); ++round)
+    for (int round = 0; round < 100 && (round < 2 || spent < 0.05); ++round)
       for (size_t i = 0; i < plans.size(); ++i) {
         const double t = measure(plans[i]);
         spent += t;

@@ -6,9 +6,9 @@
 //
 // Candidates (tuning_candidates): the same call on each vector ISA the spec's
 // ISA includes (avx512_amx -> avx512 -> avx2; for bf16 avx512_amx and
-// avx512 differ, for f32 and f16 they are one candidate), and for dense NCX
+// avx512 differ, for f32 and f16 they are one candidate), for dense NCX
 // activations with the NCX path on auto, both NCX paths (planar, channels
-// last). An ISA or NCX path forced by the user (set_isa to a lower ISA, an
+// last), and for small problems fewer threads. An ISA or NCX path forced by the user (set_isa to a lower ISA, an
 // NCX path other than auto) narrows the list. Candidates whose plans are the
 // same (apart from the spec's own fields) are timed once. Every candidate
 // computes the same result up to the order of float sums (exact on integer
@@ -28,7 +28,10 @@ namespace tct {
 bool benchmark_enabled();
 void set_benchmark_enabled(bool on);
 
-// The candidates of a spec, the spec itself (the default plan) first.
+// The candidates of a spec, the spec itself (the default plan) first; for
+// problems below kFewThreadsMacs multiply-adds, each also with half the
+// threads and with one (labels: "isa=... ncx_path=... threads=N").
+constexpr double kFewThreadsMacs = 4.0 * (1 << 20);
 std::vector<CallSpec> tuning_candidates(const CallSpec& spec);
 
 // The cache key of a spec (describe_spec of it) plus what the caller adds
@@ -36,7 +39,7 @@ std::vector<CallSpec> tuning_candidates(const CallSpec& spec);
 std::string tuning_key(const CallSpec& spec, const std::string& extra);
 
 struct TuningCandidate {
-  std::string label;  // "isa=avx512 ncx_path=planar"
+  std::string label;  // "isa=avx512 ncx_path=planar threads=2"
   double seconds = 0;  // the fastest timed call; 0 when read from a file
 };
 struct TuningEntry {

@@ -69,6 +69,25 @@ TEST(Tune, CandidatesFollowTheSpec) {
   EXPECT_EQ(labels(tuning_candidates(s)), (V{"reference/auto"}));
 }
 
+// Small problems also try fewer threads: half and one, each ISA and path.
+TEST(Tune, SmallProblemsTryFewerThreads) {
+  const Attributes attrs =
+      make_attributes({2, 2}, {1, 1}, {1, 1}, {1, 1}, "None", {}, 1, "NCX", "IOX");
+  CallSpec s = ncx_spec(Isa::Avx2);
+  s.nthreads = 8;
+  EXPECT_EQ(tuning_candidates(s).size(), 3u);  // (33M multiply-adds: threads kept)
+  s.p = resolve_forward({1, 8, 6, 6}, {8, 8, 4, 4}, std::nullopt, attrs);
+  ASSERT_LT(s.p.macs(), kFewThreadsMacs);
+  const std::vector<CallSpec> c = tuning_candidates(s);
+  ASSERT_EQ(c.size(), 9u);
+  for (size_t i = 0; i < c.size(); ++i)
+    EXPECT_EQ(c[i].nthreads, i < 3 ? 8 : i < 6 ? 4 : 1) << i;
+  s.nthreads = 2;
+  EXPECT_EQ(tuning_candidates(s).size(), 6u);  // 2 and 1
+  s.nthreads = 1;
+  EXPECT_EQ(tuning_candidates(s).size(), 3u);
+}
+
 // Made-up seconds per route of the candidate plan.
 struct FakeTimer {
   std::map<Route, double> seconds;
@@ -118,7 +137,7 @@ TEST_F(TuneCache, PicksTheFastestAndCachesIt) {
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0].key, tuning_key(s, "weights=IOX"));
   ASSERT_EQ(entries[0].candidates.size(), 2u);
-  EXPECT_EQ(entries[0].candidates[0].label, "isa=avx2 ncx_path=auto");
+  EXPECT_EQ(entries[0].candidates[0].label, "isa=avx2 ncx_path=auto threads=1");
   EXPECT_DOUBLE_EQ(entries[0].candidates[0].seconds, 2e-3);
   EXPECT_DOUBLE_EQ(entries[0].candidates[entries[0].chosen].seconds, 1e-3);
 }
@@ -189,7 +208,7 @@ TEST_F(TuneCache, UnknownChoiceFallsBackToTheDefault) {
   const std::string path = ::testing::TempDir() + "tct_tune_unknown.txt";
   {
     std::ofstream out(path);
-    out << tuning_key(s, "") << "\tisa=avx512 ncx_path=planar\n";
+    out << tuning_key(s, "") << "\tisa=avx512 ncx_path=planar threads=1\n";
   }
   set_tuning_file(path);
   EXPECT_EQ(describe(cached_call_plan(s, "")), describe(make_call_plan(s)));
