@@ -17,7 +17,6 @@ default beyond noise, faster where the default picks wrong.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -88,19 +87,16 @@ def main(argv=None):
     switch(was_on)
     print("\nsummary (geometric means; torch/x > 1: ours faster)")
 
-    def geo(v):
-        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
-
     groups = sorted({(lay, p) for _, lay, p, _, _ in rows})
     for lay, p in groups + [("all", "all")]:
         sel = [r for r in rows if (lay == "all" or (r[1] == lay and r[2] == p))]
         ts = [r[3] for r in sel]
-        g_def = geo([t["torch"] / t["default"] for t in ts])
-        g_tun = geo([t["torch"] / t["tuned"] for t in ts])
+        g_def = bench.geomean([t["torch"] / t["default"] for t in ts])
+        g_tun = bench.geomean([t["torch"] / t["tuned"] for t in ts])
         d_t = [t["default"] / t["tuned"] for t in ts]
         print(
             f"  {p:<6} {lay:<4} n={len(sel):<4} torch/default {g_def:.3f}  torch/tuned {g_tun:.3f}"
-            f"  default/tuned {geo(d_t):.3f} (min {min(d_t):.3f}, max {max(d_t):.3f})"
+            f"  default/tuned {bench.geomean(d_t):.3f} (min {min(d_t):.3f}, max {max(d_t):.3f})"
         )
     moved = [r for r in rows if abs(r[3]["default"] / r[3]["tuned"] - 1) > 0.05]
     for name, lay, p, t, choice in moved:

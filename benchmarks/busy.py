@@ -15,7 +15,6 @@ worst cases. Both results are checked against each other in each phase.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import statistics
@@ -67,10 +66,6 @@ class Competitors:
             p.wait()
 
 
-def geo(v):
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
-
-
 def main(argv=None):
     args = parse_args(argv)
     ops, pkg = bench.side_setup(args, f"{args.competitors} busy competitor(s); median per call")
@@ -118,9 +113,11 @@ def main(argv=None):
     for lay, p in groups + [("all", "all")]:
         sel = [r for r in rows if lay == "all" or (r[1] == lay and r[2] == p)]
         worst = max(sel, key=lambda r: r[4] / r[3])
+        g_t = bench.geomean([r[3] for r in sel])
+        g_o = bench.geomean([r[4] for r in sel])
+        g_ot = bench.geomean([r[4] / r[3] for r in sel])
         print(
-            f"  {p:<6} {lay:<4} n={len(sel):<4} torch {geo([r[3] for r in sel]):.2f}  "
-            f"ours {geo([r[4] for r in sel]):.2f}  o/t {geo([r[4] / r[3] for r in sel]):.3f}  "
+            f"  {p:<6} {lay:<4} n={len(sel):<4} torch {g_t:.2f}  ours {g_o:.2f}  o/t {g_ot:.3f}  "
             f"worst {worst[4] / worst[3]:.2f} ({worst[0]} {worst[1]} {worst[2]})"
         )
     return rows

@@ -134,34 +134,20 @@ def test_long_1d_exact_paths(isa):
                 assert torch.equal(go, gx), ("backward-data", tag)
 
 
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("pass_", ["fwd", "bwd_d"])
-def test_bf16_amx_channels_first_one_image_extra_memory(memory, pass_):
-    """bf16 on an AMX CPU with NCX tensors: one long image goes through the f32
-    copies' slabs rather than whole-image 16-bit transposes (321 MB for this
-    256 MB case before), within the f32 bound; exact."""
+def test_bf16_amx_one_image_extra_memory(memory, pass_, layout):
+    """bf16 on the AMX tiles, one long image: channels-last activations are
+    read and the result written in place (no f32 or transposed copies); NCX
+    goes in slabs of 16-bit transposes (321 MB for this 256 MB case when the
+    whole image was transposed). Either way the extra memory stays within the
+    f32 bound; results exact on integer data."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import problems as P
 
     P.require_isa("avx512_amx")
     case = ("16to8_k16s8", 1, 16, 8, 1 << 21, 16, 8, 4)
-    spec = memory.spec_of(case, "ncx", pass_, "ours", isa="avx512_amx", threads=2, dtype="bf16")
-    spec["check"] = True
-    r = memory.measure(spec)
-    assert r["exact"], r
-    assert r["first_mb"] <= _bound_mb(r), r
-
-
-@pytest.mark.parametrize("pass_", ["fwd", "bwd_d"])
-def test_bf16_amx_channels_last_extra_memory(memory, pass_):
-    """bf16 on the AMX tiles, channels-last: the activations are read and the
-    result written in place (no f32 or transposed copies), so the extra memory
-    stays within the f32 bound; results exact on integer data."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import problems as P
-
-    P.require_isa("avx512_amx")
-    case = ("16to8_k16s8", 1, 16, 8, 1 << 21, 16, 8, 4)
-    spec = memory.spec_of(case, "nxc", pass_, "ours", isa="avx512_amx", threads=2, dtype="bf16")
+    spec = memory.spec_of(case, layout, pass_, "ours", isa="avx512_amx", threads=2, dtype="bf16")
     spec["check"] = True
     r = memory.measure(spec)
     assert r["exact"], r

@@ -468,10 +468,9 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
          << " f32_bytes="
          << (c.a_floats + c.b_floats + c.b16_floats + c.w_floats) * sizeof(float);
       if (c.slabs) {  // (NCX: kInput and kOutput as large again)
-        const bool forward = plan.spec.pass == Pass::Forward;
         int64_t lo = 0;
-        ConvProblem q = slab_problem(plan.spec.p, forward, c.axis, 0, c.rows, &lo);
-        q.N = 1;
+        const ConvProblem q = slab_sides(plan.spec.p, plan.spec.pass == Pass::Forward)
+                                  .slab(plan.spec.p, 0, c.rows, &lo);
         os << " axis=" << c.axis << " rows=" << c.rows << " slabs=" << c.slabs;
         if (c.amx) {
           os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={"
@@ -675,11 +674,19 @@ std::string describe(const CallPlan& plan) {
   return os.str();
 }
 
-// The 16-bit routes' slab budget at least (floats): 4 MiB, so that slabs
-// start beyond 8 MiB of copies, within the memory bound's slack, and calls of
-// a few MiB keep whole images (SPR, bf16 on AMX: HiFi-GAN 128 -> 64 k4 s2 on
-// 4096 NCX, 2 MiB of copies, ran 2.2-2.8x slower in 2-3 slabs with a 1 MiB floor).
+// The 16-bit routes' slab budget (floats of copies a slab may take): 1/40
+// of the 16-bit tensors' elements (a tenth of the largest tensor's bytes:
+// f32 is twice 16-bit), 8x the weights (each slab's kernel packs them
+// again), and at least 8 MiB, within the memory bound's slack, so that
+// calls of a few MiB keep whole images (SPR, bf16 on AMX: HiFi-GAN 128 -> 64
+// k4 s2 on 4096 NCX, 2 MiB of copies, ran 2.2-2.8x slower in 2-3 slabs with
+// a 1 MiB floor). Slabs are taken where an image's copies exceed it.
 constexpr int64_t kSlabFloorFloats = int64_t{1} << 21;
+
+int64_t slab_budget(const ConvProblem& p, const SlabSides& g) {
+  return std::max({p.N * (g.in_c * g.in_pixels + g.out_c * g.out_pixels) / 40,
+                   8 * weights_floats(p), kSlabFloorFloats});
+}
 
 // Convert16Plan's slabs (plan.h), where an image outgrows the budget.
 static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
@@ -695,8 +702,7 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   // kernels takes a second buffer a side, the planar kernels none.
   c.planar = spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass);
   const int copies = !c.planar && (!spec.a.nxc || !spec.b.nxc) ? 2 : 1;
-  const int64_t budget =
-      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
+  const int64_t budget = slab_budget(p, g);
   auto slab = [&](int64_t o0, int64_t rows) {
     int64_t lo = 0;
     return g.slab(p, o0, rows, &lo);
@@ -714,14 +720,15 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
     return per_image > budget;  // whether slabs are worth it
   };
   bool direct = spec.b.nxc && !c.planar;
-  if (direct) {
-    layout(true);  // the first, an inner and the last slab must round in the tiles
+  bool worth = layout(direct);
+  if (direct) {  // the first, an inner and the last slab must round in the tiles
     for (int64_t o0 : {int64_t{0}, c.rows, (c.slabs - 1) * c.rows})
       direct = direct && (o0 >= eo || x86::conv_f32_out16_applies(spec.isa, spec.pass,
                                                                     slab(o0, c.rows),
                                                                     spec.nthreads));
+    if (!direct) worth = layout(false);
   }
-  if (!layout(direct)) {
+  if (!worth) {
     c = chunked;
     return false;
   }
@@ -746,8 +753,7 @@ static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   // the f32 result of a chunked reduction.
   const int64_t per_image = (ncx ? (in_img + 1) / 2 : 0) +
                             (out16 ? 0 : out_img) + (ncx ? (out_img + 1) / 2 : 0);
-  const int64_t budget =
-      std::max({p.N * (in_img + out_img) / 40, 8 * weights_floats(p), kSlabFloorFloats});
+  const int64_t budget = slab_budget(p, g);
   if (per_image <= budget) return Slabs::NotNeeded;
   const int64_t rows = std::clamp<int64_t>(eo * budget / per_image, 1, eo);
   int64_t a_floats = 0, b_floats = 0, b16_floats = 0;
@@ -836,8 +842,8 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   if (c.amx && (c.amx_ncx || !c.amx_out16) && spec.pass != Pass::BackwardWeights) {
     const Slabs slabs = plan_amx_slabs(spec, plan);
     if (slabs == Slabs::Planned) return;
-    const Convert16Plan amx = c;
     if (slabs == Slabs::Declined) {
+      const Convert16Plan amx = c;
       c.amx = c.amx_out16 = c.amx_ncx = false;
       if (plan_convert16_slabs(spec, plan)) return;
       c = amx;
@@ -853,10 +859,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     return;
   }
   // One image beyond the copies' budget (a long 1D signal, a large image):
-  // slabs of it, as the f32 NCX route's (N5), with f32 copies of about 1/40
-  // of the 16-bit tensors' elements (a tenth of the largest tensor's bytes:
-  // f32 is twice 16-bit), at least 4 MiB and 8x the weights (each slab's
-  // kernel packs them again).
+  // slabs of it, as the f32 NCX route's (N5), each within slab_budget().
   if (spec.pass != Pass::BackwardWeights && plan_convert16_slabs(spec, plan)) return;
   // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles
   // round the result themselves write it straight into b (no f32 result

@@ -118,16 +118,17 @@ struct Convert16Plan {
   int64_t b16_floats = 0;  // AMX, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)
-  // Slabs (not AMX, forward / backward-data; images = 1): an image too large
-  // for the copies' budget goes in slabs of `rows` kernel outputs along
-  // `axis` (slab_problem), `slabs` per image: the slab's inputs (with the
-  // rows its taps reach) widened into channels-last f32 (a_floats; NCX
-  // through kInput first), the channels-last f32 kernels, the result
-  // rounded into b (direct16 where it applies to the slab, else through
-  // b_floats of f32, NCX through kOutput). No f32 plans kept (full: null).
-  // With dense NCX activations where the planar kernels are preferred
-  // (use_planar), the slabs run them instead: widened per channel into
-  // a_floats, the result into b_floats, both NCX (no transposes).
+  // Slabs (forward / backward-data; images = 1): an image too large for
+  // the copies' budget goes in slabs of `rows` kernel outputs along `axis`
+  // (SlabSides), `slabs` per image. Not AMX: the slab's inputs (with the rows
+  // its taps reach) widened into channels-last f32 (a_floats; NCX through
+  // kInput first), the channels-last f32 kernels, the result rounded into b
+  // (direct16 where the tiles round it, else through b_floats of f32, NCX
+  // through kOutput); no f32 plans kept (full: null). With dense NCX
+  // activations where the planar kernels are preferred (use_planar), the
+  // slabs run them instead: widened per channel into a_floats, the result
+  // into b_floats, both NCX (no transposes). AMX: as run_amx_chunk per slab
+  // (a_floats, b_floats, b16_floats: a slab's).
   int axis = -1;
   int64_t rows = 0, slabs = 0;
   bool planar = false;
@@ -216,6 +217,8 @@ ActSides act_sides(Pass pass, const ConvProblem& p);
 bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src);
 // The part of problem p (forward or backward-data) that computes the kernel's
 // outputs [o0, o1) along axis a, and the first input row it reads (*lo).
+ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
+                         int64_t* lo);
 // One image in slabs along its outermost axis with more than one kernel
 // output (the 16-bit routes' slabs): that axis, its outputs, each side's
 // channels, positions per image and per step along the axis.
@@ -229,10 +232,16 @@ struct SlabSides {
   ConvProblem slab(const ConvProblem& p, int64_t o0, int64_t rows, int64_t* lo) const;
   int64_t in_positions(const ConvProblem& q) const;
   int64_t out_positions(const ConvProblem& q) const;
+  // Element offsets in dense tensors (NCX, or channels-last where nxc) of
+  // image n's input row lo and output row o0 along the axis.
+  int64_t in_offset(int64_t n, int64_t lo, bool nxc) const {
+    return n * in_c * in_pixels + lo * in_inner * (nxc ? in_c : 1);
+  }
+  int64_t out_offset(int64_t n, int64_t o0, bool nxc) const {
+    return n * out_c * out_pixels + o0 * out_inner * (nxc ? out_c : 1);
+  }
 };
 SlabSides slab_sides(const ConvProblem& p, bool forward);
-ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
-                         int64_t* lo);
 // Backward-weights piece (n0, i0) of a NcxPieces step: its problem and the
 // first diff_dst row of its window along step.axis (*o_lo).
 ConvProblem piece_problem(const RouteStep& step, int64_t n0, int64_t i0, int64_t* o_lo);

@@ -96,7 +96,6 @@ bool run_chunks(const Ctx& c, const RouteStep& st, const float* x, float* y) {
 bool run_slabs(const Ctx& c, const RouteStep& st, const float* x, float* y) {
   const ConvProblem& p = st.q;
   const SlabSides g = slab_sides(p, c.forward());  // (its axis: st.axis, the same rule)
-  const int64_t in_image = g.in_c * g.in_pixels, out_image = g.out_c * g.out_pixels;
   float* in_buf = c.ws.buffer(kInput, st.buffer[kInput]);
   float* out_buf = c.ws.buffer(kOutput, st.buffer[kOutput]);
   for (int64_t n = 0; n < p.N; ++n)
@@ -107,11 +106,10 @@ bool run_slabs(const Ctx& c, const RouteStep& st, const float* x, float* y) {
       if (g.axis != st.axis || qin * g.in_c > st.buffer[kInput] ||
           qout * g.out_c > st.buffer[kOutput])
         throw std::logic_error("run_slabs: a slab outgrows the plan's buffers");
-      c.transpose(x + n * in_image + lo * g.in_inner, in_buf, 1, g.in_c, qin, g.in_pixels,
-                  in_image);
+      c.transpose(x + g.in_offset(n, lo, false), in_buf, 1, g.in_c, qin, g.in_pixels);
       if (!channels_last_kernel(c, q, in_buf, out_buf)) return false;
-      c.transpose(out_buf, y + n * out_image + o0 * g.out_inner, 1, qout, g.out_c, -1, -1,
-                  g.out_pixels, out_image);
+      c.transpose(out_buf, y + g.out_offset(n, o0, false), 1, qout, g.out_c, -1, -1,
+                  g.out_pixels);
     }
   return true;
 }
@@ -368,8 +366,7 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
   const ConvProblem& p = s.p;
   const bool forward = c.forward(), ncx = cv.amx_ncx;
   const SlabSides g = slab_sides(p, forward);
-  const int64_t in_c = g.in_c, in_pixels = g.in_pixels, out_c = g.out_c, out_pixels = g.out_pixels;
-  const int64_t in_inner = g.in_inner, out_inner = g.out_inner;
+  const int64_t in_c = g.in_c, out_c = g.out_c;
   const auto block = x86::transpose_u16_block32_amx;
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
@@ -382,12 +379,12 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
       int64_t lo = 0;
       const ConvProblem q = g.slab(p, o0, cv.rows, &lo);
       const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
-      const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx ? 1 : in_c);
+      const uint16_t* a = a16 + g.in_offset(n, lo, !ncx);
       if (ncx) {
-        transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, block, in_pixels);
+        transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, block, g.in_pixels);
         a = abuf;
       }
-      uint16_t* const b = b16 + n * out_c * out_pixels + o0 * out_inner * (ncx ? 1 : out_c);
+      uint16_t* const b = b16 + g.out_offset(n, o0, !ncx);
       const bool ok = forward ? x86::forward_bf16_amx(q, a, c.args.w, bias, bbuf, cv.amx_out16,
                                                       s.nthreads)
                               : x86::backward_data_bf16_amx(q, a, c.args.w, bbuf, cv.amx_out16,
@@ -399,7 +396,7 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
         narrow_from_f32(s.isa, s.dtype, bbuf, dst, qout * out_c, s.nthreads);
         y16 = dst;
       }
-      if (ncx) transpose_u16(y16, b, 1, qout, out_c, s.nthreads, block, -1, out_pixels);
+      if (ncx) transpose_u16(y16, b, 1, qout, out_c, s.nthreads, block, -1, g.out_pixels);
     }
   return true;
 }
@@ -416,8 +413,7 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
   const ConvProblem& p = s.p;
   const bool forward = c.forward(), ncx_a = !s.a.nxc, ncx_b = !s.b.nxc;
   const SlabSides g = slab_sides(p, forward);
-  const int64_t in_c = g.in_c, in_pixels = g.in_pixels, out_c = g.out_c, out_pixels = g.out_pixels;
-  const int64_t in_inner = g.in_inner, out_inner = g.out_inner;
+  const int64_t in_c = g.in_c, out_c = g.out_c;
   const int out16 = s.dtype == DType::F16 ? 2 : 1;
   float* const abuf = cv.planar ? nullptr : c.ws.buffer(kWideA, cv.a_floats);
   float* bbuf = cv.planar || cv.direct16 ? nullptr : c.ws.buffer(kWideB, cv.b_floats);
@@ -434,13 +430,14 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
       const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
       if (qin * in_c > cv.a_floats || (!cv.direct16 && qout * out_c > cv.b_floats))
         throw std::logic_error("convert16: a slab outgrows the plan's buffers");
-      const uint16_t* a = a16 + n * in_c * in_pixels + lo * in_inner * (ncx_a ? 1 : in_c);
-      uint16_t* const b = b16 + n * out_c * out_pixels + o0 * out_inner * (ncx_b ? 1 : out_c);
+      const uint16_t* a = a16 + g.in_offset(n, lo, !ncx_a);
+      uint16_t* const b = b16 + g.out_offset(n, o0, !ncx_b);
       auto narrow_ncx = [&] {  // channel runs of qout positions
-        narrow_rows_from_f32(s.isa, s.dtype, b_ncx, qout, b, out_pixels, out_c, qout, s.nthreads);
+        narrow_rows_from_f32(s.isa, s.dtype, b_ncx, qout, b, g.out_pixels, out_c, qout,
+                             s.nthreads);
       };
       if (ncx_a) {  // channel runs of qin positions
-        widen_rows_to_f32(s.isa, s.dtype, a, in_pixels, a_ncx, qin, in_c, qin, s.nthreads);
+        widen_rows_to_f32(s.isa, s.dtype, a, g.in_pixels, a_ncx, qin, in_c, qin, s.nthreads);
         if (cv.planar) {
           if (!x86::planar_f32(s.isa, q, forward, a_ncx, in.w,
                                forward ? static_cast<const float*>(in.bias) : nullptr, b_ncx,

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <unordered_map>
 
 namespace tct {
@@ -36,7 +35,6 @@ struct Cache {
   std::unordered_map<std::string, Choice> fast;
   std::vector<std::string> order;  // keys in the order they were added
   std::string file;
-  bool file_read_from_env = false;
 };
 
 void add_locked(Cache& c, TuningEntry e) {
@@ -81,15 +79,18 @@ Cache& cache() {
   return *c;
 }
 
+// The ISA a candidate names (AMX: the flag on top of AVX-512).
+Isa named_isa(const CallSpec& s) { return s.amx ? Isa::Avx512Amx : s.isa; }
+
 std::string label(const CallSpec& s) {
-  return std::string("isa=") + isa_name(s.amx ? Isa::Avx512Amx : s.isa) +
+  return std::string("isa=") + isa_name(named_isa(s)) +
          " ncx_path=" + ncx_path_name(s.ncx_path) + " threads=" + std::to_string(s.nthreads);
 }
 
 // The candidate of spec whose label is l (the file's choice), if any.
 bool candidate_of(const CallSpec& spec, const std::string& l, CallSpec* out) {
   for (const CallSpec& c : tuning_candidates(spec))
-    if (label(c) == l && isa_supported(c.amx ? Isa::Avx512Amx : c.isa)) {
+    if (label(c) == l && isa_supported(named_isa(c))) {
       *out = c;
       return true;
     }
@@ -220,7 +221,7 @@ CallPlan tuned_call_plan(const CallSpec& spec, const std::string& extra,
   std::vector<CallPlan> plans;
   std::vector<std::string> bodies;
   for (const CallSpec& cand : tuning_candidates(spec)) {
-    if (!isa_supported(cand.amx ? Isa::Avx512Amx : cand.isa)) continue;
+    if (!isa_supported(named_isa(cand))) continue;
     CallPlan plan = make_call_plan(cand);
     std::string body = plan_body(plan);
     if (std::find(bodies.begin(), bodies.end(), body) != bodies.end()) continue;
