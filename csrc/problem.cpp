@@ -273,11 +273,9 @@ double ConvProblem::macs() const {
   return static_cast<double>(N) * IC() * OCg * taps() * src_spatial();
 }
 
-std::pair<int64_t, int64_t> ConvProblem::tap_src_range(int ax, int64_t k) const {
-  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
-  const int64_t shift = k * d[ax] - pb[ax];  // o = i*s + shift
-  const int64_t lo = std::clamp<int64_t>(floor_div(-shift + s[ax] - 1, s[ax]), 0, I[ax]);
-  const int64_t hi = std::clamp<int64_t>(floor_div(O[ax] - 1 - shift, s[ax]) + 1, lo, I[ax]);
+std::pair<int64_t, int64_t> TapAxis::src_range(int64_t k) const {
+  const int64_t lo = std::clamp<int64_t>(src_ceil(0, k), 0, I);
+  const int64_t hi = std::clamp<int64_t>(src_floor(O - 1, k) + 1, lo, I);
   return {lo, hi};
 }
 

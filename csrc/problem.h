@@ -61,6 +61,47 @@ constexpr int64_t kMaxExtent = int64_t{1} << 62;
 
 constexpr int kAxes = 3;  // canonical spatial axes: a 1D/2D problem has leading axes of size 1
 
+// Integer division rounded down, its remainder (0 <= r < b), division rounded
+// up and rounding up to a multiple, for any a and b > 0.
+constexpr int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+constexpr int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// The tap geometry of one spatial axis, the one model every plan and driver
+// derives its maps, phases, lines and windows from: src position i, kernel
+// tap k and dst position o meet where o = i*s - pb + k*d (SPEC section 3).
+// Tap k's shift k*d - pb splits by the stride into off*s + phase with
+// 0 <= phase < s: src i's tap k lands on dst (i + off)*s + phase, so the dst
+// positions of one phase (o mod s) are reached by the taps of that phase only.
+struct TapAxis {
+  int64_t I = 1, O = 1, K = 1, s = 1, d = 1, pb = 0;  // src and dst sizes, kernel, attributes
+
+  // The dst position of src i through tap k (possibly outside [0, O)).
+  constexpr int64_t dst_of(int64_t i, int64_t k) const { return i * s - pb + k * d; }
+  constexpr int64_t tap_off(int64_t k) const { return floor_div(k * d - pb, s); }
+  constexpr int64_t tap_phase(int64_t k) const { return floor_mod(k * d - pb, s); }
+  // The last (first) src position, of any integer ones, whose tap k lands at
+  // or before (at or after) dst o; they are equal where tap k reaches o.
+  constexpr int64_t src_floor(int64_t o, int64_t k) const { return floor_div(o + pb - k * d, s); }
+  constexpr int64_t src_ceil(int64_t o, int64_t k) const { return ceil_div(o + pb - k * d, s); }
+  // Whether tap k reaches dst o from some integer src position: o is in tap k's phase.
+  constexpr bool reaches(int64_t o, int64_t k) const { return floor_mod(o - tap_phase(k), s) == 0; }
+  // The src position inside [0, I) whose tap k lands on dst o, else -1.
+  constexpr int64_t src_at(int64_t o, int64_t k) const {
+    const int64_t i = src_floor(o, k);
+    return reaches(o, k) && i >= 0 && i < I ? i : -1;
+  }
+  // The dst position inside [0, O) that src i's tap k lands on, else -1.
+  constexpr int64_t dst_at(int64_t i, int64_t k) const {
+    const int64_t o = dst_of(i, k);
+    return o >= 0 && o < O ? o : -1;
+  }
+  // The src positions whose tap k lands inside dst: [first, second), empty as
+  // first == second.
+  std::pair<int64_t, int64_t> src_range(int64_t k) const;
+};
+
 // A resolved problem. "src" is the small tensor (forward input), "dst" the
 // large one. The resolvers guarantee the limits above, so the products below
 // cannot overflow. Spatial arrays are canonical: axis kAxes-S.. hold the real axes,
@@ -86,7 +127,9 @@ struct ConvProblem {
   double macs() const;
   // The src positions i on axis ax (canonical) whose tap k lands inside dst,
   // 0 <= i*s - pb + k*d < O: [first, second), empty as first == second.
-  std::pair<int64_t, int64_t> tap_src_range(int ax, int64_t k) const;
+  std::pair<int64_t, int64_t> tap_src_range(int ax, int64_t k) const { return axis(ax).src_range(k); }
+  // Axis ax (canonical) of the tap geometry.
+  TapAxis axis(int ax) const { return {I[ax], O[ax], K[ax], s[ax], d[ax], pb[ax]}; }
   // Real (non-canonical) spatial values, for shapes and messages.
   std::vector<int64_t> spatial(const std::array<int64_t, kAxes>& a) const;
 };

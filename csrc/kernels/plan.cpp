@@ -13,9 +13,6 @@ namespace {
 
 constexpr double kF32 = sizeof(float);  // bytes per element
 
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Input and result both dense NCX: what the planar kernels take in place.
 bool dense_ncx_pair(ActLayout a, ActLayout b) { return a.ncx && b.ncx; }
 
@@ -566,23 +563,23 @@ bool strided_1x1_at_src(const ConvProblem& p, ConvProblem* at_src) {
 ConvProblem slab_problem(const ConvProblem& p, bool forward, int a, int64_t o0, int64_t o1,
                          int64_t* lo_out) {
   ConvProblem q = p;
-  const int64_t s = p.s[a], d = p.d[a], pb = p.pb[a], reach = (p.K[a] - 1) * d;
+  const TapAxis ax = p.axis(a);
   int64_t lo, hi;
-  if (forward) {  // src i feeds o = i*s - pb + k*d
-    const int64_t ei = p.I[a];
-    lo = std::max<int64_t>(0, std::min(floor_div(o0 + pb - reach + s - 1, s), floor_div(o0 + pb, s)));
-    lo = std::min(lo, ei - 1);
-    hi = std::clamp<int64_t>(floor_div(o1 - 1 + pb, s) + 1, lo + 1, ei);
+  if (forward) {  // src i feeds dst o = ax.dst_of(i, k)
+    // From the first src position whose last tap reaches o0 or beyond (no
+    // later than tap 0's at or before o0) to tap 0's at or before o1 - 1.
+    lo = std::max<int64_t>(0, std::min(ax.src_ceil(o0, ax.K - 1), ax.src_floor(o0, 0)));
+    lo = std::min(lo, ax.I - 1);
+    hi = std::clamp<int64_t>(ax.src_floor(o1 - 1, 0) + 1, lo + 1, ax.I);
     q.I[a] = hi - lo;
     q.O[a] = o1 - o0;
-    q.pb[a] = pb + o0 - lo * s;
-  } else {  // src i reads o = i*s - pb + k*d
-    const int64_t ei = p.O[a];
-    lo = std::clamp<int64_t>(o0 * s - pb, 0, ei - 1);
-    hi = std::clamp<int64_t>((o1 - 1) * s - pb + reach + 1, lo + 1, ei);
+    q.pb[a] = ax.pb + o0 - lo * ax.s;
+  } else {  // src i reads dst o = ax.dst_of(i, k)
+    lo = std::clamp<int64_t>(ax.dst_of(o0, 0), 0, ax.O - 1);
+    hi = std::clamp<int64_t>(ax.dst_of(o1 - 1, ax.K - 1) + 1, lo + 1, ax.O);
     q.I[a] = o1 - o0;
     q.O[a] = hi - lo;
-    q.pb[a] = pb - o0 * s + lo;
+    q.pb[a] = ax.pb - o0 * ax.s + lo;
   }
   *lo_out = lo;
   return q;
@@ -620,15 +617,15 @@ int64_t SlabSides::out_positions(const ConvProblem& q) const {
 ConvProblem piece_problem(const RouteStep& st, int64_t n0, int64_t i0, int64_t* o_lo) {
   const ConvProblem& q = st.q;
   const int a = st.axis;
+  const TapAxis ax = q.axis(a);
   const int64_t reach = (q.K[a] - 1) * q.d[a];  // diff_dst rows a src row's taps span, - 1
   ConvProblem qp = q;
   qp.N = std::min(st.images, q.N - n0);
   *o_lo = 0;
   if (st.rows < q.I[a]) {  // a slab and its diff_dst window [o_lo, o_hi) along axis a
     const int64_t nr = std::min(st.rows, q.I[a] - i0);
-    *o_lo = std::clamp<int64_t>(i0 * q.s[a] - q.pb[a], 0, q.O[a]);
-    const int64_t o_hi =
-        std::clamp<int64_t>((i0 + nr - 1) * q.s[a] - q.pb[a] + reach + 1, *o_lo, q.O[a]);
+    *o_lo = std::clamp<int64_t>(ax.dst_of(i0, 0), 0, q.O[a]);
+    const int64_t o_hi = std::clamp<int64_t>(ax.dst_of(i0 + nr - 1, ax.K - 1) + 1, *o_lo, q.O[a]);
     qp.I[a] = nr;
     qp.O[a] = o_hi - *o_lo;
     qp.pb[a] = q.pb[a] + *o_lo - i0 * q.s[a];  // >= 0: o_lo >= i0*s - pb

@@ -138,11 +138,9 @@ void expand_strided_1x1_f32(const ConvProblem& p, const float* y, const float* b
   // Per axis, the src position of output o, or -1 (bias only).
   std::vector<int64_t> src_of[kAxes];
   for (int a = 0; a < kAxes; ++a) {
-    src_of[a].assign(static_cast<size_t>(p.O[a]), -1);
-    for (int64_t o = 0; o < p.O[a]; ++o) {
-      const int64_t q = o + p.pb[a];
-      if (q % p.s[a] == 0 && q / p.s[a] < p.I[a]) src_of[a][o] = q / p.s[a];
-    }
+    const TapAxis ax = p.axis(a);  // (a 1x1 kernel: tap 0 only)
+    src_of[a].resize(static_cast<size_t>(ax.O));
+    for (int64_t o = 0; o < ax.O; ++o) src_of[a][o] = ax.src_at(o, 0);
   }
   // Innermost axis with s = 2 and no padding: output pairs (y, bias).
   const bool pairs = p.s[2] == 2 && p.pb[2] == 0;

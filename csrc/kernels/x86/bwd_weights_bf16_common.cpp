@@ -72,12 +72,10 @@ BwwAmxPlan plan_bww_amx(const ConvProblem& p, int nthreads) {
         pl.koff_k[2][t] = k2;
       }
   for (int a = 0; a < kAxes; ++a) {
-    pl.omap[a].resize(static_cast<size_t>(p.K[a] * p.I[a]));
-    for (int64_t k = 0; k < p.K[a]; ++k)
-      for (int64_t i = 0; i < p.I[a]; ++i) {
-        const int64_t o = i * p.s[a] + k * p.d[a] - p.pb[a];
-        pl.omap[a][k * p.I[a] + i] = o >= 0 && o < p.O[a] ? o : -1;
-      }
+    const TapAxis ax = p.axis(a);
+    pl.omap[a].resize(static_cast<size_t>(ax.K * ax.I));
+    for (int64_t k = 0; k < ax.K; ++k)
+      for (int64_t i = 0; i < ax.I; ++i) pl.omap[a][k * ax.I + i] = ax.dst_at(i, k);
   }
   return pl;
 }

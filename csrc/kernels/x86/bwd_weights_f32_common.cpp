@@ -53,6 +53,7 @@
 
 #include "buffers.h"
 #include "bwd_weights_f32.h"
+#include "tiling.h"
 #include "x86.h"
 
 namespace tct {
@@ -111,9 +112,6 @@ double split_items(const std::vector<Item>& items, int parts, std::vector<int64_
   }
   return worst;
 }
-
-// Splits n into k nearly equal parts; returns the start of part j.
-int64_t part_start(int64_t n, int64_t k, int64_t j) { return n / k * j + std::min(j, n % k); }
 
 // The one place that names the ISAs: their micro-kernel tables.
 const BwdWeightsF32Table* table_for(Isa isa) {
@@ -943,14 +941,16 @@ void TaskRunner::start_prefetch(int64_t f, int64_t f_end) {
     pf[0] = reinterpret_cast<const char*>(src + g0 * IC);
     pf_end[0] = reinterpret_cast<const char*>(src + (g1 + 1) * IC);
     const int64_t r0 = g0 / I2, r1 = g1 / I2;
-    auto at = [&](int64_t i, int64_t ax, int64_t reach, int64_t O) {
-      return std::clamp<int64_t>(i * p.s[ax] - p.pb[ax] + reach, 0, O - 1);
+    // The diff_dst rows of src row i's first (last) tap on axis a, clamped to diff_dst.
+    auto at = [&](int64_t i, int a, bool last) {
+      const TapAxis ax = p.axis(a);
+      return std::clamp<int64_t>(ax.dst_of(i, last ? ax.K - 1 : 0), 0, ax.O - 1);
     };
-    const int64_t lo_flat = ((r0 / (I0 * I1) * O0 + at((r0 / I1) % I0, 0, 0, O0)) * O1 +
-                             at(r0 % I1, 1, 0, O1)) * O2;
+    const int64_t lo_flat = ((r0 / (I0 * I1) * O0 + at((r0 / I1) % I0, 0, false)) * O1 +
+                             at(r0 % I1, 1, false)) * O2;
     const int64_t hi_flat =
-        ((r1 / (I0 * I1) * O0 + at((r1 / I1) % I0, 0, (p.K[0] - 1) * p.d[0], O0)) * O1 +
-         at(r1 % I1, 1, (p.K[1] - 1) * p.d[1], O1) + 1) * O2;
+        ((r1 / (I0 * I1) * O0 + at((r1 / I1) % I0, 0, true)) * O1 + at(r1 % I1, 1, true) + 1) *
+        O2;
     if ((hi_flat - lo_flat) * OC <= 4 * (g1 + 1 - g0) * IC) {
       pf[1] = reinterpret_cast<const char*>(diff_dst + lo_flat * OC);
       pf_end[1] = reinterpret_cast<const char*>(diff_dst + hi_flat * OC);

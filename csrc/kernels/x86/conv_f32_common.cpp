@@ -65,6 +65,7 @@
 #include "buffers.h"
 #include "conv_f32_kernels.h"
 #include "conv_f32_plan.h"
+#include "tiling.h"
 #include "transpose.h"
 #include "x86.h"
 
@@ -377,58 +378,55 @@ void group_rows_by_taps(Phase& ph, int MR, double max_share) {
   ph.rows = total;
 }
 
-// Forward, axis ax, phase q = (o + pb) mod s.
+// Forward, axis ax, phase q: the dst positions o with (o + pb) mod s == q,
+// row j = o's index among them, and the taps k with k*d mod s == q, whose src
+// position for row j is j + c[t].
 AxisMap forward_axis(const ConvProblem& p, int ax, int64_t q) {
-  const int64_t s = p.s[ax], d = p.d[ax], pb = p.pb[ax];
+  const TapAxis g = p.axis(ax);
   AxisMap m;
-  const int64_t first = ((q - pb) % s + s) % s;
-  m.rows = first < p.O[ax] ? (p.O[ax] - first + s - 1) / s : 0;
-  for (int64_t k = 0; k < p.K[ax]; ++k)
-    if ((k * d) % s == q) m.tap.push_back(k);
+  const int64_t first = floor_mod(q - g.pb, g.s);
+  m.rows = first < g.O ? ceil_div(g.O - first, g.s) : 0;
+  for (int64_t k = 0; k < g.K; ++k)
+    if (g.reaches(first, k)) m.tap.push_back(k);
   m.taps = static_cast<int64_t>(m.tap.size());
   m.out0 = first;
-  m.ostep = s;
+  m.ostep = g.s;
   m.istep = 1;
-  m.extent = p.I[ax];
-  for (int64_t t = 0; t < m.taps; ++t) m.c.push_back((first + pb - m.tap[t] * d) / s);  // exact
+  m.extent = g.I;
+  for (int64_t t = 0; t < m.taps; ++t) m.c.push_back(g.src_floor(first, m.tap[t]));  // exact
   m.lazy = lazy_axis(p, ax, m.rows * m.taps);
   if (m.lazy) return m;
   m.out.resize(m.rows);
   m.in.resize(m.rows * m.taps);
   for (int64_t j = 0; j < m.rows; ++j) {
-    const int64_t o = first + j * s;
+    const int64_t o = first + j * g.s;
     m.out[j] = o;
-    for (int64_t t = 0; t < m.taps; ++t) {
-      const int64_t num = o + pb - m.tap[t] * d;  // divisible by s in this phase
-      const int64_t i = num >= 0 ? num / s : -1;
-      m.in[j * m.taps + t] = (i >= 0 && i < p.I[ax]) ? i : -1;
-    }
+    for (int64_t t = 0; t < m.taps; ++t) m.in[j * m.taps + t] = g.src_at(o, m.tap[t]);
   }
   return m;
 }
 
-// Backward-data, axis ax: row i, tap k reads diff_dst at i*s - pb + k*d.
+// Backward-data, axis ax: row i = src position i, tap k reads diff_dst at
+// i*s + c[k] (c[k] = k*d - pb).
 AxisMap backward_axis(const ConvProblem& p, int ax) {
+  const TapAxis g = p.axis(ax);
   AxisMap m;
-  m.rows = p.I[ax];
-  m.taps = p.K[ax];
+  m.rows = g.I;
+  m.taps = g.K;
   m.tap.resize(m.taps);
   for (int64_t k = 0; k < m.taps; ++k) m.tap[k] = k;
   m.out0 = 0;
   m.ostep = 1;
-  m.istep = p.s[ax];
-  m.extent = p.O[ax];
-  for (int64_t k = 0; k < m.taps; ++k) m.c.push_back(k * p.d[ax] - p.pb[ax]);
+  m.istep = g.s;
+  m.extent = g.O;
+  for (int64_t k = 0; k < m.taps; ++k) m.c.push_back(g.dst_of(0, k));
   m.lazy = lazy_axis(p, ax, m.rows * m.taps);
   if (m.lazy) return m;
   m.out.resize(m.rows);
   m.in.resize(m.rows * m.taps);
   for (int64_t i = 0; i < m.rows; ++i) {
     m.out[i] = i;
-    for (int64_t k = 0; k < m.taps; ++k) {
-      const int64_t o = i * p.s[ax] - p.pb[ax] + k * p.d[ax];
-      m.in[i * m.taps + k] = (o >= 0 && o < p.O[ax]) ? o : -1;
-    }
+    for (int64_t k = 0; k < m.taps; ++k) m.in[i * m.taps + k] = g.dst_at(i, k);
   }
   return m;
 }
@@ -446,20 +444,13 @@ const ConvTable* table_for(Isa isa) {
   }
 }
 
-// The register tile for ncol output columns: least padded work per unit speed.
+// The register tile for ncol output columns: least padded work per unit
+// speed (the rows are padded per phase, whichever tile).
 const ConvGemmTile& choose_gemm_tile(const ConvTable& tab, int64_t ncol) {
-  const ConvGemmTile* best = &tab.gemm[0];
-  double best_cost = 0;
-  for (int i = 0; i < tab.ngemm; ++i) {
-    const ConvGemmTile& k = tab.gemm[i];
-    const int64_t blocks = (ncol + k.nr - 1) / k.nr;
-    const double cost = static_cast<double>(blocks * k.nr) / k.eff;
-    if (i == 0 || cost < best_cost) {
-      best = &k;
-      best_cost = cost;
-    }
-  }
-  return *best;
+  return *cheapest(tab.gemm, tab.gemm + tab.ngemm, [&](const ConvGemmTile& k) {
+    const int64_t padded = cover_cost(1, ncol, 1, k.nr, [&](int64_t, int64_t) { return k.nr; });
+    return static_cast<double>(padded) / k.eff;
+  });
 }
 
 // Forward when the kernel tiles the output (per axis K == s, no dilation,
@@ -790,7 +781,7 @@ void plan_phases(ConvPlan& c, const ConvTable& tab) {
       // More phases than outputs: only the O phases that hold one (a stride of
       // 2**31 on a tiny output must not build 2**31 empty phases).
       for (int64_t o = 0; o < p.O[ax]; ++o)
-        axes[ax].push_back(forward_axis(p, ax, (o + p.pb[ax]) % p.s[ax]));
+        axes[ax].push_back(forward_axis(p, ax, floor_mod(o + p.pb[ax], p.s[ax])));
     } else {
       axes[ax].push_back(backward_axis(p, ax));
     }

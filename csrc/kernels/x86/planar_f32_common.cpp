@@ -18,20 +18,18 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "buffers.h"
 #include "planar_f32.h"
+#include "tiling.h"
 #include "x86.h"
 
 namespace tct {
 namespace x86 {
 namespace {
-
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Bytes per element of the buffers (the budgets below are in bytes).
 constexpr int64_t kFloatBytes = sizeof(float);
@@ -68,6 +66,8 @@ struct Geometry {
   std::array<int64_t, kAxes> in{1, 1, 1}, out{1, 1, 1}, K{1, 1, 1}, s{1, 1, 1}, d{1, 1, 1},
       pb{0, 0, 0};
   std::array<int64_t, kAxes> src{1, 1, 1}, dst{1, 1, 1};
+
+  TapAxis axis(int a) const { return {src[a], dst[a], K[a], s[a], d[a], pb[a]}; }
 };
 
 Geometry geometry(const ConvProblem& p, bool forward) {
@@ -98,17 +98,11 @@ Geometry geometry(const ConvProblem& p, bool forward) {
 
 // Valid taps of output coordinate o on outer axis a: kernel index and input coordinate.
 int outer_taps(const Geometry& g, int a, int64_t o, int64_t* ks, int64_t* is) {
+  const TapAxis ax = g.axis(a);
   int n = 0;
-  for (int64_t k = 0; k < g.K[a]; ++k) {
-    int64_t i;
-    if (g.forward) {
-      const int64_t num = o + g.pb[a] - k * g.d[a];
-      if (floor_mod(num, g.s[a]) != 0) continue;
-      i = floor_div(num, g.s[a]);
-    } else {
-      i = o * g.s[a] - g.pb[a] + k * g.d[a];
-    }
-    if (i < 0 || i >= g.in[a]) continue;
+  for (int64_t k = 0; k < ax.K; ++k) {
+    const int64_t i = g.forward ? ax.src_at(o, k) : ax.dst_at(o, k);
+    if (i < 0) continue;
     ks[n] = k;
     is[n] = i;
     ++n;
@@ -146,6 +140,7 @@ struct Line {
 
 Line make_line(const Geometry& g) {
   const int a = 2;
+  const TapAxis ax = g.axis(a);
   const int64_t s = g.s[a];
   Line L;
   // Forward: one phase per output position mod s, but no more than there are
@@ -161,17 +156,11 @@ Line make_line(const Geometry& g) {
     L.len[r] = g.forward ? (g.out[a] > r ? (g.out[a] - r + s - 1) / s : 0) : g.out[a];
     L.max_len = std::max(L.max_len, L.len[r]);
     for (int64_t k = 0; k < g.K[a]; ++k) {
-      int64_t off, q;
-      if (g.forward) {
-        const int64_t num = r + g.pb[a] - k * g.d[a];
-        if (floor_mod(num, s) != 0) continue;
-        off = floor_div(num, s);
-        q = 0;
-      } else {
-        const int64_t e = k * g.d[a] - g.pb[a];
-        off = floor_div(e, s);
-        q = floor_mod(e, s);
-      }
+      // Forward: output phase r's taps, each reading the one input phase at
+      // its offset; backward-data: every tap, reading input phase q.
+      if (g.forward && !ax.reaches(r, k)) continue;
+      const int64_t off = g.forward ? ax.src_floor(r, k) : ax.tap_off(k);
+      const int64_t q = g.forward ? 0 : ax.tap_phase(k);
       size_t slot = 0;
       while (slot < L.slot_q.size() && L.slot_q[slot] != q) ++slot;
       if (slot == L.slot_q.size()) L.slot_q.push_back(q);
@@ -191,12 +180,6 @@ struct TileShape {
   int M, NV, VL;
 };
 
-// Even blocks of at most m of the n channels: 17 channels as 6 + 6 + 5, not 8 + 8 + 1.
-int even_block(int64_t n, int m) {
-  const int64_t blocks = (n + m - 1) / m;
-  return static_cast<int>(std::max<int64_t>(1, (n + blocks - 1) / blocks));
-}
-
 TileShape choose_tile(const PlanarF32Table& tab, const Geometry& g, const Line& L) {
   const int VL = tab.vl, accs = tab.tile_accs;
   const int maxm = tab.tile_max_m;
@@ -209,7 +192,7 @@ TileShape choose_tile(const PlanarF32Table& tab, const Geometry& g, const Line& 
     NV = std::max(1, std::min(need, accs / M));
   } else {
     NV = std::max(1, std::min(need, tab.tile_deep_nv));
-    M = even_block(g.Cout, std::min(accs / NV, maxm));
+    M = static_cast<int>(even_block(g.Cout, std::min(accs / NV, maxm)));  // tiling.h
   }
   return {M, NV, VL};
 }
@@ -242,21 +225,16 @@ struct DotShape {
 
 DotShape dot_shape(const PlanarF32Table& tab, int64_t M, int64_t N) {
   if (!tab.dot_by_cost) return {kPlanarDotMaxM, kPlanarDotMaxN};
-  DotShape best{1, 1};
-  int64_t best_cost = -1;
+  std::vector<DotShape> shapes;
   for (int m = 1; m <= kPlanarDotMaxM; ++m)
-    for (int n = 1; n <= kPlanarDotMaxN; ++n) {
-      if (!tab.dot[m][n]) continue;
-      auto tile = [](int64_t a, int64_t b) { return std::max(a * b, a + b); };
-      const int64_t fm = M / m, rm = M % m, fn = N / n, rn = N % n;
-      const int64_t cost = fm * fn * tile(m, n) + (rm ? fn * tile(rm, n) : 0) +
-                           (rn ? fm * tile(m, rn) : 0) + (rm && rn ? tile(rm, rn) : 0);
-      if (best_cost < 0 || cost < best_cost || (cost == best_cost && m * n > best.m * best.n)) {
-        best = {m, n};
-        best_cost = cost;
-      }
-    }
-  return best;
+    for (int n = 1; n <= kPlanarDotMaxN; ++n)
+      if (tab.dot[m][n]) shapes.push_back({m, n});
+  if (shapes.empty()) return {1, 1};
+  auto tile = [](int64_t a, int64_t b) { return std::max(a * b, a + b); };
+  // Equal work: the larger tile.
+  return *cheapest(shapes.begin(), shapes.end(), [&](const DotShape& d) {
+    return std::make_pair(cover_cost(M, N, d.m, d.n, tile), -d.m * d.n);
+  });
 }
 
 // One input phase of a row, zero-padded: dst[j - jlo] = row[j*step + q] for
@@ -1173,8 +1151,9 @@ void dw_copy_box(const DwCall& c, const float* in_img, int64_t x0, int64_t r0, i
   const Geometry& g = q.g;
   const Line& L = q.L;
   auto box = [&](int a, int64_t o_first, int64_t o_last, int64_t& lo, int64_t& hi) {
-    lo = std::max<int64_t>(0, o_first * g.s[a] - g.pb[a]);
-    hi = std::min(g.in[a] - 1, o_last * g.s[a] - g.pb[a] + (g.K[a] - 1) * g.d[a]);
+    const TapAxis ax = g.axis(a);  // (backward-data: dst = the input read)
+    lo = std::max<int64_t>(0, ax.dst_of(o_first, 0));
+    hi = std::min(g.in[a] - 1, ax.dst_of(o_last, ax.K - 1));
   };
   const int64_t o0a = r0 / g.out[1], o0b = (r1 - 1) / g.out[1];
   int64_t lo0, hi0, lo1_in = 0, hi1_in = g.in[1] - 1;
@@ -1608,17 +1587,16 @@ class PhaseRows {
 class Im2col {
  public:
   Im2col(const ConvProblem& p, StridedCopy strided) : p_(p), strided_(strided) {
-    for (int a = 0; a < 2; ++a)
-      for (int64_t k = 0; k < p.K[a]; ++k)
-        for (int64_t i = 0; i < p.I[a]; ++i) {
-          const int64_t y = i * p.s[a] - p.pb[a] + k * p.d[a];
-          pos_[a].push_back(y >= 0 && y < p.O[a] ? y : -1);
-        }
+    for (int a = 0; a < 2; ++a) {
+      const TapAxis ax = p.axis(a);
+      for (int64_t k = 0; k < ax.K; ++k)
+        for (int64_t i = 0; i < ax.I; ++i) pos_[a].push_back(ax.dst_at(i, k));
+    }
     identity_ = im2col_identity(p);
+    const TapAxis ax2 = p.axis(2);
     for (int64_t t = 0; t < p.taps(); ++t) {
       const int64_t k0 = t / (p.K[1] * p.K[2]), k1 = (t / p.K[2]) % p.K[1], k2 = t % p.K[2];
-      const int64_t e = k2 * p.d[2] - p.pb[2];
-      taps_.push_back({k0 * p.I[0], k1 * p.I[1], floor_mod(e, p.s[2]), floor_div(e, p.s[2])});
+      taps_.push_back({k0 * p.I[0], k1 * p.I[1], ax2.tap_phase(k2), ax2.tap_off(k2)});
     }
   }
 
