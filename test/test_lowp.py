@@ -512,7 +512,8 @@ SLAB_SHAPES = [
 @pytest.mark.parametrize("shape", SLAB_SHAPES, ids=lambda s: f"{s[1]}ch" + "x".join(map(str, s[3])))
 def test_one_image_slabs_exact(shape, dtype, isa):
     """16-bit through f32 copies: an image too large for the copies' budget goes
-    in slabs (forward, backward-data; NXC, NCX planar and NCX channels-last),
+    in slabs (forward, backward-data; NXC, NCX planar and NCX channels-last;
+    the planar kernels take the 16-bit tensors themselves where they can),
     exact against torch in f64 on integer data, each call routed through slabs
     (on AMX, bf16 channels-last runs the tiles in place instead)."""
     n, ic, oc, sp, k, s, p, d, op = shape
@@ -537,10 +538,121 @@ def test_one_image_slabs_exact(shape, dtype, isa):
             yo = torch.ops.graph.conv_transpose(xi, w, b, **kw)
             go = torch.ops.graph.conv_transpose_backward_data(gyi, w, src_shape=list(xi.shape),
                                                               **kw)
-        # (AMX in place where its tiles take the problem)
+        # (AMX in place where its tiles take the problem; the planar kernels
+        # on the 16-bit tensors where their route copies every input row)
         amx_nxc = isa == "avx512_amx" and dtype == torch.bfloat16 and nxc
-        assert all(" slabs=" in ln or (amx_nxc and " amx={" in ln) for ln in lines), lines
+        planar16 = path == "planar"
+        assert all(" slabs=" in ln or (amx_nxc and " amx={" in ln)
+                   or (planar16 and " planar16={" in ln) for ln in lines), lines
         if nxc:
             yo, go = yo.movedim(-1, 1), go.movedim(-1, 1)
         assert torch.equal(yo, y), (fmt, path, "forward")
         assert torch.equal(go, gx), (fmt, path, "backward-data")
+
+
+# --- dense NCX on the planar kernels over the 16-bit tensors themselves
+# (route convert16 with planar16={...}): rows widened as the kernels copy
+# them, results rounded once from the f32 tiles; no f32 copies.
+
+PLANAR16_CASES = [
+    # (op, S, N, IC, OC, spatial, K, s, p, d, groups, planar route)
+    ("fwd", 2, 3, 13, 7, (9, 11), 4, 2, 1, 1, 1, "tiles"),  # strided outputs, row items
+    ("bwd_d", 2, 3, 13, 7, (9, 11), 4, 2, 1, 1, 1, "tiles"),  # input phases of 2 (split2)
+    ("bwd_d", 2, 2, 5, 6, (10, 9), 3, 3, 0, 1, 1, "tiles"),  # phases of 3 (split3)
+    ("bwd_d", 1, 4, 9, 5, (37,), 16, 8, 4, 1, 1, "tiles"),  # phases of 8 (gathers)
+    ("fwd", 2, 2, 17, 9, (12, 13), 3, 1, 1, 1, 1, "tiles"),  # stride 1: widened in place
+    ("bwd_d", 2, 2, 17, 9, (12, 13), 3, 1, 1, 2, 1, "tiles"),  # stride 1, dilated
+    ("fwd", 3, 4, 6, 10, (3, 4, 5), 2, 2, 0, 1, 1, "tiles"),  # small planes: plane items
+    ("fwd", 2, 2, 24, 18, (7, 5), 3, 2, 1, 1, 3, "tiles"),  # groups, channel tails
+    ("bwd_d", 2, 2, 16, 16, (8, 8), 4, 2, 1, 1, 16, "depthwise_rows"),  # whole planes
+    ("bwd_d", 1, 2, 8, 8, (3000,), 4, 2, 1, 1, 8, "depthwise_rows"),  # long line in chunks
+]
+
+
+def _conv_t_f64(x, w, b, S, s, p, d, g):
+    conv_t = (torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d,
+              torch.nn.functional.conv_transpose3d)[S - 1]
+    return conv_t(x.double(), w.double(), None if b is None else b.double(), stride=s,
+                  padding=p, dilation=d, groups=g)
+
+
+def _planar16_call(op, x, w, b, dy, S, s, p, d, g):
+    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S,
+             groups=g, data_format="NCX", weights_format="IOX")
+    if op == "fwd":
+        return torch.ops.graph.conv_transpose(x, w, b, **a)
+    return torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=list(x.shape), **a)
+
+
+def _planar16_want(op, x, w, b, dy, S, s, p, d, g):
+    if op == "fwd":
+        return _conv_t_f64(x, w, b, S, s, p, d, g)
+    xd = x.double().requires_grad_(True)
+    _conv_t_f64(xd, w, None, S, s, p, d, g).backward(dy.double())
+    return xd.grad
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", PLANAR16_CASES,
+                         ids=lambda c: f"{c[0]}_{c[1]}d_{c[3]}to{c[4]}_s{c[7]}_g{c[10]}")
+def test_planar16_exact(case, dtype, isa):
+    op, S, N, IC, OC, sp, K, s, p, d, g, route = case
+    x = _ints((N, IC) + sp, dtype, 41)
+    w = _ints((IC, OC // g) + (K,) * S, dtype, 42)
+    b = _ints((OC,), dtype, 43) if op == "fwd" else None
+    y_shape = _conv_t_f64(x, w, None, S, s, p, d, g).shape
+    dy = _ints(y_shape, dtype, 44)
+    want = _planar16_want(op, x, w, b, dy, S, s, p, d, g).to(dtype)
+    with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
+        got = _planar16_call(op, x, w, b, dy, S, s, p, d, g)
+    assert "planar16={" in lines[0] and f" route={route} " in lines[0], lines[0][:600]
+    assert got.dtype == dtype and got.is_contiguous()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_planar16_long_sums_rounded_once(op, dtype, isa):
+    # 300 channels of long rows: the tiles sum them in blocks of a few
+    # channels (kept in L1), in f32 in the item buffer; the 16-bit result is
+    # rounded once after the last block (exact f32 sums of small positive
+    # integers, beyond the 16-bit types' precision).
+    S, s, p, d = 1, 1, 1, 1
+    ic, oc = (300, 5) if op == "fwd" else (5, 300)
+    x = _ints((2, ic, 2000), dtype, 45, 1, 4)
+    w = _ints((ic, oc, 3), dtype, 46, 1, 4)
+    dy = _ints(_conv_t_f64(x, w, None, S, s, p, d, 1).shape, dtype, 47, 1, 4)
+    want = _planar16_want(op, x, w, None, dy, S, s, p, d, 1)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
+        got = _planar16_call(op, x, w, None, dy, S, s, p, d, 1)
+    assert "planar16={" in lines[0] and " route=tiles " in lines[0], lines[0][:600]
+    cin_block = int(lines[0].split(" cin_block=")[1].split()[0])
+    assert cin_block < 300  # the sums do take several blocks
+    assert torch.equal(got, want.to(dtype))
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("case", [c for c in PLANAR16_CASES if c[0] == "bwd_d"][:1] +
+                         [PLANAR16_CASES[0], PLANAR16_CASES[8]], ids=lambda c: f"{c[0]}_{c[-1]}")
+def test_planar16_nan_and_inf(case, bad, dtype, isa):
+    op, S, N, IC, OC, sp, K, s, p, d, g, route = case
+    x = _ints((N, IC) + sp, dtype, 48, 1, 3)
+    w = _ints((IC, OC // g) + (K,) * S, dtype, 49, 1, 3)
+    dy = _ints(_conv_t_f64(x, w, None, S, s, p, d, g).shape, dtype, 50, 1, 3)
+    if op == "fwd":
+        x[1, 3, 2, 4] = bad
+    else:
+        dy.view(-1)[dy.numel() // 3] = bad
+    want = _planar16_want(op, x, w, None, dy, S, s, p, d, g).to(dtype)
+    with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
+        got = _planar16_call(op, x, w, None, dy, S, s, p, d, g)
+    assert "planar16={" in lines[0] and f" route={route} " in lines[0], lines[0][:600]
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])

@@ -486,6 +486,12 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
            << "}";
         return;
       }
+      if (c.planar16) {
+        os << " planar16={" << x86::describe_planar_f32(plan.spec.isa, plan.spec.pass, plan.spec.p,
+                                                       plan.spec.nthreads, plan.spec.dtype)
+           << "}";
+        return;
+      }
       if (c.amx && plan.spec.pass == Pass::BackwardWeights) {
         os << " amx={" << x86::describe_bwd_weights_bf16_amx(plan.spec.p, plan.spec.nthreads)
            << "}";
@@ -852,6 +858,18 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     c.a_floats = c.amx_ncx ? a16 : 0;  // NXC: read in place
     c.b_floats = c.amx_out16 ? (c.amx_ncx ? b16 : 0) : c.images * b_img;
     c.b16_floats = c.amx_ncx && !c.amx_out16 ? b16 : 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
+  // Dense NCX where the planar kernels take the 16-bit tensors themselves:
+  // no copies at all, whatever the size.
+  if (spec.pass != Pass::BackwardWeights && spec.a.ncx && spec.b.ncx &&
+      use_planar(spec, p, spec.pass) &&
+      x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads)) {
+    c.planar16 = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = c.b_floats = 0;
     plan->step.route = Route::Convert16;
     return;
   }

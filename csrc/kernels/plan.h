@@ -132,6 +132,11 @@ struct Convert16Plan {
   int axis = -1;
   int64_t rows = 0, slabs = 0;
   bool planar = false;
+  // Dense NCX forward / backward-data where the planar kernels are preferred
+  // and their route copies every input row (x86::planar_takes16): the whole
+  // call runs them on the 16-bit tensors, widened as the rows are copied and
+  // rounded from the f32 results (images = N, one chunk, no f32 copies).
+  bool planar16 = false;
 };
 
 struct CallPlan {

@@ -109,6 +109,10 @@ using PlanarStridedCopyFn = void (*)(const float* src, int64_t step, int64_t n, 
 // A 16x16 block transpose (transpose.h).
 using PlanarTranspose16Fn = void (*)(const float* src, int64_t src_stride, float* dst,
                                      int64_t dst_stride);
+// 16-bit storage (convert on copy): dst[i] = src[i] widened to f32, or
+// rounded from f32 (nearest even), i < n (x86/convert.h).
+using PlanarWiden16Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
+using PlanarNarrow16Fn = void (*)(const float* src, uint16_t* dst, int64_t n);
 
 // The thresholds of the planar rules that were measured per ISA
 // (planar_f32_common.cpp: gemm_preferred and planar_preferred, where each
@@ -161,6 +165,9 @@ struct PlanarF32Table {
   PlanarSplit3Fn split3;
   PlanarStridedCopyFn strided_copy;
   PlanarTranspose16Fn transpose16;
+  // The 16-bit storage types' conversions: [0] bf16, [1] f16.
+  PlanarWiden16Fn widen16[2];
+  PlanarNarrow16Fn narrow16[2];
   PlanarF32Rules rules;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "avx2_util.h"
+#include "convert.h"
 #include "planar_f32.h"
 #include "planar_f32_tiles.h"
 #include "transpose.h"
@@ -208,6 +209,10 @@ const PlanarF32Table* planar_f32_table_avx2() {
     t.split3 = planar_f32_avx2_split3;
     t.strided_copy = planar_f32_avx2_strided_copy;
     t.transpose16 = transpose_block16_avx2;
+    t.widen16[0] = bf16_to_f32_avx2;
+    t.widen16[1] = f16_to_f32_avx2;
+    t.narrow16[0] = f32_to_bf16_avx2;
+    t.narrow16[1] = f32_to_f16_avx2;
     // Measured on Zen 3: planar_f32_common.cpp.
     t.rules.gemm_min_positions = 16;
     t.rules.gemm_min_row = 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "convert.h"
 #include "planar_f32.h"
 #include "planar_f32_tiles.h"
 #include "transpose.h"
@@ -162,6 +163,10 @@ const PlanarF32Table* planar_f32_table_avx512() {
     t.split3 = planar_f32_avx512_split3;
     t.strided_copy = planar_f32_avx512_strided_copy;
     t.transpose16 = transpose_block16_avx512;
+    t.widen16[0] = bf16_to_f32_avx512;
+    t.widen16[1] = f16_to_f32_avx512;
+    t.narrow16[0] = f32_to_bf16_avx512;
+    t.narrow16[1] = f32_to_f16_avx512;
     // Measured on Sapphire Rapids (Intel) and Zen 4/5 (AMD): planar_f32_common.cpp.
     t.rules.gemm_min_positions = 128;
     t.rules.gemm_min_row = 48;

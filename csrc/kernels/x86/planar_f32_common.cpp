@@ -20,10 +20,12 @@
 #include <sstream>
 #include <utility>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "buffers.h"
 #include "planar_f32.h"
+#include "../types.h"
 #include "tiling.h"
 #include "x86.h"
 
@@ -47,10 +49,11 @@ const PlanarF32Table* table_for(Isa isa) {
 
 // Per-thread buffers that grow and are kept (OpenMP threads persist), so a
 // call does not fault fresh pages in: the packed weights (slot 0, of the
-// calling thread) and the rows of a work item (slot 1).
+// calling thread), the rows of a work item (slot 1) and a 16-bit input row
+// widened (slot 2).
 float* thread_buffer(int slot, int64_t n) {
-  thread_local AlignedBuf<float> buf[2];
-  thread_local int64_t cap[2] = {0, 0};
+  thread_local AlignedBuf<float> buf[3];
+  thread_local int64_t cap[3] = {0, 0, 0};
   if (cap[slot] < n) {
     buf[slot].reset();
     buf[slot] = aligned_buffer<float>(n);
@@ -58,6 +61,20 @@ float* thread_buffer(int slot, int64_t n) {
   }
   return buf[slot].get();
 }
+
+// The activations' storage types. The drivers compute in f32: f32 tensors
+// are read and written in place; bf16 and f16 ones (16-bit storage) are
+// widened where their rows are copied into the buffers the tiles read, and
+// the tiles' f32 results are rounded once as they are stored (the routes
+// that copy every input row: tiles and depthwise rows).
+template <class T>
+constexpr int kIndex16 = -1;  // PlanarF32Table::widen16 / narrow16 entry
+template <>
+constexpr int kIndex16<bf16> = 0;
+template <>
+constexpr int kIndex16<f16> = 1;
+template <class T>
+constexpr bool kIs16 = kIndex16<T> >= 0;
 
 // The pass in planar terms.
 struct Geometry {
@@ -302,6 +319,68 @@ void copy_phase_rows(const float* row, int64_t len, int64_t step, const int64_t*
     copy_phase_row(row, len, step, qs[i], jlo, jn, dst + i * dst_stride, strided);
 }
 
+// Input rows into phase rows as copy_phase_rows, from storage type TA: f32
+// rows in place; 16-bit rows widened first, the span the copy reads, into
+// `stage` (stage_floats), or straight into the phase row for step 1.
+template <class TA>
+struct RowCopy {
+  const PlanarF32Table& tab;
+  float* stage;  // 16-bit only
+
+  void operator()(const TA* row, int64_t len, int64_t step, const int64_t* qs, int64_t nq,
+                  int64_t jlo, int64_t jn, float* dst, int64_t dst_stride) const {
+    if constexpr (!kIs16<TA>) {
+      copy_phase_rows(row, len, step, qs, nq, jlo, jn, dst, dst_stride, tab.strided_copy,
+                      tab.split2, tab.split3);
+    } else {
+      const PlanarWiden16Fn widen = tab.widen16[kIndex16<TA>];
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(row);
+      if (step == 1) {  // dst[j - jlo] = row[j + q], zero outside [0, len)
+        for (int64_t i = 0; i < nq; ++i) {
+          float* d = dst + i * dst_stride;
+          const int64_t q = qs[i];
+          const int64_t ja = std::clamp<int64_t>(-q, jlo, jlo + jn);
+          const int64_t jb = std::clamp<int64_t>(len - q, ja, jlo + jn);
+          std::memset(d, 0, sizeof(float) * (ja - jlo));
+          if (jb > ja) widen(bits + ja + q, d + (ja - jlo), jb - ja);
+          std::memset(d + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
+        }
+        return;
+      }
+      const int64_t j0 = std::max<int64_t>(jlo, 0), b = j0 * step;
+      const int64_t n = std::max<int64_t>(0, std::min(len, (jlo + jn) * step) - b);
+      if (n > 0) widen(bits + b, stage, n);
+      copy_phase_rows(stage, n, step, qs, nq, jlo - j0, jn, dst, dst_stride, tab.strided_copy,
+                      tab.split2, tab.split3);
+    }
+  }
+};
+
+// Floats of RowCopy's stage for rows of len elements read as jn positions of step.
+int64_t stage_floats(int64_t len, int64_t jn, int64_t step) {
+  return std::min(len, std::max<int64_t>(jn, 1) * step) + 16;
+}
+
+// n f32 results t to o[x * step] in storage type TO (16-bit: rounded once;
+// tmp: n 16-bit elements, for step > 1).
+__attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o, int64_t s);
+template <class TO>
+void store_row(const PlanarF32Table& tab, const float* t, int64_t n, TO* o, int64_t step,
+               uint16_t* tmp) {
+  if constexpr (!kIs16<TO>) {
+    scatter_phase(t, n, o, step);
+  } else {
+    const PlanarNarrow16Fn narrow = tab.narrow16[kIndex16<TO>];
+    uint16_t* bits = reinterpret_cast<uint16_t*>(o);
+    if (step == 1) {
+      narrow(t, bits, n);
+      return;
+    }
+    narrow(t, tmp, n);
+    for (int64_t x = 0; x < n; ++x) bits[step * x] = tmp[x];
+  }
+}
+
 // Whether the weights' (oc, tap) elements of each ic are one dense run in the
 // IOX order (j = oc * taps + tap), so that [ic][j] rows are the weights
 // themselves, w.si apart.
@@ -516,7 +595,10 @@ struct TilesPlan {
   int64_t span = 0, row_floats = 0, cis = 0, in_floats = 0;
   int64_t cb = 0;  // input channels per block (kept in L1)
   bool stream = false;
-  int64_t buf_floats = 0;  // per thread: one item's input rows (and strided outputs)
+  // Results through the item buffer: strided outputs (scattered from it),
+  // and 16-bit ones (rounded from it once every input channel is summed).
+  bool out_buffer = false;
+  int64_t buf_floats = 0;  // per thread: one item's input rows (and buffered outputs)
 };
 
 enum class PlanarRoute { Tiles, OnePixelGemm, OnePixelDots, ImGemm, Depthwise };
@@ -527,6 +609,7 @@ struct PlanarPlan {
   ConvProblem p;
   bool forward = true;
   int nthreads = 1;
+  DType in_dt = DType::F32, out_dt = DType::F32;  // storage of in / out (16-bit: tiles, depthwise)
   PlanarRoute route = PlanarRoute::Tiles;
   OnePixelGemmPlan one_gemm;
   OnePixelDotsPlan dots;
@@ -659,11 +742,11 @@ DwPlan plan_dw(const PlanarF32Table& tab, const ConvProblem& p, int nthreads) {
 int64_t tile_item_floats(const TilesPlan& q, int64_t chunk) {
   const int64_t span = round_up(round_up(chunk, q.ts.VL) + q.ext, 16);
   const int64_t rows_in = q.planes ? q.in_rows : q.max_seg;
-  return rows_in * q.g.Cin * q.nslots * span + (q.strided_out ? q.NMB * q.ts.M * chunk : 0);
+  return rows_in * q.g.Cin * q.nslots * span + (q.out_buffer ? q.NMB * q.ts.M * chunk : 0);
 }
 
 TilesPlan plan_tiles(const PlanarF32Table& tab, const ConvProblem& p, bool forward,
-                     int nthreads) {
+                     int nthreads, bool out16) {
   TilesPlan q;
   q.g = geometry(p, forward);
   const Geometry& g = q.g;
@@ -693,11 +776,12 @@ TilesPlan plan_tiles(const PlanarF32Table& tab, const ConvProblem& p, bool forwa
   //    are copied once and every output row reads them.
   q.max_seg = max_segments(g);
   q.strided_out = L.out_phases > 1;
+  q.out_buffer = q.strided_out || out16;
   q.ext = L.max_off - L.min_off;
   q.in_rows = g.in[0] * g.in[1];
   q.planes = use_planes(g, L, TW, nthreads);
   // Chunks of the line: the input rows of one item within 256 KiB (and, for
-  // strided outputs, its result buffer too), and enough items for the threads.
+  // buffered outputs, its result buffer too), and enough items for the threads.
   int64_t chunk = round_up(std::max<int64_t>(L.max_len, 1), TW);
   q.rows = g.N * g.G * g.out[0] * g.out[1];
   const int64_t rows = q.rows;
@@ -733,17 +817,21 @@ TilesPlan plan_tiles(const PlanarF32Table& tab, const ConvProblem& p, bool forwa
   // fall; streamed: 0.6 ms).
   const double out_bytes =
       static_cast<double>(kFloatBytes) * static_cast<double>(g.N) * g.G * g.Cout * out_plane;
-  q.stream = !q.strided_out && q.cb >= g.Cin && out_bytes >= 2.0 * (1 << 20);
+  q.stream = !q.out_buffer && q.cb >= g.Cin && out_bytes >= 2.0 * (1 << 20);
   q.buf_floats = tile_item_floats(q, chunk);
   return q;
 }
 
-PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+// in_dt / out_dt: the storage of in and out (F32, BF16 or F16; see kIndex16).
+PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads,
+                       DType in_dt = DType::F32, DType out_dt = DType::F32) {
   PlanarPlan pl;
   pl.tab = table_for(isa);
   pl.p = p;
   pl.forward = forward;
   pl.nthreads = nthreads;
+  pl.in_dt = in_dt;
+  pl.out_dt = out_dt;
   if (!pl.tab) return pl;
   const PlanarF32Table& tab = *pl.tab;
   if (forward && one_pixel_forward(p)) {
@@ -760,9 +848,14 @@ PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads
     pl.dw = plan_dw(tab, p, nthreads);
   } else {
     pl.route = PlanarRoute::Tiles;
-    pl.tiles = plan_tiles(tab, p, forward, nthreads);
+    pl.tiles = plan_tiles(tab, p, forward, nthreads, out_dt != DType::F32);
   }
   return pl;
+}
+
+// Whether the plan's route takes 16-bit storage (it copies every input row).
+bool takes16(const PlanarPlan& pl) {
+  return pl.tab && (pl.route == PlanarRoute::Tiles || pl.route == PlanarRoute::Depthwise);
 }
 
 BwdWeightsGemmPlan plan_bwd_weights_gemm(const ConvProblem& p, int nthreads) {
@@ -895,6 +988,8 @@ std::string describe(const PlanarPlan& pl) {
   f.add("planar", pl.forward ? "forward" : "backward_data");
   f.add("threads", pl.nthreads);
   if (!pl.tab) return f.add("route", "reference").str();
+  if (pl.in_dt != DType::F32 || pl.out_dt != DType::F32)  // (f32 lines as before)
+    f.add("storage", pl.in_dt == DType::BF16 ? "bf16" : "f16");
   const PlanarF32Table& tab = *pl.tab;
   constexpr int64_t B = sizeof(float);
   switch (pl.route) {
@@ -1092,14 +1187,13 @@ bool run_one_pixel_gemm(const PlanarPlan& pl, const float* src, WeightsView w,
 
 // The tables of one depthwise call (shared by the threads).
 struct DwCall {
-  DwCall(const DwPlan& q_, const PlanarF32Table& tab_, const float* dy_, WeightsView w_,
-         float* dx_)
+  DwCall(const DwPlan& q_, const PlanarF32Table& tab_, const void* dy_, WeightsView w_, void* dx_)
       : q(q_), tab(tab_), dy(dy_), w(w_), dx(dx_) {}
   const DwPlan& q;
   const PlanarF32Table& tab;
-  const float* dy;
+  const void* dy;  // in the plan's storage types
   WeightsView w;
-  float* dx;
+  void* dx;
   int64_t in_plane = 0, out_plane = 0, K0 = 1, K1 = 1, T2 = 0;
   int64_t lo1 = 0, hi1 = 0;  // interior output coordinates of axis 1 (every tap inside)
   std::vector<OuterTaps> taps0, taps1;
@@ -1107,7 +1201,7 @@ struct DwCall {
   std::vector<int64_t> run_off;  // taps of an interior row, from its (0, 0) input row
 };
 
-DwCall dw_call(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+DwCall dw_call(const PlanarPlan& pl, const void* dy, WeightsView w, void* dx) {
   const DwPlan& q = pl.dw;
   const Geometry& g = q.g;
   const Line& L = q.L;
@@ -1136,17 +1230,25 @@ DwCall dw_call(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) 
   return c;
 }
 
-// A thread's buffer and tap lists.
+// A thread's buffer and tap lists; 16-bit storage: the widened row span
+// (RowCopy) and the f32 rows of results before they are rounded.
 struct DwThread {
   float* buf;
   std::vector<int64_t> off;
   std::vector<float> wt, wrun;
+  float* stage = nullptr;
+  std::vector<float> obuf;
 };
+
+// 16-bit results: rows of at most kDwOutFloats f32 results each run writes
+// before they are rounded into the output.
+constexpr int64_t kDwOutFloats = 4096;
 
 // Whole planes: every input row the outputs [r0, r1) can read (a box of axes
 // 0 and 1), columns [x0, ...) of a chunk, each into its own buffer row.
-void dw_copy_box(const DwCall& c, const float* in_img, int64_t x0, int64_t r0, int64_t r1,
-                 float* buf) {
+template <class TA>
+void dw_copy_box(const DwCall& c, const RowCopy<TA>& copy, const TA* in_img, int64_t x0,
+                 int64_t r0, int64_t r1, float* buf) {
   const DwPlan& q = c.q;
   const Geometry& g = q.g;
   const Line& L = q.L;
@@ -1162,13 +1264,13 @@ void dw_copy_box(const DwCall& c, const float* in_img, int64_t x0, int64_t r0, i
   for (int64_t i0 = lo0; i0 <= hi0; ++i0)
     for (int64_t i1 = lo1_in; i1 <= hi1_in; ++i1) {
       const int64_t row = i0 * g.in[1] + i1;
-      copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots,
-                      L.min_off + x0, q.jn, buf + row * q.row_floats, q.span,
-                      c.tab.strided_copy, c.tab.split2, c.tab.split3);
+      copy(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots, L.min_off + x0,
+           q.jn, buf + row * q.row_floats, q.span);
     }
 }
 
 // One item: a chunk of the line of a range of output rows of one plane.
+template <class TA, class TO>
 void dw_item(const DwCall& c, DwThread& th, int64_t item) {
   const DwPlan& q = c.q;
   const Geometry& g = q.g;
@@ -1180,8 +1282,23 @@ void dw_item(const DwCall& c, DwThread& th, int64_t item) {
   const int64_t xi = item % nx, pp = item / nx;
   const int64_t plane = pp / q.splits, part = pp % q.splits;  // plane = n * G + group
   const int64_t x0 = xi * xc, xn = std::min(xc, g.out[2] - x0);  // outputs of the chunk
-  const float* const in_img = c.dy + plane * c.in_plane;
-  float* const out_img = c.dx + plane * c.out_plane;
+  const TA* const in_img = static_cast<const TA*>(c.dy) + plane * c.in_plane;
+  TO* const out_img = static_cast<TO*>(c.dx) + plane * c.out_plane;
+  const RowCopy<TA> copy{c.tab, th.stage};
+  // f32 results straight into the output, or (16-bit) into th.obuf rows of
+  // ostep floats, rounded into the output after each run.
+  const int64_t ostep = kIs16<TO> ? round_up(xn, 16) : g.out[2];
+  const int64_t max_rows = kIs16<TO> ? std::max<int64_t>(1, kDwOutFloats / ostep) : INT64_MAX;
+  auto out_rows = [&](int64_t r) -> float* {
+    if constexpr (kIs16<TO>) return th.obuf.data();
+    else return out_img + r * g.out[2] + x0;
+  };
+  auto finish_rows = [&](int64_t r, int64_t nrows) {
+    if constexpr (kIs16<TO>)
+      for (int64_t k = 0; k < nrows; ++k)
+        store_row(c.tab, th.obuf.data() + k * ostep, xn, out_img + (r + k) * g.out[2] + x0, 1,
+                  nullptr);
+  };
   const float* const wc =
       static_cast<const float*>(w.data) + (plane % g.G) * w.si;  // W(ic = group, oc = 0, k)
   auto weight = [&](int64_t k0, int64_t k1, int64_t t) {
@@ -1191,27 +1308,26 @@ void dw_item(const DwCall& c, DwThread& th, int64_t item) {
     for (int64_t k1 = 0; k1 < K1; ++k1)
       for (int64_t t = 0; t < T2; ++t, ++i) th.wrun[i] = weight(k0, k1, t);
   const int64_t r0 = part * q.rows_per, r1 = std::min(q.out_rows, r0 + q.rows_per);
-  if (whole) dw_copy_box(c, in_img, x0, r0, r1, buf);
+  if (whole) dw_copy_box(c, copy, in_img, x0, r0, r1, buf);
   // Buffer row of input row `row` (whole: its own, copied above; else slot
   // `seg`, copied now).
   auto row_in = [&](int64_t row, int64_t seg) {
     if (whole) return buf + row * row_floats;
     float* rb = buf + seg * row_floats;
-    copy_phase_rows(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots,
-                    L.min_off + x0, q.jn, rb, q.span, c.tab.strided_copy, c.tab.split2,
-                    c.tab.split3);
+    copy(in_img + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(), q.nslots, L.min_off + x0,
+         q.jn, rb, q.span);
     return rb;
   };
   PlanarDwArgs args;
   args.in = buf;
-  args.out_step = g.out[2];
+  args.out_step = ostep;
   args.n = xn;
   for (int64_t r = r0; r < r1;) {
     const int64_t o0 = r / g.out[1], o1 = r % g.out[1];
     const OuterTaps &a = c.taps0[o0], &b = c.taps1[o1];
-    args.out = out_img + r * g.out[2] + x0;
+    args.out = out_rows(r);
     if (whole && a.n == K0 && o1 >= c.lo1 && o1 < c.hi1) {  // a run of interior rows
-      const int64_t nrows = std::min(c.hi1, o1 + (r1 - r)) - o1;
+      const int64_t nrows = std::min(std::min(c.hi1, o1 + (r1 - r)) - o1, max_rows);
       args.in = buf + (a.i[0] * g.in[1] + b.i[0]) * row_floats;
       args.in_step = g.s[1] * row_floats;
       args.off = c.run_off.data();
@@ -1219,6 +1335,7 @@ void dw_item(const DwCall& c, DwThread& th, int64_t item) {
       args.ntap = K0 * K1 * T2;
       args.rows = nrows;
       c.tab.dw_rows(&args);
+      finish_rows(r, nrows);
       r += nrows;
       continue;
     }
@@ -1238,21 +1355,27 @@ void dw_item(const DwCall& c, DwThread& th, int64_t item) {
     args.ntap = n;
     args.rows = 1;
     c.tab.dw_rows(&args);
+    finish_rows(r, 1);
     ++r;
   }
 }
 
-bool run_dw(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+template <class TA, class TO>
+bool run_dw(const PlanarPlan& pl, const void* dy, WeightsView w, void* dx) {
   const DwPlan& q = pl.dw;
   if (q.empty) return true;
   const DwCall c = dw_call(pl, dy, w, dx);
+  const Geometry& g = q.g;
 #pragma omp parallel num_threads(pl.nthreads)
   {
     const size_t ntaps = static_cast<size_t>(std::max<int64_t>(1, c.K0 * c.K1 * c.T2));
     DwThread th{thread_buffer(1, q.buf_floats), std::vector<int64_t>(ntaps),
-                std::vector<float>(ntaps), std::vector<float>(ntaps)};
+                std::vector<float>(ntaps), std::vector<float>(ntaps),
+                kIs16<TA> ? thread_buffer(2, stage_floats(g.in[2], q.jn, q.L.in_step)) : nullptr,
+                std::vector<float>(kIs16<TO> ? std::max(kDwOutFloats, round_up(q.xc, 16)) : 0)};
 #pragma omp for schedule(static)
-    for (int64_t item = 0; item < q.planes * q.splits * q.nx; ++item) dw_item(c, th, item);
+    for (int64_t item = 0; item < q.planes * q.splits * q.nx; ++item)
+      dw_item<TA, TO>(c, th, item);
   }
   return true;
 }
@@ -1339,16 +1462,16 @@ __attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o
 
 // The tables of one tiles call (shared by the threads).
 struct TilesCall {
-  TilesCall(const TilesPlan& q_, const PlanarF32Table& tab_, const float* in_, const float* bias_,
-            float* out_, const float* wp_)
+  TilesCall(const TilesPlan& q_, const PlanarF32Table& tab_, const void* in_, const float* bias_,
+            void* out_, const float* wp_)
       : q(q_), tab(tab_), in(in_), bias(bias_), out(out_), wp(wp_) {}
   const TilesPlan& q;
   const PlanarF32Table& tab;
-  const float* in;
+  const void* in;  // in the plan's storage types
   const float* bias;
-  float* out;
+  void* out;
   const float* wp;  // packed weights
-  int64_t in_plane = 0, out_plane = 0;
+  int64_t in_plane = 0, out_plane = 0;  // channel strides (and per image)
   std::vector<int64_t> phase_base;
   // Per output phase: input offset (slot * span + off) and weights offset of each tap.
   std::vector<std::vector<int64_t>> tap_in, tap_w;
@@ -1358,14 +1481,16 @@ struct TilesCall {
 // A thread's item buffer and segment lists.
 struct TilesThread {
   float* buf;
-  float* obuf;  // strided outputs: [channel][chunk] of one phase
+  float* obuf;   // buffered outputs: [channel][chunk] of one phase
+  float* stage;  // 16-bit inputs: a widened row span (RowCopy)
   std::vector<int64_t> seg_in, seg_w;
+  std::vector<uint16_t> o16;  // 16-bit strided outputs: one rounded phase row
 };
 
 // Output row (o0, o1), positions [t0, t1) of each phase, channel blocks
 // [mb0, mb1), of image n and group gi; in_row(i0, i1, seg) is the buffer
 // offset of an input row (copying it first in row mode).
-template <class InRow>
+template <class TO, class InRow>
 void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int64_t o0,
                  int64_t o1, int64_t t0, int64_t t1, int64_t mb0, int64_t mb1, InRow&& in_row) {
   const TilesPlan& q = c.q;
@@ -1375,7 +1500,7 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
   const int64_t TW = q.TW, NMB = q.NMB, K1 = g.K[1], seg_floats = q.seg_floats;
   const int64_t block_floats = q.block_floats, cis = q.cis, cb = q.cb, chunk = q.chunk;
   const int64_t out_plane = c.out_plane, s2 = g.s[2];
-  const bool strided_out = q.strided_out, stream = q.stream;
+  const bool out_buffer = q.out_buffer, stream = q.stream;
   const PlanarTileFn full_tile = q.full_tile;
   const float* const bias = c.bias;
   float* const obuf = th.obuf;
@@ -1394,7 +1519,7 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
   args.nseg = nseg;
   args.c_in_stride = cis;
   const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
-  float* out_img = c.out + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
+  TO* out_img = static_cast<TO*>(c.out) + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
   for (int64_t r = 0; r < L.out_phases; ++r) {
     const int64_t tend = std::min(t1, L.len[r]);
     if (tend <= t0) continue;
@@ -1415,7 +1540,10 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
           const int64_t nx = std::min(TW, tend - u0);
           args.in_off = u0 - t0 + c0 * cis;
           args.nx = nx;
-          if (strided_out) {
+          if constexpr (kIs16<TO>) {
+            args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
+            args.out_stride = chunk;
+          } else if (out_buffer) {
             args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
             args.out_stride = chunk;
           } else {
@@ -1427,11 +1555,12 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
         }
       }
     }
-    if (strided_out) {  // phase r's outputs are s2 apart
+    if (out_buffer) {  // strided outputs: phase r's are s2 apart
       const int64_t co0 = mb0 * M, co1 = std::min(g.Cout, mb1 * M);
+      const int64_t step = q.strided_out ? s2 : 1;
       for (int64_t co = co0; co < co1; ++co) {
-        scatter_phase(obuf + (co - co0) * chunk, tend - t0, out_img + co * out_plane + r + s2 * t0,
-                      s2);
+        store_row(c.tab, obuf + (co - co0) * chunk, tend - t0,
+                  out_img + co * out_plane + r + step * t0, step, th.o16.data());
       }
     }
   }
@@ -1439,30 +1568,31 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
 
 // A plane item: one (image, group); its input planes are copied once
 // ([ci][row][phase]) and every output row reads them.
+template <class TA, class TO>
 void plane_item(const TilesCall& c, TilesThread& th, int64_t item) {
   const TilesPlan& q = c.q;
   const Geometry& g = q.g;
   const Line& L = q.L;
   const int64_t row_floats = q.row_floats;
   const int64_t gi = item % g.G, n = item / g.G;
-  const float* in_img = c.in + (n * g.G + gi) * g.Cin * c.in_plane;
+  const TA* in_img = static_cast<const TA*>(c.in) + (n * g.G + gi) * g.Cin * c.in_plane;
   const int64_t jn = round_up(L.max_len, q.ts.VL) + q.ext;
+  const RowCopy<TA> copy{c.tab, th.stage};
   for (int64_t ci = 0; ci < g.Cin; ++ci)
     for (int64_t row = 0; row < q.in_rows; ++row)
-      copy_phase_rows(in_img + ci * c.in_plane + row * g.in[2], g.in[2], L.in_step,
-                      L.slot_q.data(), q.nslots, L.min_off, jn,
-                      th.buf + ci * q.cis + row * row_floats, q.span, c.tab.strided_copy,
-                      c.tab.split2, c.tab.split3);
+      copy(in_img + ci * c.in_plane + row * g.in[2], g.in[2], L.in_step, L.slot_q.data(),
+           q.nslots, L.min_off, jn, th.buf + ci * q.cis + row * row_floats, q.span);
   auto plane_row = [&](int64_t i0, int64_t i1, int64_t) {
     return (i0 * g.in[1] + i1) * row_floats;
   };
   for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
     for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-      compute_row(c, th, n, gi, o0, o1, 0, L.max_len, 0, q.NMB, plane_row);
+      compute_row<TO>(c, th, n, gi, o0, o1, 0, L.max_len, 0, q.NMB, plane_row);
 }
 
 // A row item: one output row, chunk of the line and group of output channel
 // blocks; it copies the input rows of the row's segments: [seg][ci][phase][span].
+template <class TA, class TO>
 void row_item(const TilesCall& c, TilesThread& th, int64_t item) {
   const TilesPlan& q = c.q;
   const Geometry& g = q.g;
@@ -1483,21 +1613,22 @@ void row_item(const TilesCall& c, TilesThread& th, int64_t item) {
   const int64_t mb0 = mg * q.mb_per_group, mb1 = std::min(q.NMB, mb0 + q.mb_per_group);
   if (mb0 >= mb1) return;
   const int64_t jlo = t0 + L.min_off, jn = round_up(t1 - t0, q.ts.VL) + q.ext;
-  const float* in_img = c.in + (n * g.G + gi) * g.Cin * c.in_plane;
+  const TA* in_img = static_cast<const TA*>(c.in) + (n * g.G + gi) * g.Cin * c.in_plane;
+  const RowCopy<TA> copy{c.tab, th.stage};
   auto copy_row = [&](int64_t i0, int64_t i1, int64_t sidx) {
     const int64_t off = sidx * g.Cin * cis;
-    const float* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
+    const TA* src_row = in_img + (i0 * g.in[1] + i1) * g.in[2];
     for (int64_t ci = 0; ci < g.Cin; ++ci)
-      copy_phase_rows(src_row + ci * c.in_plane, g.in[2], L.in_step, L.slot_q.data(), q.nslots,
-                      jlo, jn, th.buf + off + ci * cis, q.span, c.tab.strided_copy,
-                      c.tab.split2, c.tab.split3);
+      copy(src_row + ci * c.in_plane, g.in[2], L.in_step, L.slot_q.data(), q.nslots, jlo, jn,
+           th.buf + off + ci * cis, q.span);
     return off;
   };
-  compute_row(c, th, n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
+  compute_row<TO>(c, th, n, gi, o0, o1, t0, t1, mb0, mb1, copy_row);
 }
 
-bool run_tiles(const PlanarPlan& pl, const float* in, WeightsView w, const float* bias,
-               float* out) {
+template <class TA, class TO>
+bool run_tiles(const PlanarPlan& pl, const void* in, WeightsView w, const float* bias,
+               void* out) {
   const TilesPlan& q = pl.tiles;
   if (q.empty) return true;
   const Geometry& g = q.g;
@@ -1520,14 +1651,19 @@ bool run_tiles(const PlanarPlan& pl, const float* in, WeightsView w, const float
 #pragma omp parallel num_threads(pl.nthreads)
   {
     float* buf = thread_buffer(1, q.buf_floats);
-    TilesThread th{buf, buf + q.in_floats, std::vector<int64_t>(q.max_seg),
-                   std::vector<int64_t>(q.max_seg)};
+    float* stage = kIs16<TA> ? thread_buffer(2, stage_floats(g.in[2],
+                                                             round_up(L.max_len, q.ts.VL) + q.ext,
+                                                             L.in_step))
+                             : nullptr;
+    TilesThread th{buf, buf + q.in_floats, stage, std::vector<int64_t>(q.max_seg),
+                   std::vector<int64_t>(q.max_seg),
+                   std::vector<uint16_t>(kIs16<TO> ? q.chunk : 0)};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < q.items; ++item) {
       if (q.planes)
-        plane_item(c, th, item);
+        plane_item<TA, TO>(c, th, item);
       else
-        row_item(c, th, item);
+        row_item<TA, TO>(c, th, item);
     }
     if (q.stream) _mm_sfence();  // the streamed outputs, before the region's barrier
   }
@@ -2081,10 +2217,19 @@ bool run_planar(const PlanarPlan& pl, const float* in, WeightsView w, const floa
       run_one_pixel_dots(*pl.tab, pl.dots, pl.p, in, w, out);
       return true;
     case PlanarRoute::ImGemm: return run_im_gemm(pl, in, w, out);
-    case PlanarRoute::Depthwise: return run_dw(pl, in, w, out);
-    case PlanarRoute::Tiles: return run_tiles(pl, in, w, bias, out);
+    case PlanarRoute::Depthwise: return run_dw<float, float>(pl, in, w, out);
+    case PlanarRoute::Tiles: return run_tiles<float, float>(pl, in, w, bias, out);
   }
   return false;
+}
+
+// The routes that take 16-bit storage, in storage type T (in and out).
+template <class T>
+bool run_planar16(const PlanarPlan& pl, const void* in, WeightsView w, const float* bias,
+                  void* out) {
+  if (!takes16(pl)) return false;
+  return pl.route == PlanarRoute::Tiles ? run_tiles<T, T>(pl, in, w, bias, out)
+                                        : run_dw<T, T>(pl, in, w, out);
 }
 
 bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
@@ -2110,14 +2255,27 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
   return run_planar(plan_planar(isa, p, forward, nthreads), in, w, bias, out);
 }
 
+bool planar_takes16(Isa isa, const ConvProblem& p, bool forward, int nthreads) {
+  return takes16(plan_planar(isa, p, forward, nthreads));
+}
+
+bool planar16(Isa isa, DType dt, const ConvProblem& p, bool forward, const void* in,
+              WeightsView w, const float* bias, void* out, int nthreads) {
+  if (dt != DType::BF16 && dt != DType::F16) return false;
+  const PlanarPlan pl = plan_planar(isa, p, forward, nthreads, dt, dt);
+  return dt == DType::BF16 ? run_planar16<bf16>(pl, in, w, bias, out)
+                           : run_planar16<f16>(pl, in, w, bias, out);
+}
+
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* dy,
                             WeightsView dw, int nthreads) {
   return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
 }
 
-std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                DType dt) {
   if (pass == Pass::BackwardWeights) return describe(plan_planar_bwd_weights(isa, p, nthreads));
-  return describe(plan_planar(isa, p, pass == Pass::Forward, nthreads));
+  return describe(plan_planar(isa, p, pass == Pass::Forward, nthreads, dt, dt));
 }
 
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads) {

@@ -113,6 +113,14 @@ bool dense_backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_ds
 // bias may be null; else in = diff_dst, out = diff_src, bias must be null.
 bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, WeightsView w,
                 const float* bias, float* out, int nthreads);
+// planar_f32 over dense NCX 16-bit activations (dt: bf16 or f16, in and out
+// alike), widened where the kernels copy their rows and rounded once from
+// the f32 results; weights and bias f32. Only the routes that copy every
+// input row (direct-convolution tiles, depthwise backward-data rows), where
+// planar_takes16 says so; false otherwise.
+bool planar_takes16(Isa isa, const ConvProblem& p, bool forward, int nthreads);
+bool planar16(Isa isa, DType dt, const ConvProblem& p, bool forward, const void* in,
+              WeightsView w, const float* bias, void* out, int nthreads);
 // Whether planar_f32 cuts this problem into whole-plane items (small planes,
 // many images x groups) rather than output rows.
 bool planar_uses_planes(Isa isa, const ConvProblem& p, bool forward, int nthreads);
@@ -140,7 +148,9 @@ std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthr
 // Backward-weights: for a gradient dense in layout wf (the plan depends on its strides).
 std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
                                      WeightsFormat wf = WeightsFormat::XOI);
-std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+// dt: the activations' storage (planar16's bf16 / f16, forward and backward-data).
+std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                DType dt = DType::F32);
 
 }  // namespace x86
 }  // namespace tct

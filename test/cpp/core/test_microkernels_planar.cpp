@@ -4,6 +4,11 @@
 // against scalar versions of their contracts (microkernel_tester.h).
 #include <immintrin.h>
 
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/types.h"
 #include "microkernel_tester.h"
 
 namespace tct {
@@ -58,6 +63,10 @@ TEST_P(PlanarMicrokernels, TableIsWellFormed) {
   EXPECT_NE(tab->split3, nullptr);
   EXPECT_NE(tab->strided_copy, nullptr);
   EXPECT_NE(tab->transpose16, nullptr);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(tab->widen16[k], nullptr) << k;
+    EXPECT_NE(tab->narrow16[k], nullptr) << k;
+  }
 }
 
 // out[r*out_stride + x] = init + sum_{s, c, t} w[seg_w[s] + c*cws + tap_w[t] + r]
@@ -319,6 +328,48 @@ TEST_P(PlanarMicrokernels, SplitsCopiesAndTransposeMatchScalar) {
       if (!fails.add(matches(dst, want, "dst"), "transpose16",
                      Desc()("src_stride", ss)("dst_stride", ds).str()))
         return;
+    }
+}
+
+// The 16-bit conversions (planar16's rows and results): every length up to
+// a few vectors, against types.h's scalar conversions (exact widening; round
+// to nearest even, NaN kept, overflow to Inf), no element past n written.
+TEST_P(PlanarMicrokernels, Conversions16MatchScalar) {
+  Rng rng(29);
+  std::vector<float> specials{0.f, -0.f, 1.f, -1.5f, 65504.f, 65520.f, 1e-8f, 3.0e38f,
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN()};
+  for (int k = 0; k < 2; ++k)
+    for (int64_t n = 0; n <= 70; ++n) {
+      std::vector<float> f(static_cast<size_t>(n) + 8, 7.f);
+      for (int64_t i = 0; i < n; ++i)
+        f[i] = i < static_cast<int64_t>(specials.size()) && n > 20
+                   ? specials[i]
+                   : static_cast<float>(rng.val()) * 1.0009765625f;  // bits below bf16's
+      std::vector<uint16_t> h(static_cast<size_t>(n) + 8, 0xabcd);
+      tab->narrow16[k](f.data(), h.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t want = k == 0 ? to_bf16(f[i]).bits : to_f16(f[i]).bits;
+        if (std::isnan(f[i])) {
+          const float back = k == 0 ? to_float(bf16{h[i]}) : to_float(f16{h[i]});
+          ASSERT_TRUE(std::isnan(back)) << "narrow16[" << k << "] n=" << n << " i=" << i;
+        } else {
+          ASSERT_EQ(h[i], want) << "narrow16[" << k << "] n=" << n << " i=" << i << " " << f[i];
+        }
+      }
+      for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(h[i], 0xabcd) << "narrow16 wrote past n";
+      std::vector<float> back(static_cast<size_t>(n) + 8, 7.f);
+      tab->widen16[k](h.data(), back.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = k == 0 ? to_float(bf16{h[i]}) : to_float(f16{h[i]});
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(back[i]));
+        } else {
+          ASSERT_EQ(back[i], want) << "widen16[" << k << "] n=" << n << " i=" << i;
+        }
+      }
+      for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(back[i], 7.f) << "widen16 wrote past n";
     }
 }
 
