@@ -656,3 +656,70 @@ def test_planar16_nan_and_inf(case, bad, dtype, isa):
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     finite = torch.isfinite(want)
     assert torch.equal(got[finite], want[finite])
+
+
+PLANAR16_BWW_CASES = [
+    # (S, N, IC, OC, spatial, K, s, p, d, groups): shapes the planar dot tiles take
+    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1, 1),  # phases of 2
+    (2, 2, 5, 6, (10, 9), 3, 3, 0, 1, 1),  # phases of 3
+    (1, 4, 9, 5, (37,), 16, 8, 4, 1, 1),  # phases of 8
+    (2, 2, 17, 9, (12, 13), 3, 1, 1, 2, 1),  # stride 1, dilated
+    (3, 2, 6, 10, (3, 4, 5), 2, 2, 0, 1, 1),
+    (2, 2, 16, 16, (8, 8), 4, 2, 1, 1, 16),  # depthwise
+    (2, 2, 24, 18, (7, 5), 3, 2, 1, 1, 3),  # groups
+]
+
+
+def _planar16_bww_call(x, dy, w_shape, S, s, p, d, g):
+    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S,
+             groups=g, data_format="NCX", weights_format="IOX")
+    return torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=w_shape, **a)
+
+
+def _planar16_bww_want(x, dy, w_shape, S, s, p, d, g):
+    wd = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
+    _conv_t_f64(x, wd, None, S, s, p, d, g).backward(dy.double())
+    return wd.grad
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", PLANAR16_BWW_CASES,
+                         ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_s{c[6]}_g{c[9]}")
+def test_planar16_backward_weights_exact(case, dtype, isa):
+    S, N, IC, OC, sp, K, s, p, d, g = case
+    x = _ints((N, IC) + sp, dtype, 51)
+    w_shape = [IC, OC // g] + [K] * S
+    dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 52)
+    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
+    with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
+        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
+    assert "planar16={planar=backward_weights" in lines[0] and " route=dots" in lines[0], \
+        lines[0][:600]
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_planar16_backward_weights_rounded_once_and_nan(dtype, isa):
+    # Long sums of small positive integers: exact in f32, rounded once to the
+    # 16-bit gradient (the dot tiles' pieces are summed in f32 first).
+    S, s, p, d, g = 2, 2, 1, 1, 1
+    x = _ints((8, 6, 20, 20), dtype, 53, 1, 4)
+    w_shape = [6, 5, 4, 4]
+    dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 54, 1, 4)
+    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
+        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
+    assert "planar16={planar=backward_weights" in lines[0], lines[0][:600]
+    assert torch.equal(got, want.to(dtype))
+    x[3, 2, 7, 9] = float("nan")
+    dy[5, 1, 0, 0] = float("inf")
+    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
+    with P.use_isa(isa), tct.use_ncx_path("planar"):
+        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])

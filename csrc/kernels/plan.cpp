@@ -886,6 +886,18 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
+  // Backward-weights on dense NCX where the planar dot tiles run: they take
+  // the 16-bit tensors themselves (the f32 gradient is rounded once).
+  if (spec.pass == Pass::BackwardWeights && spec.a.ncx && spec.b.ncx &&
+      use_planar(spec, p, spec.pass) &&
+      x86::planar_bwd_weights_takes16(spec.isa, p, spec.nthreads)) {
+    c.planar16 = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
   CallSpec f32 = spec;
   f32.dtype = DType::F32;
   f32.amx = false;

@@ -504,6 +504,14 @@ bool run_convert16(const Ctx& c) {
     in.bias = wbuf + wn;
   }
   if (cv.slabs) return cv.amx ? run_amx_slabs(c, in) : run_convert16_slabs(c, in);
+  if (cv.planar16 && bww) {  // the f32 gradient in wbuf, rounded once
+    in.w.data = wbuf;
+    if (!x86::planar_bwd_weights16(s.isa, s.dtype, p, c.args.a.data, c.args.b.data, in.w,
+                                   s.nthreads))
+      return false;
+    narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
+    return true;
+  }
   if (cv.planar16)
     return x86::planar16(s.isa, s.dtype, p, c.forward(), c.args.a.data, in.w,
                          static_cast<const float*>(in.bias), c.args.b.data, s.nthreads);

@@ -647,6 +647,7 @@ struct PlanarBwdWeightsPlan {
   const PlanarF32Table* tab = nullptr;  // null: no kernels for the ISA (the reference runs)
   ConvProblem p;
   int nthreads = 1;
+  DType in_dt = DType::F32;  // src and diff_dst (16-bit: the dots only; the gradient is f32)
   bool gemm = false;
   BwdWeightsGemmPlan gm;
   BwdWeightsDotsPlan dots;
@@ -946,11 +947,13 @@ BwdWeightsDotsPlan plan_bwd_weights_dots(const PlanarF32Table& tab, const ConvPr
   return q;
 }
 
-PlanarBwdWeightsPlan plan_planar_bwd_weights(Isa isa, const ConvProblem& p, int nthreads) {
+PlanarBwdWeightsPlan plan_planar_bwd_weights(Isa isa, const ConvProblem& p, int nthreads,
+                                             DType in_dt = DType::F32) {
   PlanarBwdWeightsPlan pl;
   pl.tab = table_for(isa);
   pl.p = p;
   pl.nthreads = nthreads;
+  pl.in_dt = in_dt;
   if (!pl.tab) return pl;
   pl.gemm = gemm_preferred(*pl.tab, p);
   if (pl.gemm) {
@@ -1062,6 +1065,7 @@ std::string describe(const PlanarBwdWeightsPlan& pl) {
   f.add("planar", "backward_weights");
   f.add("threads", pl.nthreads);
   if (!pl.tab) return f.add("route", "reference").str();
+  if (pl.in_dt != DType::F32) f.add("storage", pl.in_dt == DType::BF16 ? "bf16" : "f16");
   const PlanarF32Table& tab = *pl.tab;
   constexpr int64_t B = sizeof(float);
   if (pl.gemm) {
@@ -2040,8 +2044,8 @@ struct DotsCall {
   const BwdWeightsDotsPlan& q;
   const PlanarF32Table& tab;
   const ConvProblem& p;
-  const float* src;
-  const float* dy;
+  const void* src;  // in the plan's storage type
+  const void* dy;
   WeightsView dw;
   float* scratch;  // pieces 1 .. P-1: [piece][k][ic][oc]
 };
@@ -2052,6 +2056,7 @@ struct DotsCall {
 struct DotsThread {
   float* abuf;
   float* bbuf;
+  float* stage;  // 16-bit: a widened row span (RowCopy)
   std::vector<int64_t> k0s, i0s, k1s, i1s, seg_of;
   std::vector<const float*> pa, pb;
 };
@@ -2059,6 +2064,7 @@ struct DotsThread {
 // Copies the rows of block rows [r0, r0 + nr), line chunk [x0, x0 + xn): the
 // src rows zero past the line, the diff_dst rows of their valid outer taps
 // phase-split and padded.
+template <class TA>
 void dots_fill_block(const DotsCall& c, DotsThread& th, int64_t r0, int64_t nr, int64_t x0,
                      int64_t xn) {
   const BwdWeightsDotsPlan& q = c.q;
@@ -2074,24 +2080,29 @@ void dots_fill_block(const DotsCall& c, DotsThread& th, int64_t r0, int64_t nr, 
     const int64_t row = r0 + r;
     const int64_t i1 = row % g.src[1], i0 = (row / g.src[1]) % g.src[0],
                   n = row / (g.src[1] * g.src[0]);
-    const float* srow = c.src + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
+    const TA* srow =
+        static_cast<const TA*>(c.src) + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
     for (int64_t ch = 0; ch < IC; ++ch) {
       float* d = th.abuf + (r * IC + ch) * cw;
-      std::memcpy(d, srow + ch * src_plane, sizeof(float) * xn);
+      if constexpr (kIs16<TA>)
+        c.tab.widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(srow + ch * src_plane), d,
+                                    xn);
+      else
+        std::memcpy(d, srow + ch * src_plane, sizeof(float) * xn);
       std::memset(d + xn, 0, sizeof(float) * (cw - xn));
     }
+    const RowCopy<TA> copy{c.tab, th.stage};
     const int n0 = outer_taps(g, 0, i0, th.k0s.data(), th.i0s.data());
     const int n1 = outer_taps(g, 1, i1, th.k1s.data(), th.i1s.data());
     int64_t seg = 0;
     for (int a = 0; a < n0; ++a)
       for (int b = 0; b < n1; ++b, ++seg) {
         th.seg_of[(r * K0 + th.k0s[a]) * K1 + th.k1s[b]] = seg;
-        const float* drow =
-            c.dy + n * OC * dst_plane + (th.i0s[a] * g.dst[1] + th.i1s[b]) * g.dst[2];
+        const TA* drow = static_cast<const TA*>(c.dy) + n * OC * dst_plane +
+                         (th.i0s[a] * g.dst[1] + th.i1s[b]) * g.dst[2];
         for (int64_t ch = 0; ch < OC; ++ch)
-          copy_phase_rows(drow + ch * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots,
-                          jlo, jn, th.bbuf + ((r * max_seg + seg) * OC + ch) * nslots * span,
-                          span, c.tab.strided_copy, c.tab.split2, c.tab.split3);
+          copy(drow + ch * dst_plane, g.dst[2], L.in_step, L.slot_q.data(), nslots, jlo, jn,
+               th.bbuf + ((r * max_seg + seg) * OC + ch) * nslots * span, span);
       }
   }
 }
@@ -2150,7 +2161,8 @@ void dots_block_tiles(const DotsCall& c, DotsThread& th, int t, int64_t nr, int6
       }
 }
 
-bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+template <class TA>
+bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const void* src, const void* dy,
                           WeightsView dw) {
   const ConvProblem& p = pl.p;
   const BwdWeightsDotsPlan& q = pl.dots;
@@ -2176,6 +2188,9 @@ bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, cons
     float* buf = thread_buffer(1, R * q.row_floats);
     DotsThread th{buf,
                   buf + R * IC * q.cw,
+                  kIs16<TA> ? thread_buffer(2, stage_floats(q.g.dst[2], q.cw + q.ext,
+                                                            q.L.in_step))
+                            : nullptr,
                   std::vector<int64_t>(K0),
                   std::vector<int64_t>(K0),
                   std::vector<int64_t>(K1),
@@ -2189,7 +2204,7 @@ bool run_bwd_weights_dots(const PlanarBwdWeightsPlan& pl, const float* src, cons
         const int64_t blk = item / nchunks, ch = item % nchunks;
         const int64_t r0 = blk * R, nr = std::min(R, q.rows - r0);
         const int64_t x0 = ch * q.cw, xn = std::min(q.cw, q.W - x0);
-        dots_fill_block(c, th, r0, nr, x0, xn);
+        dots_fill_block<TA>(c, th, r0, nr, x0, xn);
         dots_block_tiles(c, th, t, nr, xn);
       }
   }
@@ -2235,7 +2250,8 @@ bool run_planar16(const PlanarPlan& pl, const void* in, WeightsView w, const flo
 bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
                             WeightsView dw) {
   if (!pl.tab) return false;
-  return pl.gemm ? run_bwd_weights_gemm(pl, src, dy, dw) : run_bwd_weights_dots(pl, src, dy, dw);
+  return pl.gemm ? run_bwd_weights_gemm(pl, src, dy, dw)
+                 : run_bwd_weights_dots<float>(pl, src, dy, dw);
 }
 
 }  // namespace
@@ -2272,9 +2288,23 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
 }
 
+bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& p, int nthreads) {
+  const PlanarBwdWeightsPlan pl = plan_planar_bwd_weights(isa, p, nthreads);
+  return pl.tab && !pl.gemm;
+}
+
+bool planar_bwd_weights16(Isa isa, DType dt, const ConvProblem& p, const void* src,
+                          const void* dy, WeightsView dw, int nthreads) {
+  if (dt != DType::BF16 && dt != DType::F16) return false;
+  const PlanarBwdWeightsPlan pl = plan_planar_bwd_weights(isa, p, nthreads, dt);
+  if (!pl.tab || pl.gemm) return false;
+  return dt == DType::BF16 ? run_bwd_weights_dots<bf16>(pl, src, dy, dw)
+                           : run_bwd_weights_dots<f16>(pl, src, dy, dw);
+}
+
 std::string describe_planar_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                                 DType dt) {
-  if (pass == Pass::BackwardWeights) return describe(plan_planar_bwd_weights(isa, p, nthreads));
+  if (pass == Pass::BackwardWeights) return describe(plan_planar_bwd_weights(isa, p, nthreads, dt));
   return describe(plan_planar(isa, p, pass == Pass::Forward, nthreads, dt, dt));
 }
 

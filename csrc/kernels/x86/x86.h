@@ -134,6 +134,12 @@ bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p);
 // Planar backward-weights over dense NCX src / diff_dst (planar_f32_common.cpp).
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                             WeightsView diff_w, int nthreads);
+// planar_bwd_weights_f32 over dense NCX 16-bit src / diff_dst (dt: bf16 or
+// f16), widened as the dot tiles' rows are copied; the gradient f32. Only
+// the dot tiles' route (planar_bwd_weights_takes16), else false.
+bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& p, int nthreads);
+bool planar_bwd_weights16(Isa isa, DType dt, const ConvProblem& p, const void* src,
+                          const void* dy, WeightsView dw, int nthreads);
 // Whether the planar kernels are expected to beat the channels-last ones plus
 // the layout changes on this problem; amd: an AMD AVX-512 core (Zen 4 or 5,
 // avx512_amd()), where the rule differs.
