@@ -659,14 +659,22 @@ def test_planar16_nan_and_inf(case, bad, dtype, isa):
 
 
 PLANAR16_BWW_CASES = [
-    # (S, N, IC, OC, spatial, K, s, p, d, groups): shapes the planar dot tiles take
-    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1, 1),  # phases of 2
-    (2, 2, 5, 6, (10, 9), 3, 3, 0, 1, 1),  # phases of 3
-    (1, 4, 9, 5, (37,), 16, 8, 4, 1, 1),  # phases of 8
-    (2, 2, 17, 9, (12, 13), 3, 1, 1, 2, 1),  # stride 1, dilated
-    (3, 2, 6, 10, (3, 4, 5), 2, 2, 0, 1, 1),
-    (2, 2, 16, 16, (8, 8), 4, 2, 1, 1, 16),  # depthwise
-    (2, 2, 24, 18, (7, 5), 3, 2, 1, 1, 3),  # groups
+    # (S, N, IC, OC, spatial, K, s, p, d, groups, planar route)
+    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1, 1, "dots"),  # phases of 2
+    (2, 2, 5, 6, (10, 9), 3, 3, 0, 1, 1, "dots"),  # phases of 3
+    (1, 4, 9, 5, (37,), 16, 8, 4, 1, 1, "dots"),  # phases of 8
+    (2, 2, 17, 9, (12, 13), 3, 1, 1, 2, 1, "dots"),  # stride 1, dilated
+    (3, 2, 6, 10, (3, 4, 5), 2, 2, 0, 1, 1, "dots"),
+    (2, 2, 16, 16, (8, 8), 4, 2, 1, 1, 16, "dots"),  # depthwise
+    (2, 2, 24, 18, (7, 5), 3, 2, 1, 1, 3, "dots"),  # groups
+    # long rows: GEMMs over im2col chunks (phase rows shared by taps, or not;
+    # one long run for a pointwise kernel), src chunks widened per chunk
+    (2, 2, 16, 3, (12, 64), 4, 2, 1, 1, 1, "im2col_gemm"),
+    (2, 1, 16, 4, (8, 66), 3, 3, 0, 1, 1, "im2col_gemm"),
+    (1, 2, 13, 5, (700,), 4, 2, 1, 1, 1, "im2col_gemm"),
+    (2, 2, 8, 20, (16, 50), 1, 1, 0, 1, 1, "im2col_gemm"),
+    (2, 2, 16, 3, (12, 64), 3, 1, 1, 1, 1, "im2col_gemm"),  # gathered per tap (no phase rows)
+    (1, 2, 16, 5, (300,), 4, 4, 0, 1, 1, "im2col_gemm"),
 ]
 
 
@@ -685,28 +693,29 @@ def _planar16_bww_want(x, dy, w_shape, S, s, p, d, g):
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("case", PLANAR16_BWW_CASES,
-                         ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_s{c[6]}_g{c[9]}")
+                         ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_{c[4][-1]}_s{c[6]}_g{c[9]}")
 def test_planar16_backward_weights_exact(case, dtype, isa):
-    S, N, IC, OC, sp, K, s, p, d, g = case
+    S, N, IC, OC, sp, K, s, p, d, g, route = case
     x = _ints((N, IC) + sp, dtype, 51)
     w_shape = [IC, OC // g] + [K] * S
     dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 52)
     want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
         got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
-    assert "planar16={planar=backward_weights" in lines[0] and " route=dots" in lines[0], \
+    assert "planar16={planar=backward_weights" in lines[0] and f" route={route} " in lines[0], \
         lines[0][:600]
     assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
-def test_planar16_backward_weights_rounded_once_and_nan(dtype, isa):
+@pytest.mark.parametrize("x_shape", [(8, 6, 20, 20), (4, 16, 12, 64)], ids=["dots", "gemm"])
+def test_planar16_backward_weights_rounded_once_and_nan(x_shape, dtype, isa):
     # Long sums of small positive integers: exact in f32, rounded once to the
-    # 16-bit gradient (the dot tiles' pieces are summed in f32 first).
+    # 16-bit gradient (pieces, chunks and parts are summed in f32 first).
     S, s, p, d, g = 2, 2, 1, 1, 1
-    x = _ints((8, 6, 20, 20), dtype, 53, 1, 4)
-    w_shape = [6, 5, 4, 4]
+    x = _ints(x_shape, dtype, 53, 1, 4)
+    w_shape = [x_shape[1], 5, 4, 4]
     dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 54, 1, 4)
     want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
@@ -715,7 +724,7 @@ def test_planar16_backward_weights_rounded_once_and_nan(dtype, isa):
     assert "planar16={planar=backward_weights" in lines[0], lines[0][:600]
     assert torch.equal(got, want.to(dtype))
     x[3, 2, 7, 9] = float("nan")
-    dy[5, 1, 0, 0] = float("inf")
+    dy[3, 1, 0, 0] = float("inf")
     want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"):
         got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)

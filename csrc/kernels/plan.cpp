@@ -886,7 +886,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
-  // Backward-weights on dense NCX where the planar dot tiles run: they take
+  // Backward-weights on dense NCX where the planar kernels run: they take
   // the 16-bit tensors themselves (the f32 gradient is rounded once).
   if (spec.pass == Pass::BackwardWeights && spec.a.ncx && spec.b.ncx &&
       use_planar(spec, p, spec.pass) &&

@@ -136,8 +136,8 @@ struct Convert16Plan {
   // and their route copies every input row (x86::planar_takes16): the whole
   // call runs them on the 16-bit tensors, widened as the rows are copied and
   // rounded from the f32 results (images = N, one chunk, no f32 copies of
-  // the activations). Backward-weights likewise where the planar dot tiles
-  // run (x86::planar_bwd_weights_takes16), into the f32 gradient (w_floats),
+  // the activations). Backward-weights likewise where the planar kernels run
+  // (x86::planar_bwd_weights_takes16), into the f32 gradient (w_floats),
   // rounded once.
   bool planar16 = false;
 };

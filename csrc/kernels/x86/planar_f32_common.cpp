@@ -1682,26 +1682,28 @@ bool run_tiles(const PlanarPlan& pl, const void* in, WeightsView w, const float*
 // fall in the same phase read the same phase row at different offsets, so a
 // row is gathered once instead of once per tap (K2/s times fewer gathers).
 // A small direct-mapped cache of one work item (rows keyed by address).
+template <class TA>
 class PhaseRows {
  public:
   PhaseRows(int64_t len, int64_t step, const PlanarF32Table& tab)
       : len_(len), step_(step), nq_((len + step - 1) / step), tab_(tab),
         buf_(static_cast<size_t>(kEntries * step * ((len + step - 1) / step))),
-        keys_(kEntries, nullptr), qs_(static_cast<size_t>(step)) {
+        keys_(kEntries, nullptr), qs_(static_cast<size_t>(step)),
+        stage_(kIs16<TA> ? static_cast<size_t>(stage_floats(len, nq_, step)) : 0) {
     for (int64_t r = 0; r < step; ++r) qs_[r] = r;
   }
 
   // dst[j - jlo] = row[j*step + q] for j in [jlo, jlo + jn), 0 outside the row.
-  void copy(const float* row, int64_t q, int64_t jlo, int64_t jn, float* dst) {
+  void copy(const TA* row, int64_t q, int64_t jlo, int64_t jn, float* dst) {
     // The slot of the row's index in diff_dst (all planes: rows of several
     // channels are live at once).
     const int64_t slot =
-        static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) / (sizeof(float) * len_)) &
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) / (sizeof(TA) * len_)) &
         (kEntries - 1);
     float* entry = buf_.data() + slot * step_ * nq_;
     if (keys_[slot] != row) {
-      copy_phase_rows(row, len_, step_, qs_.data(), step_, 0, nq_, entry, nq_, tab_.strided_copy,
-                      tab_.split2, tab_.split3);
+      const RowCopy<TA> copy_rows{tab_, stage_.data()};
+      copy_rows(row, len_, step_, qs_.data(), step_, 0, nq_, entry, nq_);
       keys_[slot] = row;
     }
     const float* ph = entry + q * nq_;  // zero past the phase's last element
@@ -1720,13 +1722,14 @@ class PhaseRows {
   int64_t len_, step_, nq_;
   const PlanarF32Table& tab_;
   std::vector<float> buf_;
-  std::vector<const float*> keys_;
+  std::vector<const TA*> keys_;
   std::vector<int64_t> qs_;  // 0 .. step-1
+  std::vector<float> stage_;  // 16-bit: a widened row (RowCopy)
 };
 
 class Im2col {
  public:
-  Im2col(const ConvProblem& p, StridedCopy strided) : p_(p), strided_(strided) {
+  Im2col(const ConvProblem& p, const PlanarF32Table& tab) : p_(p), tab_(tab) {
     for (int a = 0; a < 2; ++a) {
       const TapAxis ax = p.axis(a);
       for (int64_t k = 0; k < ax.K; ++k)
@@ -1750,12 +1753,17 @@ class Im2col {
   }
 
   // out[q - p0] = D[q][(b, t)] for q in [p0, p0 + kc), plane = diff_dst plane b;
-  // through `phases` when given.
-  void row(const float* plane, int64_t t, const Start& st, int64_t kc, float* out,
-           PhaseRows* phases = nullptr) const {
+  // through `phases` when given. 16-bit planes: stage holds a widened row
+  // span (stage_floats of one diff_dst row).
+  template <class TA>
+  void row(const TA* plane, int64_t t, const Start& st, int64_t kc, float* out,
+           PhaseRows<TA>* phases = nullptr, float* stage = nullptr) const {
     const int64_t p0 = st.p0;
     if (identity_) {  // pointwise: one run
-      std::memcpy(out, plane + p0, sizeof(float) * kc);
+      if constexpr (kIs16<TA>)
+        tab_.widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(plane + p0), out, kc);
+      else
+        std::memcpy(out, plane + p0, sizeof(float) * kc);
       return;
     }
     const ConvProblem& p = p_;
@@ -1772,9 +1780,13 @@ class Im2col {
         std::memset(out + (q - p0), 0, sizeof(float) * len);
       } else if (phases) {
         phases->copy(plane + (y0 * O1 + y1) * O2, tp.q2, x + tp.j2, len, out + (q - p0));
+      } else if constexpr (kIs16<TA>) {
+        const RowCopy<TA> copy{tab_, stage};
+        copy(plane + (y0 * O1 + y1) * O2, O2, p.s[2], &tp.q2, 1, x + tp.j2, len, out + (q - p0),
+             0);
       } else {
         copy_phase_row(plane + (y0 * O1 + y1) * O2, O2, p.s[2], tp.q2, x + tp.j2, len,
-                       out + (q - p0), strided_);
+                       out + (q - p0), tab_.strided_copy);
       }
       q += len;
       x = 0;
@@ -1791,7 +1803,7 @@ class Im2col {
     int64_t q2, j2;      // innermost: input phase and offset (copy_phase_row)
   };
   const ConvProblem& p_;
-  StridedCopy strided_;
+  const PlanarF32Table& tab_;
   std::array<std::vector<int64_t>, 2> pos_;  // outer axes: [k * I + i] -> dst coordinate, -1 outside
   std::vector<Tap> taps_;
   bool identity_ = false;
@@ -1857,12 +1869,12 @@ bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx
   const float* const A = rows.data;
   const int64_t a_stride = rows.stride;
   const int64_t kc_max = q.kc_max, per_image = q.per_image, ablocks = q.ablocks, AB = q.AB;
-  const Im2col im2col(p, pl.tab->strided_copy);
+  const Im2col im2col(p, *pl.tab);
 
 #pragma omp parallel num_threads(pl.nthreads)
   {
-    std::unique_ptr<PhaseRows> phases;  // per thread
-    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], *pl.tab);
+    std::unique_ptr<PhaseRows<float>> phases;  // per thread
+    if (q.phase_rows) phases = std::make_unique<PhaseRows<float>>(p.O[2], p.s[2], *pl.tab);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < q.items; ++item) {
       const int64_t ab = item % ablocks, chunk = item / ablocks;
@@ -1911,10 +1923,11 @@ float* grad_at(const ConvProblem& p, const WeightsView& dw, int64_t ic, int64_t 
 // Packs columns j0p .. j0p+nc of D for positions st.p0 .. st.p0+kc of image n
 // and group gi, transposed: pack[position][column] (rows ldp apart), through
 // tmp ([16 columns][kKc]).
+template <class TA>
 void pack_im2col_columns(const PlanarBwdWeightsPlan& pl, const Im2col& im2col,
-                         PhaseRows* phases, const float* dy, int64_t n, int64_t gi,
+                         PhaseRows<TA>* phases, const TA* dy, int64_t n, int64_t gi,
                          const Im2col::Start& st, int64_t kc, int64_t j0p, int64_t nc,
-                         float* tmp, float* pack) {
+                         float* tmp, float* pack, float* stage) {
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OC(), OCg = p.OCg, T = p.taps(), Q = p.dst_spatial(), ldp = pl.gm.ldp;
   for (int64_t c0 = 0; c0 < nc; c0 += 16) {
@@ -1925,7 +1938,7 @@ void pack_im2col_columns(const PlanarBwdWeightsPlan& pl, const Im2col& im2col,
         std::memset(row, 0, sizeof(float) * kKc);
         continue;
       }
-      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases);
+      im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, row, phases, stage);
     }
     for (int64_t r0 = 0; r0 < kc; r0 += 16)  // past kc: never read
       pl.tab->transpose16(tmp + r0, kKc, pack + r0 * ldp + c0, ldp);
@@ -1934,15 +1947,16 @@ void pack_im2col_columns(const PlanarBwdWeightsPlan& pl, const Im2col& im2col,
 
 // GEMM tiles of one chunk: 32-column slices of the pack x all src channels
 // of group gi, into target's [ic][j] rows (t_stride apart).
-void chunk_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* pack, int64_t n,
-                int64_t gi, int64_t p0, int64_t kc, int64_t j0p, int64_t nc, bool accumulate,
-                float* target, int64_t t_stride) {
+// A: the chunk's src rows of the group's channels (channel a at A + a * a_stride).
+void chunk_gemm(const PlanarBwdWeightsPlan& pl, const float* A, int64_t a_stride,
+                const float* pack, int64_t gi, int64_t kc, int64_t j0p, int64_t nc,
+                bool accumulate, float* target, int64_t t_stride) {
   const ConvProblem& p = pl.p;
   const PlanarF32Table& tab = *pl.tab;
-  const int64_t IC = p.IC(), ICg = p.ICg, P = p.src_spatial();
+  const int64_t ICg = p.ICg;
   PlanarGemmArgs args;
   args.kc = kc;
-  args.a_stride = P;
+  args.a_stride = a_stride;
   args.b_stride = pl.gm.ldp;
   args.c_stride = t_stride;
   args.accumulate = accumulate;
@@ -1952,15 +1966,20 @@ void chunk_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* p
     for (int64_t a0 = 0; a0 < ICg; a0 += kPlanarGemmMaxM) {
       const int m = static_cast<int>(std::min<int64_t>(kPlanarGemmMaxM, ICg - a0));
       const int64_t ic = gi * ICg + a0;
-      args.a = src + (n * IC + ic) * P + p0;
+      args.a = A + a0 * a_stride;
       args.c = target + ic * t_stride + j0p + js;
       tab.gemm[m](&args);
     }
   }
 }
 
-bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
+// TA: the storage of src and diff_dst (16-bit: each chunk's src rows widened
+// into the item's buffer, the im2col rows as they are gathered).
+template <class TA>
+bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const void* src_v, const void* dy_v,
                           WeightsView dw) {
+  const TA* const src = static_cast<const TA*>(src_v);
+  const TA* const dy = static_cast<const TA*>(dy_v);
   const ConvProblem& p = pl.p;
   const BwdWeightsGemmPlan& q = pl.gm;
   const int nthreads = pl.nthreads;
@@ -1982,7 +2001,7 @@ bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const float* src, cons
   AlignedBuf<float> scratch = direct ? AlignedBuf<float>() : aligned_buffer<float>(result);
   float* const C = direct ? out : scratch.get();
   AlignedBuf<float> partial = aligned_buffer<float>(q.partial_floats);
-  const Im2col im2col(p, pl.tab->strided_copy);
+  const Im2col im2col(p, *pl.tab);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t item = 0; item < q.items; ++item) {
@@ -1992,21 +2011,36 @@ bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const float* src, cons
     const int64_t c_lo = part * chunks / parts, c_hi = (part + 1) * chunks / parts;
     float* const target = part == 0 ? C : partial.get() + (part - 1) * result;
     const int64_t t_stride = part == 0 ? c_stride : J;  // partial sums: [ic][j]
-    float* const tmp = thread_buffer(1, 16 * kKc + kKc * ldp);  // [16 columns][kKc]
-    float* const pack = tmp + 16 * kKc;                         // [kKc][ldp]
+    // [16 columns][kKc], [kKc][ldp]; 16-bit: the chunk's src rows [ICg][kKc]
+    // and a widened diff_dst row span.
+    const int64_t a16 = kIs16<TA> ? ICg * kKc : 0;
+    const int64_t stage16 = kIs16<TA> ? stage_floats(p.O[2], kKc, p.s[2]) : 0;
+    float* const tmp = thread_buffer(1, 16 * kKc + kKc * ldp + a16 + stage16);
+    float* const pack = tmp + 16 * kKc;
+    float* const abuf = pack + kKc * ldp;
+    float* const stage = abuf + a16;
     if (c_lo >= c_hi) {  // nothing to sum: this part's columns are zero
       for (int64_t a = 0; a < ICg; ++a)
         std::memset(target + (gi * ICg + a) * t_stride + j0p, 0, sizeof(float) * nc);
       continue;
     }
-    std::unique_ptr<PhaseRows> phases;
-    if (q.phase_rows) phases = std::make_unique<PhaseRows>(p.O[2], p.s[2], *pl.tab);
+    std::unique_ptr<PhaseRows<TA>> phases;
+    if (q.phase_rows) phases = std::make_unique<PhaseRows<TA>>(p.O[2], p.s[2], *pl.tab);
     for (int64_t ch = c_lo; ch < c_hi; ++ch) {
       const int64_t n = ch / per_image, p0 = (ch % per_image) * kKc;
       const int64_t kc = std::min(kKc, P - p0);
       const Im2col::Start st = im2col.start(p0);
-      pack_im2col_columns(pl, im2col, phases.get(), dy, n, gi, st, kc, j0p, nc, tmp, pack);
-      chunk_gemm(pl, src, pack, n, gi, p0, kc, j0p, nc, ch > c_lo, target, t_stride);
+      pack_im2col_columns(pl, im2col, phases.get(), dy, n, gi, st, kc, j0p, nc, tmp, pack,
+                          stage);
+      const TA* const a_rows = src + (n * IC + gi * ICg) * P + p0;
+      if constexpr (kIs16<TA>) {
+        for (int64_t a = 0; a < ICg; ++a)
+          pl.tab->widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(a_rows + a * P),
+                                        abuf + a * kKc, kc);
+        chunk_gemm(pl, abuf, kKc, pack, gi, kc, j0p, nc, ch > c_lo, target, t_stride);
+      } else {
+        chunk_gemm(pl, a_rows, P, pack, gi, kc, j0p, nc, ch > c_lo, target, t_stride);
+      }
     }
   }
   // Sum the parts into the result (parallel over channels), then write the
@@ -2250,7 +2284,7 @@ bool run_planar16(const PlanarPlan& pl, const void* in, WeightsView w, const flo
 bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,
                             WeightsView dw) {
   if (!pl.tab) return false;
-  return pl.gemm ? run_bwd_weights_gemm(pl, src, dy, dw)
+  return pl.gemm ? run_bwd_weights_gemm<float>(pl, src, dy, dw)
                  : run_bwd_weights_dots<float>(pl, src, dy, dw);
 }
 
@@ -2288,16 +2322,18 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
 }
 
-bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& p, int nthreads) {
-  const PlanarBwdWeightsPlan pl = plan_planar_bwd_weights(isa, p, nthreads);
-  return pl.tab && !pl.gemm;
+bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& /*p*/, int /*nthreads*/) {
+  return table_for(isa) != nullptr;  // both routes copy what they read
 }
 
 bool planar_bwd_weights16(Isa isa, DType dt, const ConvProblem& p, const void* src,
                           const void* dy, WeightsView dw, int nthreads) {
   if (dt != DType::BF16 && dt != DType::F16) return false;
   const PlanarBwdWeightsPlan pl = plan_planar_bwd_weights(isa, p, nthreads, dt);
-  if (!pl.tab || pl.gemm) return false;
+  if (!pl.tab) return false;
+  if (pl.gemm)
+    return dt == DType::BF16 ? run_bwd_weights_gemm<bf16>(pl, src, dy, dw)
+                             : run_bwd_weights_gemm<f16>(pl, src, dy, dw);
   return dt == DType::BF16 ? run_bwd_weights_dots<bf16>(pl, src, dy, dw)
                            : run_bwd_weights_dots<f16>(pl, src, dy, dw);
 }

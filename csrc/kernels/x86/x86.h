@@ -135,8 +135,9 @@ bool planar_bwd_weights_gemm(Isa isa, const ConvProblem& p);
 bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                             WeightsView diff_w, int nthreads);
 // planar_bwd_weights_f32 over dense NCX 16-bit src / diff_dst (dt: bf16 or
-// f16), widened as the dot tiles' rows are copied; the gradient f32. Only
-// the dot tiles' route (planar_bwd_weights_takes16), else false.
+// f16), widened where the rows are copied (dot tiles: src and diff_dst
+// rows; im2col GEMMs: the im2col gathers and each chunk's src rows); the
+// gradient f32. planar_bwd_weights_takes16: whether the ISA has the kernels.
 bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& p, int nthreads);
 bool planar_bwd_weights16(Isa isa, DType dt, const ConvProblem& p, const void* src,
                           const void* dy, WeightsView dw, int nthreads);
