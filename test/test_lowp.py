@@ -93,14 +93,16 @@ def test_backward_weights_chunks_rounded_once(dtype, isa):
     # integers (exact in f32), to values that need more bits than the 16-bit
     # types have, so rounding each chunk's partial sum before adding differs
     # from the f64 sum rounded once.
+    # (Channels-last: on dense NCX the planar kernels take such a layer
+    # without chunks, test_planar16_backward_weights_*.)
     N, C, L = 64, 4, 1 << 15
     x = _ints((N, C, L), dtype, 4)
     dy = _ints((N, C, L), dtype, 5)
     w_shape = [C, C, 3]
-    a = dict(strides=[1], pads_begin=[1], pads_end=[1], dilations=[1], data_format="NCX",
+    a = dict(strides=[1], pads_begin=[1], pads_end=[1], dilations=[1], data_format="NXC",
              weights_format="IOX", weights_shape=w_shape)
     with P.use_isa(isa), tct.plans() as lines:
-        got = torch.ops.graph.conv_transpose_backward_weights(x, dy, **a)
+        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, 1), _nxc(dy, 1), **a)
     assert "route=convert16 images=8 chunks=8" in lines[0], lines[0][:300]
     xd = x.double()
     wd = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
