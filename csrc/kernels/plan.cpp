@@ -861,11 +861,16 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
-  // Dense NCX where the planar kernels take the 16-bit tensors themselves:
-  // no copies at all, whatever the size.
-  if (spec.pass != Pass::BackwardWeights && spec.a.ncx && spec.b.ncx &&
-      use_planar(spec, p, spec.pass) &&
-      x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads)) {
+  // Dense NCX where the planar kernels take the 16-bit tensors themselves
+  // (forward / backward-data: tiles and depthwise rows; backward-weights:
+  // dot tiles and im2col GEMMs, into the f32 gradient): the whole call, no
+  // copies of the activations, whatever the size.
+  auto planar_takes16 = [&] {
+    return spec.pass == Pass::BackwardWeights
+               ? x86::planar_bwd_weights_takes16(spec.isa, p, spec.nthreads)
+               : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads);
+  };
+  if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {
     c.planar16 = true;
     c.images = p.N;
     c.chunks = 1;
@@ -883,18 +888,6 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = true;
     c.b_floats = 0;
-    plan->step.route = Route::Convert16;
-    return;
-  }
-  // Backward-weights on dense NCX where the planar kernels run: they take
-  // the 16-bit tensors themselves (the f32 gradient is rounded once).
-  if (spec.pass == Pass::BackwardWeights && spec.a.ncx && spec.b.ncx &&
-      use_planar(spec, p, spec.pass) &&
-      x86::planar_bwd_weights_takes16(spec.isa, p, spec.nthreads)) {
-    c.planar16 = true;
-    c.images = p.N;
-    c.chunks = 1;
-    c.a_floats = c.b_floats = 0;
     plan->step.route = Route::Convert16;
     return;
   }
