@@ -734,3 +734,47 @@ def test_planar16_backward_weights_rounded_once_and_nan(x_shape, dtype, isa):
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     finite = torch.isfinite(want)
     assert torch.equal(got[finite], want[finite])
+
+
+DIRECT16_MORE = [
+    # (op, S, N, C_in, C_out, spatial, K, s, p, groups, driver route, schedule)
+    ("fwd", 2, 1, 64, 64, (24, 24), 4, 2, 1, 64, "depthwise", "lines"),
+    ("bwd_d", 2, 1, 64, 64, (24, 24), 4, 2, 1, 64, "depthwise", "lines"),
+    ("fwd", 2, 3, 64, 64, (12, 13), 4, 2, 1, 64, "depthwise", "rows"),
+    ("fwd", 2, 2, 40, 40, (9, 7), 3, 1, 1, 40, "depthwise", None),  # channel tails
+    ("bwd_d", 2, 1, 64, 3, (32, 32), 4, 2, 1, 1, "gemm", "lines"),  # fused taps, by lines
+]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", DIRECT16_MORE, ids=lambda c: f"{c[0]}_{c[10]}_{c[11]}_{c[3]}")
+def test_direct16_depthwise_and_lines(case, dtype, isa):
+    # Channels-last results written 16-bit by the depthwise tiles and in the
+    # lines schedule too (no f32 result buffer), exact on integer data with
+    # sums beyond the 16-bit precision, NaN and Inf where the oracle has them.
+    op, S, N, ci, co, sp, K, s, p, g, route, schedule = case
+    x = _ints((N, ci) + sp, dtype, 55, 1, 4)
+    w = _ints((ci, co // g) + (K,) * S, dtype, 56, 1, 4)
+    b = _ints((co,), dtype, 57) if op == "fwd" else None
+    dy = _ints(_conv_t_f64(x, w, None, S, s, p, 1, g).shape, dtype, 58, 1, 4)
+    x.view(-1)[x.numel() // 2] = float("nan")
+    dy.view(-1)[dy.numel() // 3] = float("inf")
+    want = _planar16_want(op, x, w, b, dy, S, s, p, 1, g).to(dtype)
+    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[1] * S,
+             groups=g, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    ln = lines[0]
+    assert "direct16={" in ln and f" route={route} " in ln, ln[:600]
+    if schedule:
+        assert f" schedule={schedule} " in ln, ln[:600]
+    got = _ncx(got, S)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])

@@ -2007,9 +2007,11 @@ void cut_line_tiles(const ConvPlan& pl, const AxisMap& a2, LineBufs& lb) {
 
 // One strip: the tile of `real` positions at jl[tj] in every line of the
 // item (in_base / out_base: the item's image).
+// TO: the result's storage (16-bit: the tiles round it, ConvTileArgs::out16).
+template <class TO>
 inline __attribute__((always_inline)) void run_line_strip(
     const ConvPlan& d, const ConvCall& call, LineBufs& lb, const Phase& ph, int64_t nl,
-    const float* in_base, float* out_base, ConvTileArgs& args, int64_t tj, int64_t real) {
+    const float* in_base, TO* out_base, ConvTileArgs& args, int64_t tj, int64_t real) {
   const AxisMap& a2 = ph.ax[2];
   const int64_t MR = d.MR, T2 = a2.taps;
   const size_t per_line = lb.per_line;
@@ -2039,7 +2041,8 @@ inline __attribute__((always_inline)) void run_line_strip(
     args.wtap = T == ph.taps ? nullptr : fuse_tile ? wtap_f + L : wtap + L;
     args.cred = fuse_tile ? d.cred * d.K2 : d.cred;
     for (int64_t m = 0; m < MR; ++m)
-      outp[m] = m < real ? out_base + obase[l] + a2.out_off[jp[m]] : scratch;
+      outp[m] = m < real ? reinterpret_cast<float*>(out_base + obase[l] + a2.out_off[jp[m]])
+                         : scratch;
     if (row_mode) {
       for (int64_t m = 0; m < MR; ++m)
         rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
@@ -2081,6 +2084,7 @@ inline __attribute__((always_inline)) void run_line_strip(
   }
 }
 
+template <class TO>
 void run_lines(const ConvPlan& pl, const ConvCall& call) {
   LineBufs lb(pl);
   const std::vector<LineItem>& items = pl.line_items;
@@ -2089,11 +2093,12 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
     const LineItem& item = items[it];
     const Phase& ph = pl.phases[static_cast<size_t>(item.phase)];
     const float* const in_base = static_cast<const float*>(call.in) + item.n * pl.in_img;
-    float* const out_base = static_cast<float*>(call.out) + item.n * pl.out_img;
+    TO* const out_base = static_cast<TO*>(call.out) + item.n * pl.out_img;
     list_line_taps(ph, item, lb);
     ConvTileArgs args;
     args.stream = pl.stream;
     args.prefetch = pl.prefetch;
+    args.out16 = pl.out_bytes == 2 ? pl.out16 : 0;
     args.out = lb.outp.data();
     cut_line_tiles(pl, ph.ax[2], lb);
     for (const auto& [tj, real] : lb.tiles)
@@ -2549,7 +2554,8 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
 #endif
 #pragma omp barrier
     if (pl.thread_begin) pl.thread_begin();
-    if (pl.schedule == Schedule::Lines) run_lines(pl, call);
+    if (pl.schedule == Schedule::Lines && pl.out_bytes == 2) run_lines<uint16_t>(pl, call);
+    else if (pl.schedule == Schedule::Lines) run_lines<float>(pl, call);
     else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
     else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t, float>(pl, call);
     else if (pl.out_bytes == 2) run_rows_or_columns<float, uint16_t>(pl, call);
@@ -2610,12 +2616,12 @@ ConvPlan plan_bf16_amx(Pass pass, const ConvProblem& p, const WeightsView& wv, i
 // --- f32 kernels writing a 16-bit result (route convert16, direct) ---
 
 // The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM
-// tiles round it themselves: one reduction chunk, the row or column
-// schedules, no streaming stores; else out_bytes stays 4.
+// or depthwise tiles round it themselves: one reduction chunk, any schedule,
+// no streaming stores; else out_bytes stays 4.
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
                         int nthreads, int out16) {
   ConvPlan c = plan_conv(table_for(isa), isa, pass, p, wv, nthreads);
-  if (c.route == Route::Gemm && c.nchunks == 1 && c.schedule != Schedule::Lines) {
+  if ((c.route == Route::Gemm || c.route == Route::Depthwise) && c.nchunks == 1) {
     c.out_bytes = 2;
     c.out16 = out16;
     c.stream = false;

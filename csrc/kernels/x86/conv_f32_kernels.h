@@ -45,7 +45,7 @@ struct ConvTileArgs {
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
-  // GEMM tiles: when not 0, out's rows hold 16-bit values (uint16_t),
+  // GEMM and depthwise tiles: when not 0, out's rows hold 16-bit values (uint16_t),
   // accumulate and stream are 0, and each result (sum plus bias) is rounded
   // once, to nearest even: 1 = bf16 (NaN kept a NaN), 2 = f16 (2: not the
   // VNNI tiles, which are bf16 only).

@@ -275,6 +275,15 @@ void dw_tile(const ConvTileArgs* args) {
         acc[m][1] = V::fmadd(V::loadu(x + W), w1, acc[m][1]);
       }
     }
+    if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) {
+        uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + c;
+        V::store16(o, acc[m][0], W, args->out16);
+        V::store16(o + W, acc[m][1], W, args->out16);
+      }
+      continue;
+    }
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m) {
       float* o = args->out[m] + c;
@@ -297,6 +306,12 @@ void dw_tile(const ConvTileArgs* args) {
       const Reg w = V::load_part(k, wrow(t) + c);
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) acc[m] = V::fmadd(V::load_part(k, in(t, m) + c), w, acc[m]);
+    }
+    if (args->out16) {
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m)
+        V::store16(reinterpret_cast<uint16_t*>(args->out[m]) + c, acc[m], C - c, args->out16);
+      continue;
     }
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m) V::store_tail(args->out[m] + c, acc[m], k, C - c, args->stream != 0);
