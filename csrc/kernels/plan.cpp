@@ -867,7 +867,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // copies of the activations, whatever the size.
   auto planar_takes16 = [&] {
     return spec.pass == Pass::BackwardWeights
-               ? x86::planar_bwd_weights_takes16(spec.isa, p, spec.nthreads)
+               ? x86::planar_bwd_weights_takes16(spec.isa)
                : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads);
   };
   if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {

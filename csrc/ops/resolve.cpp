@@ -121,8 +121,6 @@ bool attributes_usable(const Attributes& a, int S, const Shape& weights) {
   return true;
 }
 
-int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
-
 // One spatial axis j of a backward pass. D: diff_dst's size; I: src's, when
 // known. Where they are symbolic, sets stand-ins (D_rep, I_rep) that resolve
 // to the same pads, checks the real sizes symbolically, and returns src's size

@@ -18,9 +18,9 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
-#include <utility>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "buffers.h"
@@ -319,6 +319,15 @@ void copy_phase_rows(const float* row, int64_t len, int64_t step, const int64_t*
     copy_phase_row(row, len, step, qs[i], jlo, jn, dst + i * dst_stride, strided);
 }
 
+// dst[i] = src[i] as f32, i < n, from storage type TA (16-bit: widened).
+template <class TA>
+void copy_run(const PlanarF32Table& tab, const TA* src, float* dst, int64_t n) {
+  if constexpr (kIs16<TA>)
+    tab.widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(src), dst, n);
+  else
+    std::memcpy(dst, src, sizeof(float) * n);
+}
+
 // Input rows into phase rows as copy_phase_rows, from storage type TA: f32
 // rows in place; 16-bit rows widened first, the span the copy reads, into
 // `stage` (stage_floats), or straight into the phase row for step 1.
@@ -333,8 +342,6 @@ struct RowCopy {
       copy_phase_rows(row, len, step, qs, nq, jlo, jn, dst, dst_stride, tab.strided_copy,
                       tab.split2, tab.split3);
     } else {
-      const PlanarWiden16Fn widen = tab.widen16[kIndex16<TA>];
-      const uint16_t* bits = reinterpret_cast<const uint16_t*>(row);
       if (step == 1) {  // dst[j - jlo] = row[j + q], zero outside [0, len)
         for (int64_t i = 0; i < nq; ++i) {
           float* d = dst + i * dst_stride;
@@ -342,14 +349,14 @@ struct RowCopy {
           const int64_t ja = std::clamp<int64_t>(-q, jlo, jlo + jn);
           const int64_t jb = std::clamp<int64_t>(len - q, ja, jlo + jn);
           std::memset(d, 0, sizeof(float) * (ja - jlo));
-          if (jb > ja) widen(bits + ja + q, d + (ja - jlo), jb - ja);
+          if (jb > ja) copy_run(tab, row + ja + q, d + (ja - jlo), jb - ja);
           std::memset(d + (jb - jlo), 0, sizeof(float) * (jlo + jn - jb));
         }
         return;
       }
       const int64_t j0 = std::max<int64_t>(jlo, 0), b = j0 * step;
       const int64_t n = std::max<int64_t>(0, std::min(len, (jlo + jn) * step) - b);
-      if (n > 0) widen(bits + b, stage, n);
+      if (n > 0) copy_run(tab, row + b, stage, n);
       copy_phase_rows(stage, n, step, qs, nq, jlo - j0, jn, dst, dst_stride, tab.strided_copy,
                       tab.split2, tab.split3);
     }
@@ -361,9 +368,15 @@ int64_t stage_floats(int64_t len, int64_t jn, int64_t step) {
   return std::min(len, std::max<int64_t>(jn, 1) * step) + 16;
 }
 
+// o[s*x] = t[x] for x < n: a phase's outputs into their row. Its own
+// function: inlined into compute_row, GCC kept s on the stack and reloaded
+// it every element (dw_up 64ch k4 s2 forward NCX ran 1.2x slower, SPR).
+__attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o, int64_t s) {
+  for (int64_t x = 0; x < n; ++x) o[s * x] = t[x];
+}
+
 // n f32 results t to o[x * step] in storage type TO (16-bit: rounded once;
 // tmp: n 16-bit elements, for step > 1).
-__attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o, int64_t s);
 template <class TO>
 void store_row(const PlanarF32Table& tab, const float* t, int64_t n, TO* o, int64_t step,
                uint16_t* tmp) {
@@ -647,7 +660,7 @@ struct PlanarBwdWeightsPlan {
   const PlanarF32Table* tab = nullptr;  // null: no kernels for the ISA (the reference runs)
   ConvProblem p;
   int nthreads = 1;
-  DType in_dt = DType::F32;  // src and diff_dst (16-bit: the dots only; the gradient is f32)
+  DType in_dt = DType::F32;  // src and diff_dst (16-bit: either route; the gradient is f32)
   bool gemm = false;
   BwdWeightsGemmPlan gm;
   BwdWeightsDotsPlan dots;
@@ -1457,13 +1470,6 @@ void pack_tile_weights(const PlanarPlan& pl, const std::vector<int64_t>& phase_b
   }
 }
 
-// o[s*x] = t[x] for x < n: a phase's outputs into their row. Its own
-// function: inlined into compute_row, GCC kept s on the stack and reloaded
-// it every element (dw_up 64ch k4 s2 forward NCX ran 1.2x slower, SPR).
-__attribute__((noinline)) void scatter_phase(const float* t, int64_t n, float* o, int64_t s) {
-  for (int64_t x = 0; x < n; ++x) o[s * x] = t[x];
-}
-
 // The tables of one tiles call (shared by the threads).
 struct TilesCall {
   TilesCall(const TilesPlan& q_, const PlanarF32Table& tab_, const void* in_, const float* bias_,
@@ -1544,13 +1550,10 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
           const int64_t nx = std::min(TW, tend - u0);
           args.in_off = u0 - t0 + c0 * cis;
           args.nx = nx;
-          if constexpr (kIs16<TO>) {
+          if (out_buffer) {  // (always for 16-bit results)
             args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
             args.out_stride = chunk;
-          } else if (out_buffer) {
-            args.out = obuf + (mb - mb0) * M * chunk + (u0 - t0);
-            args.out_stride = chunk;
-          } else {
+          } else if constexpr (!kIs16<TO>) {
             args.out = out_img + mb * M * out_plane + u0;
             args.out_stride = out_plane;
           }
@@ -1760,10 +1763,7 @@ class Im2col {
            PhaseRows<TA>* phases = nullptr, float* stage = nullptr) const {
     const int64_t p0 = st.p0;
     if (identity_) {  // pointwise: one run
-      if constexpr (kIs16<TA>)
-        tab_.widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(plane + p0), out, kc);
-      else
-        std::memcpy(out, plane + p0, sizeof(float) * kc);
+      copy_run(tab_, plane + p0, out, kc);
       return;
     }
     const ConvProblem& p = p_;
@@ -2034,9 +2034,7 @@ bool run_bwd_weights_gemm(const PlanarBwdWeightsPlan& pl, const void* src_v, con
                           stage);
       const TA* const a_rows = src + (n * IC + gi * ICg) * P + p0;
       if constexpr (kIs16<TA>) {
-        for (int64_t a = 0; a < ICg; ++a)
-          pl.tab->widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(a_rows + a * P),
-                                        abuf + a * kKc, kc);
+        for (int64_t a = 0; a < ICg; ++a) copy_run(*pl.tab, a_rows + a * P, abuf + a * kKc, kc);
         chunk_gemm(pl, abuf, kKc, pack, gi, kc, j0p, nc, ch > c_lo, target, t_stride);
       } else {
         chunk_gemm(pl, a_rows, P, pack, gi, kc, j0p, nc, ch > c_lo, target, t_stride);
@@ -2118,11 +2116,7 @@ void dots_fill_block(const DotsCall& c, DotsThread& th, int64_t r0, int64_t nr, 
         static_cast<const TA*>(c.src) + n * IC * src_plane + (i0 * g.src[1] + i1) * W + x0;
     for (int64_t ch = 0; ch < IC; ++ch) {
       float* d = th.abuf + (r * IC + ch) * cw;
-      if constexpr (kIs16<TA>)
-        c.tab.widen16[kIndex16<TA>](reinterpret_cast<const uint16_t*>(srow + ch * src_plane), d,
-                                    xn);
-      else
-        std::memcpy(d, srow + ch * src_plane, sizeof(float) * xn);
+      copy_run(c.tab, srow + ch * src_plane, d, xn);
       std::memset(d + xn, 0, sizeof(float) * (cw - xn));
     }
     const RowCopy<TA> copy{c.tab, th.stage};
@@ -2322,7 +2316,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
   return run_planar_bwd_weights(plan_planar_bwd_weights(isa, p, nthreads), src, dy, dw);
 }
 
-bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& /*p*/, int /*nthreads*/) {
+bool planar_bwd_weights_takes16(Isa isa) {
   return table_for(isa) != nullptr;  // both routes copy what they read
 }
 

@@ -138,7 +138,7 @@ bool planar_bwd_weights_f32(Isa isa, const ConvProblem& p, const float* src, con
 // f16), widened where the rows are copied (dot tiles: src and diff_dst
 // rows; im2col GEMMs: the im2col gathers and each chunk's src rows); the
 // gradient f32. planar_bwd_weights_takes16: whether the ISA has the kernels.
-bool planar_bwd_weights_takes16(Isa isa, const ConvProblem& p, int nthreads);
+bool planar_bwd_weights_takes16(Isa isa);
 bool planar_bwd_weights16(Isa isa, DType dt, const ConvProblem& p, const void* src,
                           const void* dy, WeightsView dw, int nthreads);
 // Whether the planar kernels are expected to beat the channels-last ones plus

@@ -102,8 +102,6 @@ inline float poison() { return from_bits(0x7fc0beef); }
 inline float any() { return from_bits(0x7fc0a11a); }
 inline bool is_any(float f) { return bits(f) == 0x7fc0a11a; }
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 class Rng {
  public:
   explicit Rng(uint32_t seed) : gen_(seed) {}
