@@ -23,29 +23,40 @@ def _ints(shape, dtype, seed, lo=-3, hi=4):
     return torch.randint(lo, hi, shape, generator=g).to(dtype)
 
 
-def _attrs(S, s=2, p=1):
-    return dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[1] * S)
+def _attrs(S, s=2, p=1, d=1):
+    return dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S)
 
 
-def _oracle(op, x, w, S, s, p, groups=1, dy=None):
+def _oracle(op, x, w, S, s, p, groups=1, dy=None, d=1, b=None):
+    """Plain torch in f64: the forward (with bias b), or the gradient of x or w."""
     conv_t = (torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d,
               torch.nn.functional.conv_transpose3d)[S - 1]
+    kw = dict(stride=s, padding=p, dilation=d, groups=groups)
     if op == "fwd":
-        return conv_t(x.double(), w.double(), stride=s, padding=p, groups=groups)
+        return conv_t(x.double(), w.double(), None if b is None else b.double(), **kw)
     xd = x.double().requires_grad_(op == "bwd_d")
     wd = w.double().requires_grad_(op == "bwd_w")
-    y = conv_t(xd, wd, stride=s, padding=p, groups=groups)
+    y = conv_t(xd, wd, **kw)
     y.backward(dy.double())
     return xd.grad if op == "bwd_d" else wd.grad
 
 
-def _run(op, x, w, dy, S, s, p, groups=1, data_format="NCX"):
-    a = dict(_attrs(S, s, p), groups=groups, data_format=data_format, weights_format="IOX")
+def _run(op, x, w, dy, S, s, p, groups=1, data_format="NCX", d=1, b=None):
+    """Our op on tensors in data_format's layout (x: src, its shape for backward-data)."""
+    a = dict(_attrs(S, s, p, d), groups=groups, data_format=data_format, weights_format="IOX")
     if op == "fwd":
-        return torch.ops.graph.conv_transpose(x, w, None, **a)
+        return torch.ops.graph.conv_transpose(x, w, b, **a)
     if op == "bwd_d":
         return torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=list(x.shape), **a)
     return torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=list(w.shape), **a)
+
+
+def _assert_equal_nonfinite(got, want):
+    """got == want, NaN where want has NaN, the same infinities."""
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])
 
 
 CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups): tails, depthwise, 1x1, 3D, batch 1
@@ -138,10 +149,7 @@ def test_nan_and_inf_propagate(op, bad, dtype, isa):
     want = _oracle(op, x, w, S, s, p, 1, dy).to(dtype)
     with P.use_isa(isa):
         got = _run(op, x, w, dy, S, s, p)
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+    _assert_equal_nonfinite(got, want)
 
 
 # --- bf16 on AMX (isa avx512_amx): channels-last forward / backward-data read the
@@ -311,10 +319,7 @@ def test_amx_bf16_nan_and_inf_propagate(op, where, bad):
                 _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a), S)
     assert "amx={" in lines[0]
     assert torch.isnan(want).any() or torch.isinf(want).any()
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+    _assert_equal_nonfinite(got, want)
 
 
 def test_amx_forced_off_on_the_same_cpu():
@@ -468,13 +473,8 @@ def test_direct16_long_sums_rounded_once(op, dtype, isa):
     dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 37, 1, 4)
     want = _oracle(op, x, w, S, s, p, 1, dy)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
-    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
     with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+        got = _run(op, _nxc(x, S), w, _nxc(dy, S), S, s, p, 1, "NXC")
     assert "direct16={" in lines[0], lines[0][:300]
     assert torch.equal(_ncx(got, S), want.to(dtype))
 
@@ -492,10 +492,7 @@ def test_direct16_nan_and_inf(bad, dtype, isa):
     with P.use_isa(isa), tct.plans() as lines:
         got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a), S)
     assert "direct16={" in lines[0]
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+    _assert_equal_nonfinite(got, want)
 
 
 
@@ -571,29 +568,6 @@ PLANAR16_CASES = [
 ]
 
 
-def _conv_t_f64(x, w, b, S, s, p, d, g):
-    conv_t = (torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d,
-              torch.nn.functional.conv_transpose3d)[S - 1]
-    return conv_t(x.double(), w.double(), None if b is None else b.double(), stride=s,
-                  padding=p, dilation=d, groups=g)
-
-
-def _planar16_call(op, x, w, b, dy, S, s, p, d, g):
-    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S,
-             groups=g, data_format="NCX", weights_format="IOX")
-    if op == "fwd":
-        return torch.ops.graph.conv_transpose(x, w, b, **a)
-    return torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=list(x.shape), **a)
-
-
-def _planar16_want(op, x, w, b, dy, S, s, p, d, g):
-    if op == "fwd":
-        return _conv_t_f64(x, w, b, S, s, p, d, g)
-    xd = x.double().requires_grad_(True)
-    _conv_t_f64(xd, w, None, S, s, p, d, g).backward(dy.double())
-    return xd.grad
-
-
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("case", PLANAR16_CASES,
@@ -603,11 +577,11 @@ def test_planar16_exact(case, dtype, isa):
     x = _ints((N, IC) + sp, dtype, 41)
     w = _ints((IC, OC // g) + (K,) * S, dtype, 42)
     b = _ints((OC,), dtype, 43) if op == "fwd" else None
-    y_shape = _conv_t_f64(x, w, None, S, s, p, d, g).shape
+    y_shape = _oracle("fwd", x, w, S, s, p, g, d=d).shape
     dy = _ints(y_shape, dtype, 44)
-    want = _planar16_want(op, x, w, b, dy, S, s, p, d, g).to(dtype)
+    want = _oracle(op, x, w, S, s, p, g, dy, d=d, b=b).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
-        got = _planar16_call(op, x, w, b, dy, S, s, p, d, g)
+        got = _run(op, x, w, dy, S, s, p, g, d=d, b=b)
     assert "planar16={" in lines[0] and f" route={route} " in lines[0], lines[0][:600]
     assert got.dtype == dtype and got.is_contiguous()
     assert torch.equal(got, want)
@@ -625,11 +599,11 @@ def test_planar16_long_sums_rounded_once(op, dtype, isa):
     ic, oc = (300, 5) if op == "fwd" else (5, 300)
     x = _ints((2, ic, 2000), dtype, 45, 1, 4)
     w = _ints((ic, oc, 3), dtype, 46, 1, 4)
-    dy = _ints(_conv_t_f64(x, w, None, S, s, p, d, 1).shape, dtype, 47, 1, 4)
-    want = _planar16_want(op, x, w, None, dy, S, s, p, d, 1)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, 1, d=d).shape, dtype, 47, 1, 4)
+    want = _oracle(op, x, w, S, s, p, 1, dy, d=d)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
-        got = _planar16_call(op, x, w, None, dy, S, s, p, d, 1)
+        got = _run(op, x, w, dy, S, s, p, 1, d=d)
     assert "planar16={" in lines[0] and " route=tiles " in lines[0], lines[0][:600]
     cin_block = int(lines[0].split(" cin_block=")[1].split()[0])
     assert cin_block < 300  # the sums do take several blocks
@@ -645,19 +619,16 @@ def test_planar16_nan_and_inf(case, bad, dtype, isa):
     op, S, N, IC, OC, sp, K, s, p, d, g, route = case
     x = _ints((N, IC) + sp, dtype, 48, 1, 3)
     w = _ints((IC, OC // g) + (K,) * S, dtype, 49, 1, 3)
-    dy = _ints(_conv_t_f64(x, w, None, S, s, p, d, g).shape, dtype, 50, 1, 3)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g, d=d).shape, dtype, 50, 1, 3)
     if op == "fwd":
         x[1, 3, 2, 4] = bad
     else:
         dy.view(-1)[dy.numel() // 3] = bad
-    want = _planar16_want(op, x, w, None, dy, S, s, p, d, g).to(dtype)
+    want = _oracle(op, x, w, S, s, p, g, dy, d=d).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
-        got = _planar16_call(op, x, w, None, dy, S, s, p, d, g)
+        got = _run(op, x, w, dy, S, s, p, g, d=d)
     assert "planar16={" in lines[0] and f" route={route} " in lines[0], lines[0][:600]
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+    _assert_equal_nonfinite(got, want)
 
 
 PLANAR16_BWW_CASES = [
@@ -680,18 +651,6 @@ PLANAR16_BWW_CASES = [
 ]
 
 
-def _planar16_bww_call(x, dy, w_shape, S, s, p, d, g):
-    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S,
-             groups=g, data_format="NCX", weights_format="IOX")
-    return torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=w_shape, **a)
-
-
-def _planar16_bww_want(x, dy, w_shape, S, s, p, d, g):
-    wd = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
-    _conv_t_f64(x, wd, None, S, s, p, d, g).backward(dy.double())
-    return wd.grad
-
-
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("case", PLANAR16_BWW_CASES,
@@ -700,10 +659,10 @@ def test_planar16_backward_weights_exact(case, dtype, isa):
     S, N, IC, OC, sp, K, s, p, d, g, route = case
     x = _ints((N, IC) + sp, dtype, 51)
     w_shape = [IC, OC // g] + [K] * S
-    dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 52)
-    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p, g, d=d).shape, dtype, 52)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, g, dy, d=d).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
-        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
+        got = _run("bwd_w", x, torch.zeros(w_shape), dy, S, s, p, g, d=d)
     assert "planar16={planar=backward_weights" in lines[0] and f" route={route} " in lines[0], \
         lines[0][:600]
     assert torch.equal(got, want)
@@ -718,22 +677,19 @@ def test_planar16_backward_weights_rounded_once_and_nan(x_shape, dtype, isa):
     S, s, p, d, g = 2, 2, 1, 1, 1
     x = _ints(x_shape, dtype, 53, 1, 4)
     w_shape = [x_shape[1], 5, 4, 4]
-    dy = _ints(_conv_t_f64(x, torch.zeros(w_shape), None, S, s, p, d, g).shape, dtype, 54, 1, 4)
-    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g)
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p, g, d=d).shape, dtype, 54, 1, 4)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, g, dy, d=d)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
     with P.use_isa(isa), tct.use_ncx_path("planar"), tct.plans() as lines:
-        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
+        got = _run("bwd_w", x, torch.zeros(w_shape), dy, S, s, p, g, d=d)
     assert "planar16={planar=backward_weights" in lines[0], lines[0][:600]
     assert torch.equal(got, want.to(dtype))
     x[3, 2, 7, 9] = float("nan")
     dy[3, 1, 0, 0] = float("inf")
-    want = _planar16_bww_want(x, dy, w_shape, S, s, p, d, g).to(dtype)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, g, dy, d=d).to(dtype)
     with P.use_isa(isa), tct.use_ncx_path("planar"):
-        got = _planar16_bww_call(x, dy, w_shape, S, s, p, d, g)
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+        got = _run("bwd_w", x, torch.zeros(w_shape), dy, S, s, p, g, d=d)
+    _assert_equal_nonfinite(got, want)
 
 
 DIRECT16_MORE = [
@@ -757,24 +713,15 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
     x = _ints((N, ci) + sp, dtype, 55, 1, 4)
     w = _ints((ci, co // g) + (K,) * S, dtype, 56, 1, 4)
     b = _ints((co,), dtype, 57) if op == "fwd" else None
-    dy = _ints(_conv_t_f64(x, w, None, S, s, p, 1, g).shape, dtype, 58, 1, 4)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g).shape, dtype, 58, 1, 4)
     x.view(-1)[x.numel() // 2] = float("nan")
     dy.view(-1)[dy.numel() // 3] = float("inf")
-    want = _planar16_want(op, x, w, b, dy, S, s, p, 1, g).to(dtype)
-    a = dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[1] * S,
-             groups=g, data_format="NXC", weights_format="IOX")
+    want = _oracle(op, x, w, S, s, p, g, dy, b=b).to(dtype)
     with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+        got = _run(op, _nxc(x, S), w, _nxc(dy, S), S, s, p, g, "NXC", b=b)
     ln = lines[0]
     assert "direct16={" in ln and f" route={route} " in ln, ln[:600]
     if schedule:
         assert f" schedule={schedule} " in ln, ln[:600]
     got = _ncx(got, S)
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert torch.equal(got[finite], want[finite])
+    _assert_equal_nonfinite(got, want)
