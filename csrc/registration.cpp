@@ -71,7 +71,7 @@ std::string detected_uarch() { return uarch_name(classify_uarch(read_cpuid())); 
 
 std::vector<std::string> available_isas() {
   std::vector<std::string> out;
-  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Amx})
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Avx512Amx})
     if (isa_supported(isa)) out.emplace_back(isa_name(isa));
   return out;
 }

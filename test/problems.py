@@ -37,7 +37,10 @@ def shared_dir() -> pathlib.Path:
 DATA_FORMATS = ("NXC", "NCX")
 WEIGHTS_FORMATS = ("IOX", "XOI", "OIX", "XIO")
 AUTO_PADS = ("None", "SAME_UPPER", "SAME_LOWER", "VALID")
-KNOWN_ISAS = ("reference", "avx2", "avx512", "avx512_amx")
+KNOWN_ISAS = ("reference", "avx2", "avx512", "avx512_bf16", "avx512_amx")
+# The uarch under which use_isa runs avx512_bf16 on a CPU whose own rule keeps
+# bf16 off the VDPBF16PS tiles (Intel: half rate there), so that they run.
+BF16_TILES_UARCH = "zen4"
 
 
 def mixed_case(s: str, rng: random.Random) -> str:
@@ -564,22 +567,31 @@ def isa_param_names() -> list[str]:
 
 
 class use_isa:
-    """Context manager: select a kernel ISA, restore the previous one afterwards."""
+    """Context manager: select a kernel ISA, restore the previous one afterwards.
+    avx512_bf16 also runs an AMD uarch's rules where the CPU's own would keep
+    bf16 off its VDPBF16PS tiles (BF16_TILES_UARCH), so that every test on it
+    reaches them."""
 
     def __init__(self, name: Optional[str]):
         self.name = name
         self.old = None
+        self.old_uarch = None
 
     def __enter__(self):
         if self.name is not None:
             m = tct()
             self.old = m.get_isa()
             m.set_isa(self.name)
+            if self.name == "avx512_bf16" and m.get_uarch() not in ("zen4", "zen5"):
+                self.old_uarch = m.get_uarch()
+                m.set_uarch(BF16_TILES_UARCH)
         return self
 
     def __exit__(self, *exc):
         if self.name is not None:
             tct().set_isa(self.old)
+            if self.old_uarch is not None:
+                tct().set_uarch(self.old_uarch)
         return False
 
 

@@ -24,6 +24,8 @@ def test_available_isas_match_cpu(tct):
         assert "avx512f" in flags
     if "avx2" in avail:
         assert "avx2" in flags
+    if "avx512_bf16" in avail:
+        assert {"avx512_bf16", "avx512f"} <= flags
     if "avx512_amx" in avail:
         assert {"amx_tile", "amx_bf16", "avx512f"} <= flags
     if {"avx2", "fma"} <= flags:

@@ -14,7 +14,7 @@ import torch
 
 import torch_convtranspose as tct
 
-FAST_ISAS = [i for i in ("avx2", "avx512", "avx512_amx") if i in P.isa_param_names()]
+FAST_ISAS = [i for i in ("avx2", "avx512", "avx512_bf16", "avx512_amx") if i in P.isa_param_names()]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -152,12 +152,18 @@ def test_nan_and_inf_propagate(op, bad, dtype, isa):
     _assert_equal_nonfinite(got, want)
 
 
-# --- bf16 on AMX (isa avx512_amx): channels-last forward / backward-data read the
-# bf16 activations in place and multiply on the AMX tiles (route convert16 with
-# amx={...}); results rounded once, by the tiles (out16=1) or from the f32 sum
-# of the reduction chunks (out16=0).
+# --- bf16 on the pair tiles, AMX (isa avx512_amx) and VDPBF16PS (isa
+# avx512_bf16, run under an AMD uarch's rules: P.use_isa): channels-last
+# forward / backward-data read the bf16 activations in place and multiply on
+# the tiles (route convert16 with amx={...} / dpbf16={...}); results rounded
+# once, by the tiles (out16=1) or from the f32 sum of the reduction chunks
+# (out16=0).
 
-AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
+PAIR_ISAS = ["avx512_bf16", "avx512_amx"]
+KEY = {"avx512_amx": "amx={", "avx512_bf16": "dpbf16={"}  # the plan line's driver
+BWW_KEY = {"avx512_amx": "amx={bww_amx", "avx512_bf16": "dpbf16={bww_pairs"}
+
+PAIR_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 3, 45, 19, (9, 11), 4, 2, 1, 1),    # odd reductions (45, 19), a 16-column tile
     (2, 2, 64, 40, (8, 8), 4, 2, 1, 1),     # OC tail in the 32x32 tile
     (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),     # groups, odd channels per group
@@ -165,7 +171,7 @@ AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (1, 4, 19, 37, (37,), 16, 8, 4, 1),     # 1D
     (3, 2, 16, 20, (3, 4, 5), 2, 2, 0, 1),  # 3D
     (2, 1, 40, 1900, (3, 3), 3, 1, 1, 1),   # bwd_d: 1900-channel reduction in chunks
-    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1),     # 13 / 7 channels per tap: the f32 kernels
+    (2, 3, 13, 7, (9, 11), 4, 2, 1, 1),     # 13 / 7 channels per tap: AMX leaves them to f32
     (2, 2, 16, 16, (8, 8), 4, 2, 1, 16),    # depthwise: the f32 kernels
     (2, 2, 48, 3, (8, 8), 3, 1, 1, 1),      # fwd: 3 columns (dot tiles, f32); bwd_d: 3 channels
     (2, 2, 40, 3, (7, 6), 11, 4, 2, 1),     # bwd_d: fused taps of 33 rows, pairs across taps
@@ -175,7 +181,8 @@ AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
 def test_amx_bf16_short_fused_taps_only_without_padding():
     # 4 diff_dst channels x 3 fused taps = 12 rows: on the tiles when no row
     # has a tap in the padding (k3 s3 p0), else through f32 (k3 s3 p1).
-    P.require_isa("avx512_amx")
+    isa = "avx512_amx"
+    P.require_isa(isa)
     dt = torch.bfloat16
     for pad, amx in ((0, True), (1, False)):
         x = _ints((2, 36, 9, 10), dt, 32)
@@ -183,19 +190,24 @@ def test_amx_bf16_short_fused_taps_only_without_padding():
         dy = _ints(_oracle("fwd", x, w, 2, 3, pad).shape, dt, 34)
         want = _oracle("bwd_d", x, w, 2, 3, pad, 1, dy)
         a = dict(_attrs(2, 3, pad), groups=1, data_format="NXC", weights_format="IOX")
-        with P.use_isa("avx512_amx"), tct.plans() as lines:
+        with P.use_isa(isa), tct.plans() as lines:
             got = torch.ops.graph.conv_transpose_backward_data(
                 _nxc(dy, 2), w, src_shape=list(_nxc(x, 2).shape), **a)
-        assert ("amx={" in lines[0]) == amx, lines[0][:300]
+        assert (KEY[isa] in lines[0]) == amx, lines[0][:300]
         assert torch.equal(_ncx(got, 2), want.to(dt))
 
 
-def _amx_expected(op, IC, OC, g, K, S, st):
-    # conv_bf16_amx_info: the GEMM route (not depthwise), at least 16 reduction
+def _pairs_expected(isa, op, IC, OC, g, K, S, st):
+    cred, ncol = (IC // g, OC // g) if op == "fwd" else (OC // g, IC // g)
+    if isa == "avx512_bf16":
+        # conv_bf16_pairs_info: the GEMM route where the f32 kernels would
+        # not take dot tiles (few columns) or grouped tiles (small groups).
+        special = (ncol <= 4 and cred >= 16) or (g > 1 and ncol <= 8)
+        return not (IC // g == 1 and OC // g == 1 and g > 1) and not special
+    # conv_bf16_pairs_info on AMX: the GEMM route (not depthwise), at least 16 reduction
     # channels per tap, or per fused tap (backward-data with at most 16
     # diff_dst channels fuses the K innermost taps: backward_data_fuses_taps),
     # and with <= 4 columns at least 128 reduction rows per row and phase.
-    cred, ncol = (IC // g, OC // g) if op == "fwd" else (OC // g, IC // g)
     dot = ncol <= 4 and cred >= 16  # the f32 plan's dot tiles (not fused)
     fuse = (op == "bwd_d" and g == 1 and OC <= 16 and K > 1 and not (IC <= 4 and OC >= 16)
             and not dot)
@@ -213,13 +225,15 @@ def _ncx(t, S):
     return t.permute([0, S + 1] + list(range(1, S + 1)))
 
 
+@pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d"])
-@pytest.mark.parametrize("case", AMX_CASES, ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
-def test_amx_bf16_exact(case, op, layout):
-    P.require_isa("avx512_amx")
+@pytest.mark.parametrize("case", PAIR_CASES,
+                         ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
+def test_pairs_bf16_exact(case, op, layout, isa):
+    P.require_isa(isa)
     S, N, IC, OC, sp, K, s, p, g = case
-    amx = _amx_expected(op, IC, OC, g, K, S, s)
+    amx = _pairs_expected(isa, op, IC, OC, g, K, S, s)
     dt = torch.bfloat16
     x = _ints((N, IC) + sp, dt, 11)
     w = _ints((IC, OC // g) + (K,) * S, dt, 12)
@@ -231,26 +245,27 @@ def test_amx_bf16_exact(case, op, layout):
     nxc = layout == "nxc"
     a = dict(_attrs(S, s, p), groups=g, data_format=layout.upper(), weights_format="IOX")
     to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         if op == "fwd":
             got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
         else:
             got = torch.ops.graph.conv_transpose_backward_data(
                 to(dy), w, src_shape=list(to(x).shape), **a)
     assert torch.equal(_ncx(got, S) if nxc else got, want.to(dt))
-    assert ("amx={" in lines[0]) == amx, lines[0][:400]
+    assert (KEY[isa] in lines[0]) == amx, lines[0][:400]
     if amx:
         assert f"ncx={int(not nxc)}" in lines[0], lines[0][:400]
     if OC == 1900 and op == "bwd_d":
-        assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split("amx={")[1]
+        assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split(KEY[isa])[1]
 
 
+@pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("wf", P.WEIGHTS_FORMATS)
 @pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
-def test_amx_bf16_weights_formats(op, wf):
+def test_pairs_bf16_weights_formats(op, wf, isa):
     # Each weights layout takes another packing form (taps contiguous, columns
     # contiguous, reduction contiguous, strided) or gradient scatter.
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     S, s, p, dt = 2, 2, 1, torch.bfloat16
     x = _ints((2, 37, 7, 6), dt, 28)
     w = _ints((37, 40, 4, 3), dt, 29)
@@ -258,7 +273,7 @@ def test_amx_bf16_weights_formats(op, wf):
     want = _oracle(op, x, w, S, s, p, 1, dy).to(dt)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
     wk = P.weights_from_iox(w, wf).contiguous()
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         if op == "fwd":
             got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), wk, None, **a), S)
         elif op == "bwd_d":
@@ -267,33 +282,35 @@ def test_amx_bf16_weights_formats(op, wf):
         else:
             got = P.weights_to_iox(torch.ops.graph.conv_transpose_backward_weights(
                 _nxc(x, S), _nxc(dy, S), weights_shape=list(wk.shape), **a), wf)
-    assert "amx={" in lines[0], lines[0][:300]
+    assert KEY[isa] in lines[0], lines[0][:300]
     assert torch.equal(got, want)
 
 
-def test_amx_bf16_long_sums_rounded_once():
+@pytest.mark.parametrize("isa", PAIR_ISAS)
+def test_pairs_bf16_long_sums_rounded_once(isa):
     # 2048 input channels of ones against weights of ones and twos: every output
     # sums thousands of products (exact in f32, not in bf16), rounded once.
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     dt = torch.bfloat16
     x = torch.ones(1, 2048, 4, 4, dtype=dt)
     w = _ints((2048, 32, 2, 2), dt, 15, 1, 3)
     want = _oracle("fwd", x, w, 2, 2, 0)
     assert not torch.equal(want.to(dt).double(), want)  # the rounding matters
     a = dict(_attrs(2, 2, 0), groups=1, data_format="NXC", weights_format="IOX")
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         got = torch.ops.graph.conv_transpose(_nxc(x, 2), w, None, **a)
-    assert "amx={" in lines[0]
+    assert KEY[isa] in lines[0]
     assert torch.equal(_ncx(got, 2), want.to(dt))
 
 
+@pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize("where", ["input", "weight"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d"])
-def test_amx_bf16_nan_and_inf_propagate(op, where, bad):
+def test_pairs_bf16_nan_and_inf_propagate(op, where, bad, isa):
     # 45 reduction channels: a 32-channel step and an odd tail of 13, whose
     # padding must not meet the weights after it.
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     dt, S, s, p = torch.bfloat16, 2, 2, 1
     ic, oc = (45, 20) if op == "fwd" else (20, 45)
     x = _ints((2, ic, 6, 7), dt, 16, 1, 3)
@@ -311,33 +328,35 @@ def test_amx_bf16_nan_and_inf_propagate(op, where, bad):
         dy[1, oc - 1, 3, 4] = bad
     want = _oracle(op, x, w, S, s, p, 1, dy).to(dt)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         if op == "fwd":
             got = _ncx(torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a), S)
         else:
             got = _ncx(torch.ops.graph.conv_transpose_backward_data(
                 _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a), S)
-    assert "amx={" in lines[0]
+    assert KEY[isa] in lines[0]
     assert torch.isnan(want).any() or torch.isinf(want).any()
     _assert_equal_nonfinite(got, want)
 
 
-def test_amx_forced_off_on_the_same_cpu():
-    # isa avx512 on an AMX CPU is "no native bf16": the same call widens to f32.
-    P.require_isa("avx512_amx")
+@pytest.mark.parametrize("isa", PAIR_ISAS)
+def test_pairs_forced_off_on_the_same_cpu(isa):
+    # isa avx512 on a CPU with the pair tiles is "no native bf16": the same call widens to f32.
+    pair = isa
+    P.require_isa(pair)
     dt = torch.bfloat16
     x, w = _ints((2, 64, 8, 8), dt, 19), _ints((64, 32, 4, 4), dt, 20)
     a = dict(_attrs(2, 2, 1), groups=1, data_format="NXC", weights_format="IOX")
     outs = {}
-    for isa in ("avx512", "avx512_amx"):
+    for isa in ("avx512", pair):
         with P.use_isa(isa), tct.plans() as lines:
             outs[isa] = torch.ops.graph.conv_transpose(_nxc(x, 2), w, None, **a)
-        assert ("amx={" in lines[0]) == (isa == "avx512_amx"), lines[0][:300]
+        assert (KEY[pair] in lines[0]) == (isa == pair), lines[0][:300]
         assert ("direct16={" in lines[0]) == (isa == "avx512"), lines[0][:300]
-    assert torch.equal(outs["avx512"], outs["avx512_amx"])
+    assert torch.equal(outs["avx512"], outs[pair])
 
 
-BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
+BWW_PAIR_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 2, 64, 64, (8, 8), 4, 2, 1, 1),
     (2, 3, 40, 37, (9, 11), 4, 2, 1, 1),      # channel tails on both sides
     (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),       # groups
@@ -350,10 +369,11 @@ BWW_AMX_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
 
 
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
-@pytest.mark.parametrize("case", BWW_AMX_CASES,
+@pytest.mark.parametrize("case", BWW_PAIR_CASES,
                          ids=lambda c: f"{c[0]}d_n{c[1]}_{c[2]}to{c[3]}_g{c[8]}")
-def test_amx_bf16_backward_weights_exact(case, layout):
-    P.require_isa("avx512_amx")
+@pytest.mark.parametrize("isa", PAIR_ISAS)
+def test_pairs_bf16_backward_weights_exact(case, layout, isa):
+    P.require_isa(isa)
     S, N, IC, OC, sp, K, s, p, g = case
     amx = IC // g >= 32 and OC // g >= 32
     dt = torch.bfloat16
@@ -365,22 +385,23 @@ def test_amx_bf16_backward_weights_exact(case, layout):
     to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
     a = dict(_attrs(S, s, p), groups=g, data_format=layout.upper(), weights_format="IOX",
              weights_shape=list(w.shape))
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), **a)
     assert torch.equal(got, want)
-    assert ("amx={bww_amx" in lines[0]) == amx, lines[0][:400]
+    assert (BWW_KEY[isa] in lines[0]) == amx, lines[0][:400]
 
 
+@pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("where", ["src_border", "src_inside", "diff_dst"])
-def test_amx_bf16_backward_weights_nan_and_inf(where, bad):
+def test_pairs_bf16_backward_weights_nan_and_inf(where, bad, isa):
     # k3 s1 p1: the taps of a border src pixel that fall on padding pair it with
     # no diff_dst value (SPEC's sum over valid pairs), so a NaN / Inf there
     # reaches only the taps inside. (torch's own backward multiplies it by the
     # padding's zeros: its NaN pattern is not the expected one.) Expected: the
     # gradient elements the bad value contributes to (found by the f64 oracle
     # with a finite marker in its place) are NaN / Inf, the others exact.
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     dt, S, s, p = torch.bfloat16, 2, 1, 1
     x = _ints((2, 40, 9, 10), dt, 24, 1, 3)
     w = _ints((40, 48, 3, 3), dt, 25, 1, 3)
@@ -394,19 +415,20 @@ def test_amx_bf16_backward_weights_nan_and_inf(where, bad):
     t[idx] = bad
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
              weights_shape=list(w.shape))
-    with P.use_isa("avx512_amx"), tct.plans() as lines:
+    with P.use_isa(isa), tct.plans() as lines:
         got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
-    assert "amx={bww_amx" in lines[0]
+    assert BWW_KEY[isa] in lines[0]
     assert touched.any() and not touched.all()
     check = torch.isnan if bad != bad else torch.isinf
     assert torch.equal(check(got), touched)
     assert torch.equal(got[~touched], base.to(dt)[~touched])
 
 
-def test_amx_bf16_backward_weights_same_bits_for_any_threads():
+@pytest.mark.parametrize("isa", PAIR_ISAS)
+def test_pairs_bf16_backward_weights_same_bits_for_any_threads(isa):
     # Random (not integer) data: the f32 sums depend on their order, which must
     # not depend on the thread count (each element summed by one task, in pixel order).
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     g = torch.Generator().manual_seed(27)
     x = torch.randn(2, 12, 12, 96, generator=g).to(torch.bfloat16)
     dy = torch.randn(2, 24, 24, 64, generator=g).to(torch.bfloat16)
@@ -417,19 +439,20 @@ def test_amx_bf16_backward_weights_same_bits_for_any_threads():
     try:
         for nt in (1, 2, 3):
             torch.set_num_threads(nt)
-            with P.use_isa("avx512_amx"), tct.plans() as lines:
+            with P.use_isa(isa), tct.plans() as lines:
                 outs.append(torch.ops.graph.conv_transpose_backward_weights(x, dy, **a))
-            assert "amx={bww_amx" in lines[0]
+            assert BWW_KEY[isa] in lines[0]
     finally:
         torch.set_num_threads(old)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
+@pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
-def test_amx_bf16_batch_zero(op, layout):
+def test_pairs_bf16_batch_zero(op, layout, isa):
     # No images: empty results, and a zero gradient (nothing summed).
-    P.require_isa("avx512_amx")
+    P.require_isa(isa)
     S, s, p, dt = 2, 2, 1, torch.bfloat16
     x = torch.zeros(0, 64, 5, 6, dtype=dt)
     w = _ints((64, 48, 4, 4), dt, 31)
@@ -437,7 +460,7 @@ def test_amx_bf16_batch_zero(op, layout):
     nxc = layout == "nxc"
     to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
     a = dict(_attrs(S, s, p), groups=1, data_format=layout.upper(), weights_format="IOX")
-    with P.use_isa("avx512_amx"):
+    with P.use_isa(isa):
         if op == "fwd":
             got = torch.ops.graph.conv_transpose(to(x), w, None, **a)
             assert got.shape == to(dy).shape and got.dtype == dt
@@ -537,11 +560,11 @@ def test_one_image_slabs_exact(shape, dtype, isa):
             yo = torch.ops.graph.conv_transpose(xi, w, b, **kw)
             go = torch.ops.graph.conv_transpose_backward_data(gyi, w, src_shape=list(xi.shape),
                                                               **kw)
-        # (AMX in place where its tiles take the problem; the planar kernels
+        # (the pair tiles in place where they take the problem; the planar kernels
         # on the 16-bit tensors where their route copies every input row)
-        amx_nxc = isa == "avx512_amx" and dtype == torch.bfloat16 and nxc
+        pairs_nxc = isa in KEY and dtype == torch.bfloat16 and nxc
         planar16 = path == "planar"
-        assert all(" slabs=" in ln or (amx_nxc and " amx={" in ln)
+        assert all(" slabs=" in ln or (pairs_nxc and " " + KEY[isa] in ln)
                    or (planar16 and " planar16={" in ln) for ln in lines), lines
         if nxc:
             yo, go = yo.movedim(-1, 1), go.movedim(-1, 1)

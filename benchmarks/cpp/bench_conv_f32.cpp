@@ -1,7 +1,8 @@
 // f32 forward / backward-data kernels: in-cache micro-kernel GFLOP/s and
 // layer GFLOP/s, per ISA, against the FMA peak measured in the same run.
-// Usage: bench_conv_f32 [nthreads] [layer-name-substring] [avx512|avx2]
-// (micro-kernels run only without a layer filter)
+// Usage: bench_conv_f32 [nthreads] [layer-name-substring] [avx512|avx2|avx512_bf16]
+// (micro-kernels run only without a layer filter; avx512_bf16: the bf16
+// VDPBF16PS tiles in cache, against the f32 FMA peak, no layers)
 #include <immintrin.h>
 #include <omp.h>
 
@@ -94,9 +95,10 @@ volatile float g_sink, g_mul = 0.999f;
 
 double own_peak(Isa isa) {
   const long iters = 1 << 20;
-  const double flops = isa == Isa::Avx512 ? 2.0 * 24 * 16 * iters : 2.0 * 12 * 8 * iters;
+  const bool z = vector_isa(isa) == Isa::Avx512;
+  const double flops = z ? 2.0 * 24 * 16 * iters : 2.0 * 12 * 8 * iters;
   const double t = best_time(
-      [&] { g_sink = isa == Isa::Avx512 ? fma_loop_avx512(iters, g_mul) : fma_loop_avx2(iters, g_mul); }, 0.3);
+      [&] { g_sink = z ? fma_loop_avx512(iters, g_mul) : fma_loop_avx2(iters, g_mul); }, 0.3);
   return flops / t * 1e-9;
 }
 
@@ -237,8 +239,13 @@ int main(int argc, char** argv) {
       {"avx2 6x16", Isa::Avx2, x86::conv_f32_avx2_6x16, 6, 16},
       {"avx2 12x8", Isa::Avx2, x86::conv_f32_avx2_12x8, 12, 8},
       {"avx2 4x24", Isa::Avx2, x86::conv_f32_avx2_4x24, 4, 24},
+      // bf16 pairs (weights read as pair rows: the same bytes as f32's first half)
+      {"bf16 6x64", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_6x64, 6, 64},
+      {"bf16 8x48", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_8x48, 8, 48},
+      {"bf16 12x32", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_12x32, 12, 32},
+      {"bf16 12x16", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_12x16, 12, 16},
   };
-  for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Avx512Bf16}) {
     if (!only_isa.empty() && only_isa != isa_name(isa)) continue;
     if (!isa_supported(isa)) {
       std::printf("%s: not supported by this CPU\n", isa_name(isa));
@@ -258,6 +265,7 @@ int main(int argc, char** argv) {
         bench_micro(t, peak1, 64, 4, 64);
         bench_micro(t, peak1, 256, 9, 8);  // weights in L2 (about 600 KB at NR=64)
       }
+    if (isa == Isa::Avx512Bf16) continue;  // (the layers: bench.py --dtype bf16)
     for (const Layer& L : layers)
       if (filter.empty() || std::strstr(L.name, filter.c_str())) bench_layer(L, isa, nthreads, peak);
   }

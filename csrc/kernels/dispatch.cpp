@@ -63,6 +63,15 @@ bool amx_bf16_usable() {
 #endif
 }
 
+bool avx512_bf16_supported() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -70,6 +79,7 @@ const char* isa_name(Isa isa) {
     case Isa::Reference: return "reference";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512_bf16";
     case Isa::Avx512Amx: return "avx512_amx";
   }
   return "?";
@@ -80,9 +90,10 @@ Isa parse_isa(const std::string& name) {
   if (l == "reference") return Isa::Reference;
   if (l == "avx2") return Isa::Avx2;
   if (l == "avx512") return Isa::Avx512;
+  if (l == "avx512_bf16") return Isa::Avx512Bf16;
   if (l == "avx512_amx") return Isa::Avx512Amx;
-  throw ProblemError("isa must be one of reference, avx2, avx512, avx512_amx, got '" + name +
-                     "'");
+  throw ProblemError(
+      "isa must be one of reference, avx2, avx512, avx512_bf16, avx512_amx, got '" + name + "'");
 }
 
 bool isa_supported(Isa isa) {
@@ -95,8 +106,10 @@ bool isa_supported(Isa isa) {
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::Avx512Bf16:  // CPUID 7.1:EAX bit 5
+      return isa_supported(Isa::Avx512) && avx512_bf16_supported();
     case Isa::Avx512Amx:
-      return isa_supported(Isa::Avx512) && amx_bf16_usable();
+      return isa_supported(Isa::Avx512Bf16) && amx_bf16_usable();
   }
   return false;
 #else
@@ -190,6 +203,7 @@ bool avx512_amd() {
 
 Isa detected_isa() {
   if (isa_supported(Isa::Avx512Amx)) return Isa::Avx512Amx;
+  if (isa_supported(Isa::Avx512Bf16)) return Isa::Avx512Bf16;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Reference;

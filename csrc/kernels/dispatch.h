@@ -7,17 +7,27 @@
 
 namespace tct {
 
-// Avx512Amx: the AVX-512 kernels for f32 and f16, and for bf16 the AMX tiles
-// (TDPBF16PS) where they apply; Avx512 on the same CPU is "no native bf16".
-enum class Isa { Reference, Avx2, Avx512, Avx512Amx };
+// Avx512Bf16: the AVX-512 kernels for f32 and f16, and for bf16 the
+// VDPBF16PS register tiles where they apply; Avx512Amx: the same with the AMX
+// tiles (TDPBF16PS) for bf16. Avx512 on such a CPU is "no native bf16".
+enum class Isa { Reference, Avx2, Avx512, Avx512Bf16, Avx512Amx };
 
 const char* isa_name(Isa isa);
-// Parses "reference", "avx2", "avx512", "avx512_amx" (any case); throws ProblemError otherwise.
+// Parses "reference", "avx2", "avx512", "avx512_bf16", "avx512_amx" (any
+// case); throws ProblemError otherwise.
 Isa parse_isa(const std::string& name);
-// The vector ISA of the f32 kernels: Avx512 for Avx512Amx, else isa itself.
-inline Isa vector_isa(Isa isa) { return isa == Isa::Avx512Amx ? Isa::Avx512 : isa; }
+// The vector ISA of the f32 kernels: Avx512 for Avx512Bf16 and Avx512Amx, else isa itself.
+inline Isa vector_isa(Isa isa) {
+  return isa == Isa::Avx512Amx || isa == Isa::Avx512Bf16 ? Isa::Avx512 : isa;
+}
+// The ISA of the native bf16 tiles that isa includes (Avx512Bf16,
+// Avx512Amx), else Reference: bf16 then runs through the f32 kernels.
+inline Isa bf16_isa(Isa isa) {
+  return isa == Isa::Avx512Amx || isa == Isa::Avx512Bf16 ? isa : Isa::Reference;
+}
 // The best ISA this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA and
-// F16C too; Avx512Amx needs AMX-TILE and AMX-BF16 and the kernel's permission
+// F16C too; Avx512Bf16 needs AVX512_BF16 too; Avx512Amx needs AMX-TILE and
+// AMX-BF16 (and AVX512_BF16, which every AMX CPU has) and the kernel's permission
 // to use the tile data, asked once with arch_prctl on Linux).
 Isa detected_isa();
 bool isa_supported(Isa isa);

@@ -454,6 +454,9 @@ bool same(const ConvProblem& a, const ConvProblem& b) {
   return a.N == b.N && a.I == b.I && a.O == b.O && a.pb == b.pb && a.pe == b.pe && a.op == b.op;
 }
 
+// The plan line's key of the pair tiles' driver: "amx" (TDPBF16PS), "dpbf16" (VDPBF16PS).
+const char* pairs_key(const CallSpec& s) { return s.bf16 == Isa::Avx512Amx ? "amx" : "dpbf16"; }
+
 void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) {
   os << "route=" << name(st.route);
   switch (st.route) {
@@ -469,9 +472,11 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         const ConvProblem q = slab_sides(plan.spec.p, plan.spec.pass == Pass::Forward)
                                   .slab(plan.spec.p, 0, c.rows, &lo);
         os << " axis=" << c.axis << " rows=" << c.rows << " slabs=" << c.slabs;
-        if (c.amx) {
-          os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={"
-             << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads) << "}";
+        if (c.pairs) {
+          os << " out16=" << c.pairs_out16 << " ncx=" << c.pairs_ncx << " " << pairs_key(plan.spec)
+             << "={" << x86::describe_conv_bf16_pairs(plan.spec.bf16, plan.spec.pass, q,
+                                                     plan.spec.nthreads)
+             << "}";
           return;
         }
         if (c.planar) {
@@ -492,8 +497,9 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
            << "}";
         return;
       }
-      if (c.amx && plan.spec.pass == Pass::BackwardWeights) {
-        os << " amx={" << x86::describe_bwd_weights_bf16_amx(plan.spec.p, plan.spec.nthreads)
+      if (c.pairs && plan.spec.pass == Pass::BackwardWeights) {
+        os << " " << pairs_key(plan.spec) << "={"
+           << x86::describe_bwd_weights_bf16_pairs(plan.spec.bf16, plan.spec.p, plan.spec.nthreads)
            << "}";
         return;
       }
@@ -505,11 +511,13 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
            << "}";
         return;
       }
-      if (c.amx) {
+      if (c.pairs) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
-        os << " out16=" << c.amx_out16 << " ncx=" << c.amx_ncx << " amx={"
-           << x86::describe_conv_bf16_amx(plan.spec.pass, q, plan.spec.nthreads) << "}";
+        os << " out16=" << c.pairs_out16 << " ncx=" << c.pairs_ncx << " " << pairs_key(plan.spec)
+           << "={" << x86::describe_conv_bf16_pairs(plan.spec.bf16, plan.spec.pass, q,
+                                                   plan.spec.nthreads)
+           << "}";
         return;
       }
       os << " f32={" << describe(*c.full) << "}";
@@ -650,7 +658,7 @@ std::string describe_spec(const CallSpec& s) {
   std::ostringstream os;
   os << "pass=" << name(s.pass) << " dtype=" << name(s.dtype) << " " << an[0] << "="
      << name(s.a) << " " << an[1] << "=" << name(s.b)
-     << " isa=" << isa_name(s.amx ? Isa::Avx512Amx : s.isa)
+     << " isa=" << isa_name(s.bf16 != Isa::Reference ? s.bf16 : s.isa)
      << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
   return os.str();
@@ -742,16 +750,16 @@ static bool plan_convert16_slabs(const CallSpec& spec, CallPlan* plan) {
   return true;
 }
 
-// Convert16Plan's slabs on AMX (plan.h): the 16-bit channels-last copies of
-// a dense NCX slab, and the f32 result of a chunked reduction, per slab.
+// Convert16Plan's slabs on the pair tiles (plan.h): the 16-bit channels-last
+// copies of a dense NCX slab, and the f32 result of a chunked reduction, per slab.
 enum class Slabs { NotNeeded, Planned, Declined };
-static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
+static Slabs plan_pairs_slabs(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
   const SlabSides g = slab_sides(p, spec.pass == Pass::Forward);
   const int64_t in_img = g.in_c * g.in_pixels, out_img = g.out_c * g.out_pixels, eo = g.eo;
   Convert16Plan& c = plan->convert;
   if (c.images > 1 || eo < 2) return Slabs::NotNeeded;
-  const bool ncx = c.amx_ncx, out16 = c.amx_out16;
+  const bool ncx = c.pairs_ncx, out16 = c.pairs_out16;
   // Floats of copies per image: 16-bit transposes (half a float an element),
   // the f32 result of a chunked reduction.
   const int64_t per_image = (ncx ? (in_img + 1) / 2 : 0) +
@@ -770,7 +778,7 @@ static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
     if (ncx && !out16) b16_floats = std::max(b16_floats, (qout + 1) / 2);
     // The tiles must take the first, an inner and the last slab as the whole.
     if (o0 == 0 || o0 == rows || o0 + rows >= eo) {
-      const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, q, spec.nthreads);
+      const x86::PairsConvInfo info = x86::conv_bf16_pairs_info(spec.bf16, spec.pass, q, spec.nthreads);
       if (!info.applies || info.out16 != out16) return Slabs::Declined;
     }
   }
@@ -783,6 +791,15 @@ static Slabs plan_amx_slabs(const CallSpec& spec, CallPlan* plan) {
   c.b16_floats = b16_floats;
   plan->step.route = Route::Convert16;
   return Slabs::Planned;
+}
+
+// Whether bf16 goes to the pair tiles of spec.bf16 (heuristics A12): AMX
+// always; VDPBF16PS on AMD's AVX-512 cores (Zen 4, Zen 5: at the f32 FMA
+// instruction rate, twice its products; not measured here), not on Intel's
+// (Sapphire Rapids: at half the FMA instruction rate, 121 against 242
+// GFLOP/s a core, so the tiles ran 1.5x slower than widening to f32).
+static bool pairs_pay(const CallSpec& spec) {
+  return spec.bf16 == Isa::Avx512Amx || (spec.bf16 == Isa::Avx512Bf16 && spec.amd);
 }
 
 // Route::Convert16 (plan.h). Its f32 copies are per-thread buffers kept
@@ -814,24 +831,25 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   plan->copy_a = !spec.a.nxc && !spec.a.ncx;
   ConvProblem chunk = p;
   chunk.N = c.images;
-  // AMX: channels-last activations read in place; dense NCX ones through
-  // 16-bit channels-last copies of a chunk (a, and b unless it is written
-  // straight into the result).
-  const bool amx_nxc = (spec.a.nxc || plan->copy_a) && spec.b.nxc;
-  const bool amx_ncx = !amx_nxc && spec.a.ncx && spec.b.ncx;
-  if (spec.amx && spec.dtype == DType::BF16 && spec.pass != Pass::BackwardWeights &&
-      (amx_nxc || amx_ncx)) {
-    const x86::AmxConvInfo info = x86::conv_bf16_amx_info(spec.pass, chunk, spec.nthreads);
-    c.amx = info.applies;
-    c.amx_out16 = info.out16;
-    c.amx_ncx = amx_ncx;
+  // Pair tiles: channels-last activations read in place; dense NCX ones
+  // through 16-bit channels-last copies of a chunk (a, and b unless it is
+  // written straight into the result).
+  const bool pairs_nxc = (spec.a.nxc || plan->copy_a) && spec.b.nxc;
+  const bool pairs_ncx = !pairs_nxc && spec.a.ncx && spec.b.ncx;
+  const bool pairs16 = spec.dtype == DType::BF16 && pairs_pay(spec);
+  if (pairs16 && spec.pass != Pass::BackwardWeights && (pairs_nxc || pairs_ncx)) {
+    const x86::PairsConvInfo info =
+        x86::conv_bf16_pairs_info(spec.bf16, spec.pass, chunk, spec.nthreads);
+    c.pairs = info.applies;
+    c.pairs_out16 = info.out16;
+    c.pairs_ncx = pairs_ncx;
   }
-  // Backward-weights on AMX: every image at once; src through a 16-bit CNX
-  // copy, diff_dst read as channels-last, in place or through a 16-bit copy.
-  if (spec.amx && spec.dtype == DType::BF16 && spec.pass == Pass::BackwardWeights &&
-      x86::bww_bf16_amx_applies(p)) {
+  // Backward-weights on the pair tiles: every image at once; src through a
+  // 16-bit CNX copy, diff_dst read as channels-last, in place or through a
+  // 16-bit copy.
+  if (pairs16 && spec.pass == Pass::BackwardWeights && x86::bww_bf16_pairs_applies(spec.bf16, p)) {
     plan->copy_b = !spec.b.nxc && !spec.b.ncx;
-    c.amx = true;
+    c.pairs = true;
     c.images = p.N;
     c.chunks = 1;
     c.a_floats = (p.N * a_img + 1) / 2;  // src -> CNX
@@ -839,25 +857,25 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
-  // AMX copying whole images (dense NCX, or a chunked reduction's f32
-  // result) of one image beyond the copies' budget: slabs, on the AMX tiles
+  // Pair tiles copying whole images (dense NCX, or a chunked reduction's f32
+  // result) of one image beyond the copies' budget: slabs, on the pair tiles
   // where they take every slab alike, else through the f32 copies' slabs.
-  if (c.amx && (c.amx_ncx || !c.amx_out16) && spec.pass != Pass::BackwardWeights) {
-    const Slabs slabs = plan_amx_slabs(spec, plan);
+  if (c.pairs && (c.pairs_ncx || !c.pairs_out16) && spec.pass != Pass::BackwardWeights) {
+    const Slabs slabs = plan_pairs_slabs(spec, plan);
     if (slabs == Slabs::Planned) return;
     if (slabs == Slabs::Declined) {
-      const Convert16Plan amx = c;
-      c.amx = c.amx_out16 = c.amx_ncx = false;
+      const Convert16Plan on_pairs = c;
+      c.pairs = c.pairs_out16 = c.pairs_ncx = false;
       if (plan_convert16_slabs(spec, plan)) return;
-      c = amx;
+      c = on_pairs;
     }
   }
-  if (c.amx) {
+  if (c.pairs) {
     const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
     c.w_floats = 0;  // the bf16 weights are packed as they are
-    c.a_floats = c.amx_ncx ? a16 : 0;  // NXC: read in place
-    c.b_floats = c.amx_out16 ? (c.amx_ncx ? b16 : 0) : c.images * b_img;
-    c.b16_floats = c.amx_ncx && !c.amx_out16 ? b16 : 0;
+    c.a_floats = c.pairs_ncx ? a16 : 0;  // NXC: read in place
+    c.b_floats = c.pairs_out16 ? (c.pairs_ncx ? b16 : 0) : c.images * b_img;
+    c.b16_floats = c.pairs_ncx && !c.pairs_out16 ? b16 : 0;
     plan->step.route = Route::Convert16;
     return;
   }
@@ -884,7 +902,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles
   // round the result themselves write it straight into b (no f32 result
   // buffer, no narrowing pass); a is still widened per chunk.
-  if (spec.pass != Pass::BackwardWeights && amx_nxc &&
+  if (spec.pass != Pass::BackwardWeights && pairs_nxc &&
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = true;
     c.b_floats = 0;
@@ -893,7 +911,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   }
   CallSpec f32 = spec;
   f32.dtype = DType::F32;
-  f32.amx = false;
+  f32.bf16 = Isa::Reference;
   plan->copy_b = spec.pass == Pass::BackwardWeights && !spec.b.nxc && !spec.b.ncx;
   if (plan->copy_a) f32.a = {true, false};
   if (plan->copy_b) f32.b = {true, false};
@@ -911,7 +929,7 @@ CallPlan make_call_plan(const CallSpec& in) {
   CallPlan plan;
   plan.spec = in;
   plan.spec.isa = vector_isa(in.isa);
-  plan.spec.amx = in.amx || in.isa == Isa::Avx512Amx;
+  if (plan.spec.bf16 == Isa::Reference) plan.spec.bf16 = bf16_isa(in.isa);
   plan.spec.amd = in.amd && plan.spec.isa == Isa::Avx512;  // (Zen 3, also AMD, has no AVX-512)
   const CallSpec spec = plan.spec;  // (a copy: the builders below write into plan)
   plan.transpose = transpose_f32_kernels(spec.isa);

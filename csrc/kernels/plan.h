@@ -36,9 +36,13 @@ struct CallSpec {
   DType dtype = DType::F32;
   ConvProblem p;
   ActLayout a, b;
-  Isa isa = Isa::Reference;  // make_call_plan keeps vector_isa() here and sets amx
-  bool amx = false;  // Isa::Avx512Amx: bf16 may run on the AMX tiles
-  bool amd = false;  // avx512_amd(): an AMD core, whose AVX-512 kernels have their own NCX rule
+  Isa isa = Isa::Reference;  // make_call_plan keeps vector_isa() here and sets bf16
+  // The ISA of the bf16 pair tiles (bf16_isa(): Avx512Amx, Avx512Bf16) that
+  // bf16 may run on; Reference: none, bf16 runs through the f32 kernels.
+  Isa bf16 = Isa::Reference;
+  // avx512_amd(): an AMD core, whose AVX-512 kernels have their own NCX rule
+  // and whose VDPBF16PS tiles pay (pairs_pay in plan.cpp)
+  bool amd = false;
   NcxPath ncx_path = NcxPath::Auto;
   int nthreads = 1;
 };
@@ -101,33 +105,34 @@ struct CallPlan;
 // Backward-weights sums the chunks' f32 gradients in chunk order and rounds
 // the total once. Weights (and bias) are widened once per call.
 //
-// With spec.amx (bf16 forward / backward-data, channels-last activations,
-// a problem the AMX tiles take: x86::conv_bf16_amx_info), a is not
-// widened: the AMX tiles read the chunk's bf16 in place (amx = true, no f32
-// plans) and write its result: rounded to bf16 by the tiles (amx_out16: a
-// reduction in one chunk, straight into b, no f32 buffer), else in f32,
-// rounded once as above. Dense NCX activations (amx_ncx) go through 16-bit
-// channels-last copies of the chunk (transposed, not widened).
+// With spec.bf16 (bf16 forward / backward-data, channels-last activations,
+// a problem the pair tiles of that ISA take: x86::conv_bf16_pairs_info), a
+// is not widened: the pair tiles (AMX or VDPBF16PS) read the chunk's bf16 in
+// place (pairs = true, no f32 plans) and write its result: rounded to bf16
+// by the tiles (pairs_out16: a reduction in one chunk, straight into b, no
+// f32 buffer), else in f32, rounded once as above. Dense NCX activations
+// (pairs_ncx) go through 16-bit channels-last copies of the chunk
+// (transposed, not widened).
 struct Convert16Plan {
   int64_t images = 0, chunks = 0;  // images per chunk, chunks
-  bool amx = false, amx_out16 = false, amx_ncx = false;
-  // Not AMX: the f32 GEMM tiles round a channels-last result into b themselves
+  bool pairs = false, pairs_out16 = false, pairs_ncx = false;
+  // Not the pair tiles: the f32 GEMM tiles round a channels-last result into b themselves
   // (x86::conv_f32_out16; no f32 plans kept).
   bool direct16 = false;
-  int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (AMX: see run_amx_chunk)
-  int64_t b16_floats = 0;  // AMX, NCX, f32 result: its 16-bit channels-last copy
+  int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (pairs: see run_pairs_chunk)
+  int64_t b16_floats = 0;  // pairs, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy
   std::shared_ptr<const CallPlan> full, last;  // f32 plans of a full chunk, of the last (or null)
   // Slabs (forward / backward-data; images = 1): an image too large for
   // the copies' budget goes in slabs of `rows` kernel outputs along `axis`
-  // (SlabSides), `slabs` per image. Not AMX: the slab's inputs (with the rows
+  // (SlabSides), `slabs` per image. Not pairs: the slab's inputs (with the rows
   // its taps reach) widened into channels-last f32 (a_floats; NCX through
   // kInput first), the channels-last f32 kernels, the result rounded into b
   // (direct16 where the tiles round it, else through b_floats of f32, NCX
   // through kOutput); no f32 plans kept (full: null). With dense NCX
   // activations where the planar kernels are preferred (use_planar), the
   // slabs run them instead: widened per channel into a_floats, the result
-  // into b_floats, both NCX (no transposes). AMX: as run_amx_chunk per slab
+  // into b_floats, both NCX (no transposes). Pairs: as run_pairs_chunk per slab
   // (a_floats, b_floats, b16_floats: a slab's).
   int axis = -1;
   int64_t rows = 0, slabs = 0;

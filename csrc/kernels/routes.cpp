@@ -289,13 +289,13 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
-// Images [n0, n0 + n) of a Convert16 plan on AMX: the bf16 activation a,
+// Images [n0, n0 + n) of a Convert16 plan on the pair tiles: the bf16 activation a,
 // dense channels-last (read in place) or NCX (transposed into abuf first),
 // the call's bf16 weights and the f32 bias of `in`; the result rounded once: by the tiles
-// (amx_out16) straight into b, or into bbuf as f32 and narrowed; NCX
+// (pairs_out16) straight into b, or into bbuf as f32 and narrowed; NCX
 // results through channels-last bf16 (bbuf, or b16 after narrowing),
-// transposed into b. (The AMX driver does not decline: the plan checked it.)
-void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* abuf,
+// transposed into b. (The pairs driver does not decline: the plan checked it.)
+void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, float* abuf,
                    float* bbuf) {
   const CallSpec& s = c.plan.spec;
   const Convert16Plan& cv = c.plan.convert;
@@ -305,37 +305,38 @@ void run_amx_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, floa
   const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
   const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
   uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
-  if (cv.amx_ncx) {
+  if (cv.pairs_ncx) {
     transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_amx);
     a = bits16(abuf);
   }
-  // The tiles' result: bf16 straight into b (channels-last, amx_out16), else
+  // The tiles' result: bf16 straight into b (channels-last, pairs_out16), else
   // into bbuf (f32, or NCX's channels-last bf16).
-  void* const y = cv.amx_out16 && !cv.amx_ncx ? static_cast<void*>(b) : static_cast<void*>(bbuf);
+  void* const y = cv.pairs_out16 && !cv.pairs_ncx ? static_cast<void*>(b) : static_cast<void*>(bbuf);
   const bool ok =
-      c.forward() ? x86::forward_bf16_amx(q, a, c.args.w, static_cast<const float*>(in.bias), y,
-                                          cv.amx_out16, s.nthreads)
-                  : x86::backward_data_bf16_amx(q, a, c.args.w, y, cv.amx_out16, s.nthreads);
-  if (!ok) throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
+      c.forward()
+          ? x86::forward_bf16_pairs(s.bf16, q, a, c.args.w, static_cast<const float*>(in.bias), y,
+                                    cv.pairs_out16, s.nthreads)
+          : x86::backward_data_bf16_pairs(s.bf16, q, a, c.args.w, y, cv.pairs_out16, s.nthreads);
+  if (!ok) throw std::logic_error("convert16: the pairs plan declined a problem it applied to");
   const int64_t nb = n * sd.b_image();
-  if (!cv.amx_ncx) {
-    if (!cv.amx_out16) narrow_from_f32(s.isa, s.dtype, bbuf, b, nb, s.nthreads);
+  if (!cv.pairs_ncx) {
+    if (!cv.pairs_out16) narrow_from_f32(s.isa, s.dtype, bbuf, b, nb, s.nthreads);
     return;
   }
   uint16_t* y16 = bits16(bbuf);
-  if (!cv.amx_out16) {
+  if (!cv.pairs_out16) {
     y16 = bits16(c.ws.buffer(kOutput, std::max<int64_t>(1, cv.b16_floats)));
     narrow_from_f32(s.isa, s.dtype, bbuf, y16, nb, s.nthreads);
   }
   transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads, x86::transpose_u16_block32_amx);
 }
 
-// Backward-weights of a Convert16 plan on AMX: src in CNX order in abuf
+// Backward-weights of a Convert16 plan on the pair tiles: src in CNX order in abuf
 // (from channels-last data, or ATen's copy: one transpose; from NCX: its
 // planes moved), diff_dst as channels-last (in place, or transposed from
 // NCX into bbuf), the f32 gradient into grad (diff_w's layout), rounded by
 // the caller.
-void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
+void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
   const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
@@ -352,19 +353,19 @@ void run_amx_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
     transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, x86::transpose_u16_block32_amx);
     b = bits16(bbuf);
   }
-  if (!x86::backward_weights_bf16_amx(s.p, a, b, grad, s.nthreads))
-    throw std::logic_error("convert16: the AMX plan declined a problem it applied to");
+  if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, s.nthreads))
+    throw std::logic_error("convert16: the pairs plan declined a problem it applied to");
 }
 
-// Convert16Plan's slabs on AMX: a dense NCX slab transposed into 16-bit
+// Convert16Plan's slabs on the pair tiles: a dense NCX slab transposed into 16-bit
 // channels-last (abuf), or channels-last read in place; the tiles' result
 // (16-bit, or f32 narrowed) transposed into b's NCX slab, or narrowed into
 // b in place. The call's bf16 weights, its f32 bias.
-bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
+bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
   const CallSpec& s = c.plan.spec;
   const Convert16Plan& cv = c.plan.convert;
   const ConvProblem& p = s.p;
-  const bool forward = c.forward(), ncx = cv.amx_ncx;
+  const bool forward = c.forward(), ncx = cv.pairs_ncx;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
   const auto block = x86::transpose_u16_block32_amx;
@@ -385,13 +386,13 @@ bool run_amx_slabs(const Ctx& c, const CallArgs& in) {
         a = abuf;
       }
       uint16_t* const b = b16 + g.out_offset(n, o0, !ncx);
-      const bool ok = forward ? x86::forward_bf16_amx(q, a, c.args.w, bias, bbuf, cv.amx_out16,
-                                                      s.nthreads)
-                              : x86::backward_data_bf16_amx(q, a, c.args.w, bbuf, cv.amx_out16,
-                                                            s.nthreads);
+      const bool ok = forward ? x86::forward_bf16_pairs(s.bf16, q, a, c.args.w, bias, bbuf,
+                                                        cv.pairs_out16, s.nthreads)
+                              : x86::backward_data_bf16_pairs(s.bf16, q, a, c.args.w, bbuf,
+                                                              cv.pairs_out16, s.nthreads);
       if (!ok) return false;  // (the plan checked the first, an inner and the last slab)
       const uint16_t* y16 = bits16(bbuf);
-      if (!cv.amx_out16) {
+      if (!cv.pairs_out16) {
         uint16_t* const dst = ncx ? b16buf : b;
         narrow_from_f32(s.isa, s.dtype, bbuf, dst, qout * out_c, s.nthreads);
         y16 = dst;
@@ -489,21 +490,21 @@ bool run_convert16(const Ctx& c) {
   };
   float* const abuf = cv.a_floats ? c.ws.buffer(kWideA, cv.a_floats) : nullptr;
   float* const bbuf = cv.b_floats ? c.ws.buffer(kWideB, cv.b_floats) : nullptr;
-  // Weights widened once (forward, backward-data; on AMX not: the tiles'
+  // Weights widened once (forward, backward-data; on the pair tiles not: the tiles'
   // packing reads the bf16 weights), or the f32 gradient and a second copy
   // for the later chunks (backward-weights: the result is dense); then the bias.
-  const int64_t wn = bww ? cv.w_floats : cv.amx ? 0 : weights_span(p, c.args.w);
+  const int64_t wn = bww ? cv.w_floats : cv.pairs ? 0 : weights_span(p, c.args.w);
   const int64_t bias_n = c.args.bias ? p.OC() : 0;
   float* const wbuf =
-      c.ws.buffer(kWideW, std::max<int64_t>(1, (bww && !cv.amx ? 2 * wn : wn) + bias_n));
+      c.ws.buffer(kWideW, std::max<int64_t>(1, (bww && !cv.pairs ? 2 * wn : wn) + bias_n));
   CallArgs in;
   in.w = with_data(c.args.w, wbuf);
-  if (!bww && !cv.amx) widen(c.args.w.data, wbuf, wn);
+  if (!bww && !cv.pairs) widen(c.args.w.data, wbuf, wn);
   if (c.args.bias) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;
   }
-  if (cv.slabs) return cv.amx ? run_amx_slabs(c, in) : run_convert16_slabs(c, in);
+  if (cv.slabs) return cv.pairs ? run_pairs_slabs(c, in) : run_convert16_slabs(c, in);
   if (cv.planar16 && bww) {  // the f32 gradient in wbuf, rounded once
     in.w.data = wbuf;
     if (!x86::planar_bwd_weights16(s.isa, s.dtype, p, c.args.a.data, c.args.b.data, in.w,
@@ -515,15 +516,15 @@ bool run_convert16(const Ctx& c) {
   if (cv.planar16)
     return x86::planar16(s.isa, s.dtype, p, c.forward(), c.args.a.data, in.w,
                          static_cast<const float*>(in.bias), c.args.b.data, s.nthreads);
-  if (bww && cv.amx) {
-    run_amx_bww(c, abuf, bbuf, in.w);
+  if (bww && cv.pairs) {
+    run_pairs_bww(c, abuf, bbuf, in.w);
     narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
     return true;
   }
   for (int64_t k = 0; k < cv.chunks; ++k) {
     const int64_t n0 = k * cv.images, n = std::min(cv.images, p.N - n0);
-    if (cv.amx) {
-      run_amx_chunk(c, n0, n, in, abuf, bbuf);
+    if (cv.pairs) {
+      run_pairs_chunk(c, n0, n, in, abuf, bbuf);
     } else if (cv.direct16) {
       ConvProblem q = p;
       q.N = n;
@@ -545,7 +546,7 @@ bool run_convert16(const Ctx& c) {
       execute(f32, in, c.ws);
     }
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
-    if (!bww && !cv.amx && !cv.direct16)
+    if (!bww && !cv.pairs && !cv.direct16)
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }

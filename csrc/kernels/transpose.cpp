@@ -61,6 +61,7 @@ TransposeF32Kernels transpose_f32_kernels(Isa isa) {
     case Isa::Avx512: k = {x86::transpose_block16_avx512, x86::transpose_rows_avx512}; break;
     case Isa::Avx2: k = {x86::transpose_block16_avx2, x86::transpose_rows_avx2}; break;
     case Isa::Reference:
+    case Isa::Avx512Bf16:
     case Isa::Avx512Amx: break;
   }
   return k;

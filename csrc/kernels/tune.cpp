@@ -21,7 +21,7 @@ std::atomic<int> g_enabled{-1};  // -1: the environment's setting
 // A choice as applied to a spec.
 struct Choice {
   Isa isa;
-  bool amx;
+  Isa bf16;
   NcxPath ncx_path;
   int nthreads;
 };
@@ -79,8 +79,8 @@ Cache& cache() {
   return *c;
 }
 
-// The ISA a candidate names (AMX: the flag on top of AVX-512).
-Isa named_isa(const CallSpec& s) { return s.amx ? Isa::Avx512Amx : s.isa; }
+// The ISA a candidate names (the bf16 tiles' on top of AVX-512).
+Isa named_isa(const CallSpec& s) { return s.bf16 != Isa::Reference ? s.bf16 : s.isa; }
 
 std::string label(const CallSpec& s) {
   return std::string("isa=") + isa_name(named_isa(s)) +
@@ -100,7 +100,7 @@ bool candidate_of(const CallSpec& spec, const std::string& l, CallSpec* out) {
 std::string fast_key(const CallSpec& s, const std::string& extra) {
   const ConvProblem& p = s.p;
   std::vector<int64_t> v{static_cast<int64_t>(s.pass), static_cast<int64_t>(s.dtype),
-                         s.a.nxc, s.a.ncx, s.b.nxc, s.b.ncx, static_cast<int64_t>(s.isa), s.amx,
+                         s.a.nxc, s.a.ncx, s.b.nxc, s.b.ncx, static_cast<int64_t>(s.isa), static_cast<int64_t>(s.bf16),
                          s.amd, static_cast<int64_t>(s.ncx_path), s.nthreads, p.spatial_rank,
                          p.N, p.G, p.ICg, p.OCg};
   for (const auto* a : {&p.I, &p.O, &p.K, &p.s, &p.d, &p.pb, &p.pe, &p.op})
@@ -109,11 +109,11 @@ std::string fast_key(const CallSpec& s, const std::string& extra) {
   return key + extra;
 }
 
-Choice choice_of(const CallSpec& s) { return {s.isa, s.amx, s.ncx_path, s.nthreads}; }
+Choice choice_of(const CallSpec& s) { return {s.isa, s.bf16, s.ncx_path, s.nthreads}; }
 
 CallSpec apply(CallSpec s, const Choice& c) {
   s.isa = c.isa;
-  s.amx = c.amx;
+  s.bf16 = c.bf16;
   s.ncx_path = c.ncx_path;
   s.nthreads = c.nthreads;
   return s;
@@ -155,14 +155,18 @@ bool benchmark_enabled() {
 void set_benchmark_enabled(bool on) { g_enabled.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 std::vector<CallSpec> tuning_candidates(const CallSpec& spec) {
-  // The ISAs at or below the spec's: AMX only changes bf16.
-  std::vector<std::pair<Isa, bool>> isas;  // (vector ISA, amx)
-  const bool amx = spec.amx || spec.isa == Isa::Avx512Amx;
+  // The ISAs at or below the spec's: the bf16 tiles (AMX, then VDPBF16PS)
+  // only change bf16.
+  std::vector<std::pair<Isa, Isa>> isas;  // (vector ISA, bf16 tiles)
+  const Isa bf16 = spec.bf16 != Isa::Reference ? spec.bf16 : bf16_isa(spec.isa);
   const Isa top = vector_isa(spec.isa);
-  if (amx && spec.dtype == DType::BF16) isas.push_back({Isa::Avx512, true});
-  if (top == Isa::Avx512) isas.push_back({Isa::Avx512, false});
-  if (top == Isa::Avx512 || top == Isa::Avx2) isas.push_back({Isa::Avx2, false});
-  if (top == Isa::Reference) isas.push_back({Isa::Reference, false});
+  if (spec.dtype == DType::BF16) {
+    if (bf16 == Isa::Avx512Amx) isas.push_back({Isa::Avx512, Isa::Avx512Amx});
+    if (bf16 != Isa::Reference) isas.push_back({Isa::Avx512, Isa::Avx512Bf16});
+  }
+  if (top == Isa::Avx512) isas.push_back({Isa::Avx512, Isa::Reference});
+  if (top == Isa::Avx512 || top == Isa::Avx2) isas.push_back({Isa::Avx2, Isa::Reference});
+  if (top == Isa::Reference) isas.push_back({Isa::Reference, Isa::Reference});
   std::vector<NcxPath> paths{spec.ncx_path};
   if (spec.ncx_path == NcxPath::Auto && (spec.a.ncx || spec.b.ncx))
     paths = {NcxPath::Auto, NcxPath::Planar, NcxPath::ChannelsLast};
@@ -175,11 +179,11 @@ std::vector<CallSpec> tuning_candidates(const CallSpec& spec) {
   }
   std::vector<CallSpec> out;
   for (int nt : threads)
-    for (const auto& [isa, with_amx] : isas)
+    for (const auto& [isa, tiles16] : isas)
       for (NcxPath path : paths) {
         CallSpec c = spec;
         c.isa = isa;
-        c.amx = with_amx;
+        c.bf16 = tiles16;
         c.ncx_path = path;
         c.nthreads = nt;
         out.push_back(c);

@@ -5,8 +5,8 @@
 // caller (ops/) hands in how to run a plan once.
 //
 // Candidates (tuning_candidates): the same call on each vector ISA the spec's
-// ISA includes (avx512_amx -> avx512 -> avx2; for bf16 avx512_amx and
-// avx512 differ, for f32 and f16 they are one candidate), for dense NCX
+// ISA includes (avx512_amx -> avx512_bf16 -> avx512 -> avx2; for bf16 they
+// differ, for f32 and f16 the first three are one candidate), for dense NCX
 // activations with the NCX path on auto, both NCX paths (planar, channels
 // last), and for small problems fewer threads. An ISA or NCX path forced by the user (set_isa to a lower ISA, an
 // NCX path other than auto) narrows the list. Candidates whose plans are the

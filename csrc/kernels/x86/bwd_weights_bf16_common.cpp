@@ -1,6 +1,7 @@
-// bf16 backward-weights on AMX: the driver (no ISA flags; the tile and
-// packing kernels are in conv_bf16_amx.cpp, called only where
-// isa_supported(Avx512Amx)).
+// bf16 backward-weights on the pair tiles: the driver (no ISA flags; the
+// packing kernels and the AMX block are in conv_bf16_amx.cpp, the VDPBF16PS
+// block in conv_bf16_avx512bf16.cpp, called only where the plan's ISA,
+// Avx512Amx or Avx512Bf16, is supported; the packing uses AVX-512 BW only).
 //
 // diff_w[g][ic][oc][t] = sum over images n and src pixels i of
 //     src[n][g*ICg + ic][i] * diff_dst[n][o(i, t)][g*OCg + oc]
@@ -34,12 +35,27 @@ namespace tct {
 namespace x86 {
 namespace {
 
-constexpr int64_t kStep = 32;   // pixels per TDPBF16PS step
+constexpr int64_t kStep = 32;   // pixels per step (a TDPBF16PS's, 16 VDPBF16PS pair steps)
 constexpr int64_t kSteps = 8;   // steps per chunk (a B panel, a C residency)
 constexpr int64_t kChunk = kStep * kSteps;
 constexpr int64_t kBlock = 32;  // channels per row / column block
 
-struct BwwAmxPlan {
+// The block kernel of the plan's ISA and the tile state around a thread's blocks.
+struct BlockKernel {
+  void (*block)(const BwwPairsBlockArgs*) = nullptr;
+  void (*begin)() = nullptr;
+  void (*end)() = nullptr;
+  const char* name = "";
+};
+
+BlockKernel block_kernel(Isa isa) {
+  if (isa == Isa::Avx512Amx) return {bww_bf16_amx_block, tiles_begin_amx, tiles_end_amx, "amx_bf16_32x32"};
+  if (isa == Isa::Avx512Bf16) return {bww_bf16_avx512bf16_block, nullptr, nullptr, "avx512bf16_bf16_12x32"};
+  return {};
+}
+
+struct BwwPairsPlan {
+  BlockKernel k;
   ConvProblem p;
   int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
   int64_t parts = 1, tasks = 0;
@@ -48,8 +64,9 @@ struct BwwAmxPlan {
   std::vector<int64_t> omap[kAxes];
 };
 
-BwwAmxPlan plan_bww_amx(const ConvProblem& p, int nthreads) {
-  BwwAmxPlan pl;
+BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
+  BwwPairsPlan pl;
+  pl.k = block_kernel(isa);
   pl.p = p;
   pl.T = p.taps();
   pl.ICB = (p.ICg + kBlock - 1) / kBlock;
@@ -89,7 +106,7 @@ struct TaskBufs {
   const void* a[2 * kSteps];
   int64_t lda[2 * kSteps];
   uint32_t valid[kSteps];  // per step of the chunk: its pixels whose tap is inside
-  explicit TaskBufs(const BwwAmxPlan& pl)
+  explicit TaskBufs(const BwwPairsPlan& pl)
       : panel(aligned_buffer<uint32_t>(kChunk / 2 * pl.OCp)),
         opix(static_cast<size_t>(kChunk)),
         agather(aligned_buffer<uint16_t>(2 * kSteps * 16 * kStep)) {}
@@ -97,7 +114,7 @@ struct TaskBufs {
 
 // Chunk [j0, j0 + len) of the pixels of all images (image-major) under tap
 // t of group g: the B panel and the diff_dst rows (of all images).
-void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int64_t j0,
+void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int64_t j0,
             int64_t len, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OC();
@@ -138,7 +155,7 @@ void pack_b(const BwwAmxPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int6
 // The A operands of steps [0, nks) of the chunk for input-channel block icb:
 // in place where all 32 pixels have their tap inside and 16 channels exist,
 // else gathered.
-void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t g, int64_t icb, int64_t j0,
+void pack_a(const BwwPairsPlan& pl, const uint16_t* src, int64_t g, int64_t icb, int64_t j0,
             int64_t nks, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t ipix = p.N * pl.ipix;  // a channel's row in CNX
@@ -163,14 +180,14 @@ void pack_a(const BwwAmxPlan& pl, const uint16_t* src, int64_t g, int64_t icb, i
 }
 
 // Task (g, t, part): every image and chunk, its input-channel blocks.
-void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, float* scratch,
+void run_task(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, float* scratch,
               int64_t task, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t part = task % pl.parts, gt = task / pl.parts;
   const int64_t g = gt / pl.T, t = gt % pl.T;
   const int64_t icb0 = pl.ICB * part / pl.parts, icb1 = pl.ICB * (part + 1) / pl.parts;
   float* const grad = scratch + gt * pl.ICp * pl.OCp;
-  BwwAmxBlockArgs args;
+  BwwPairsBlockArgs args;
   args.a = tb.a;
   args.lda = tb.lda;
   args.ldb = pl.OCp;
@@ -186,7 +203,7 @@ void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, flo
         args.b = tb.panel.get() + ocb * kBlock;
         args.c = grad + icb * kBlock * pl.OCp + ocb * kBlock;
         args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
-        bww_bf16_amx_block(&args);
+        pl.k.block(&args);
       }
     }
   }
@@ -194,17 +211,18 @@ void run_task(const BwwAmxPlan& pl, const uint16_t* src, const uint16_t* dy, flo
 
 }  // namespace
 
-bool bww_bf16_amx_applies(const ConvProblem& p) {
+bool bww_bf16_pairs_applies(Isa isa, const ConvProblem& p) {
   // 32 x 32 blocks: with fewer channels on a side the f32 kernels were faster
   // (SPR VM, bf16: benchdnn's 16 -> 17 and 17 -> 16 layers 4-6x, 3D 1x1 s2
   // 16 -> 16 2.4x slower on the tiles).
-  return p.ICg >= 32 && p.OCg >= 32 && p.N > 0 && p.src_spatial() > 0;
+  return block_kernel(isa).block && p.ICg >= 32 && p.OCg >= 32 && p.N > 0 &&
+         p.src_spatial() > 0;
 }
 
-bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
-                               const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
-  if (!bww_bf16_amx_applies(p)) return false;
-  const BwwAmxPlan pl = plan_bww_amx(p, nthreads);
+bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src_cnx,
+                                 const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
+  if (!bww_bf16_pairs_applies(isa, p)) return false;
+  const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
   const int64_t grad = p.G * pl.T * pl.ICp * pl.OCp;
   AlignedBuf<float> scratch = aligned_buffer<float>(grad, 16);
   float* const sc = scratch.get();
@@ -214,10 +232,10 @@ bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
     for (int64_t i = 0; i < grad; i += 4096)
       std::memset(sc + i, 0, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4096, grad - i)));
     TaskBufs tb(pl);
-    tiles_begin_amx();
+    if (pl.k.begin) pl.k.begin();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_cnx, dy_nxc, sc, task, tb);
-    tiles_end_amx();
+    if (pl.k.end) pl.k.end();
     // The f32 gradient in diff_w's layout.
     float* const dw = static_cast<float*>(diff_w.data);
 #pragma omp for schedule(static)
@@ -235,9 +253,10 @@ bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
   return true;
 }
 
-std::string describe_bwd_weights_bf16_amx(const ConvProblem& p, int nthreads) {
-  const BwwAmxPlan pl = plan_bww_amx(p, nthreads);
-  return "bww_amx tile=amx_bf16_32x32 step=32 chunk=" + std::to_string(kChunk) +
+std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int nthreads) {
+  const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
+  return std::string(isa == Isa::Avx512Amx ? "bww_amx" : "bww_pairs") + " tile=" + pl.k.name +
+         " step=32 chunk=" + std::to_string(kChunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
          " scratch_bytes=" + std::to_string(4 * p.G * pl.T * pl.ICp * pl.OCp);

@@ -318,7 +318,7 @@ const ConvTable* conv_bf16_table_amx() {
 
 // --- backward-weights (bwd_weights_bf16_common.cpp) ---
 
-void bww_bf16_amx_block(const BwwAmxBlockArgs* args) {
+void bww_bf16_amx_block(const BwwPairsBlockArgs* args) {
   const int64_t ldb = args->ldb * 4, ldc = args->ldc * 4;
   float* const c = args->c;
   const bool two = args->ncols > 16;

@@ -2605,10 +2605,18 @@ std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthr
   return describe_conv_f32(isa, pass, p, dense_iox_strides(p), nthreads);
 }
 
-// --- bf16 on AMX: the same driver over the AMX table (in_bytes 2, VNNI) ---
+// --- bf16 on the pair tiles: the same driver over the AMX or AVX512_BF16
+// table (in_bytes 2, VNNI) ---
 
-ConvPlan plan_bf16_amx(Pass pass, const ConvProblem& p, const WeightsView& wv, int nthreads) {
-  ConvPlan c = plan_conv(conv_bf16_table_amx(), Isa::Avx512Amx, pass, p, wv, nthreads);
+const ConvTable* bf16_table_for(Isa isa) {
+  if (isa == Isa::Avx512Amx) return conv_bf16_table_amx();
+  if (isa == Isa::Avx512Bf16) return conv_bf16_table_avx512bf16();
+  return nullptr;
+}
+
+ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
+                         int nthreads) {
+  ConvPlan c = plan_conv(bf16_table_for(isa), isa, pass, p, wv, nthreads);
   if (c.route == Route::Gemm && c.nchunks == 1) c.out_bytes = 2, c.out16 = 1;
   return c;
 }
@@ -2629,10 +2637,21 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   return c;
 }
 
-AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
-  AmxConvInfo info;
+PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  PairsConvInfo info;
   if (pass == Pass::BackwardWeights) return info;
-  const ConvPlan c = plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads);
+  const ConvPlan c = plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads);
+  info.out16 = c.out_bytes == 2;
+  if (isa == Isa::Avx512Bf16) {
+    // Register tiles: wherever the f32 kernels would run GEMM tiles too. Few
+    // columns (the f32 dot tiles) or small groups (the f32 grouped tiles)
+    // would fill a fraction of the pair tiles' lanes (3 columns of 16: 0.38
+    // of the f32 tiles' rate at twice the products per lane), so they stay
+    // on the f32 kernels.
+    const bool f32_special = (c.ncol <= kMaxDotColumns && c.cred >= 16) || (p.G > 1 && c.ncol <= 8);
+    info.applies = c.route == Route::Gemm && !f32_special;
+    return info;
+  }
   // A reduction of at least 16 channels per (fused) tap, half a 32-channel
   // step: with 3 or 4 per tap unfused (RGB layers' backward-data, small
   // groups) the tiles ran 2-2.5x slower than the f32 kernels (SPR VM, bf16:
@@ -2654,26 +2673,25 @@ AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads) {
       static_cast<double>(c.cred) * c.T / std::max<double>(1.0, static_cast<double>(c.phases.size()));
   const bool few_ok = c.ncol > kMaxDotColumns || rows_per_phase >= 128;
   info.applies = c.route == Route::Gemm && few_ok && (run >= 16 || (run >= 12 && all_fused));
-  info.out16 = c.out_bytes == 2;
   return info;
 }
 
-bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, const float* bias,
-                      void* dst, bool out16, int nthreads) {
-  const ConvPlan plan = plan_bf16_amx(Pass::Forward, p, w, nthreads);
+bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, WeightsView w,
+                        const float* bias, void* dst, bool out16, int nthreads) {
+  const ConvPlan plan = plan_bf16_pairs(isa, Pass::Forward, p, w, nthreads);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, src, w.data, bias, dst);
 }
 
-bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
-                            void* diff_src, bool out16, int nthreads) {
-  const ConvPlan plan = plan_bf16_amx(Pass::BackwardData, p, w, nthreads);
+bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
+                              WeightsView w, void* diff_src, bool out16, int nthreads) {
+  const ConvPlan plan = plan_bf16_pairs(isa, Pass::BackwardData, p, w, nthreads);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, diff_dst, w.data, nullptr, diff_src);
 }
 
-std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads) {
-  return describe(plan_bf16_amx(pass, p, dense_iox_strides(p), nthreads));
+std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  return describe(plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads));
 }
 
 bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {

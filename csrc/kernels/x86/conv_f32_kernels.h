@@ -207,6 +207,16 @@ void tiles_begin_amx();
 void tiles_end_amx();
 const ConvTable* conv_bf16_table_amx();
 
+// bf16 on AVX512_BF16 (conv_bf16_avx512bf16.cpp): VDPBF16PS register tiles
+// of the f32 table's shapes under the VNNI contract above (MR rows, partial
+// tiles as the f32 ones'; the weights packed by the AMX file's pair kernels,
+// which use AVX-512 BW only); no depthwise, grouped or dot tiles.
+void conv_bf16_avx512bf16_6x64(const ConvTileArgs* args);
+void conv_bf16_avx512bf16_8x48(const ConvTileArgs* args);
+void conv_bf16_avx512bf16_12x32(const ConvTileArgs* args);
+void conv_bf16_avx512bf16_12x16(const ConvTileArgs* args);
+const ConvTable* conv_bf16_table_avx512bf16();
+
 // bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp). One block of
 // 32 rows (input channels) x ncols <= 32 columns (output channels) of an f32
 // gradient c (row stride ldc floats), accumulated over nks steps of 32
@@ -214,7 +224,7 @@ const ConvTable* conv_bf16_table_amx();
 // with row strides lda[2k], lda[2k + 1] bytes; its B at b + k*16*ldb: 16
 // rows (pixel pairs) of ldb 32-bit slots, each column's pair (pixel 2q,
 // pixel 2q + 1). Columns past ncols (to 16 or 32) of c are computed too.
-struct BwwAmxBlockArgs {
+struct BwwPairsBlockArgs {
   const void* const* a;
   const int64_t* lda;
   const uint32_t* b;
@@ -224,7 +234,9 @@ struct BwwAmxBlockArgs {
   int64_t nks;
   int64_t ncols;
 };
-void bww_bf16_amx_block(const BwwAmxBlockArgs* args);
+void bww_bf16_amx_block(const BwwPairsBlockArgs* args);
+// The same block on AVX512_BF16 (VDPBF16PS register tiles).
+void bww_bf16_avx512bf16_block(const BwwPairsBlockArgs* args);
 // dst[j] = (r0[j], r1[j]) for j < npad (a multiple of 16, 64-byte aligned
 // dst), zero for j >= n or a null row.
 void bww_bf16_amx_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,

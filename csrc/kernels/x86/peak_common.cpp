@@ -40,6 +40,7 @@ double fma_peak_gflops(Isa isa, int nthreads, double seconds) {
       flops_per_iter = 2.0 * 12 * 8;  // 12 FMAs x 8 lanes
       break;
     case Isa::Reference:
+    case Isa::Avx512Bf16:
     case Isa::Avx512Amx:  // (callers pass vector_isa())
       return 0.0;
   }

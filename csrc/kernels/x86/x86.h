@@ -17,22 +17,23 @@ bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads);
 bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, WeightsView w,
                        float* diff_src, int nthreads);
-// bf16 forward / backward-data on AMX (only where isa_supported(Avx512Amx)):
+// bf16 forward / backward-data on the pair tiles of isa (Avx512Amx: AMX;
+// Avx512Bf16: VDPBF16PS; only where isa_supported(isa)):
 // the f32 driver over bf16 activations (dense channels-last, read in place)
-// and the AMX tiles; weights bf16 (any strides), bias f32. The
+// and those tiles; weights bf16 (any strides), bias f32. The
 // result, dense channels-last, is bf16 rounded once by the tiles where
 // info.out16 (a reduction in one chunk), else f32 (the caller rounds it
 // once); out16 must be info.out16. False where the tiles do not take the
 // problem (info.applies: not depthwise, small groups or few output columns).
-struct AmxConvInfo {
+struct PairsConvInfo {
   bool applies = false, out16 = false;
 };
-AmxConvInfo conv_bf16_amx_info(Pass pass, const ConvProblem& p, int nthreads);
-bool forward_bf16_amx(const ConvProblem& p, const uint16_t* src, WeightsView w, const float* bias,
-                      void* dst, bool out16, int nthreads);
-bool backward_data_bf16_amx(const ConvProblem& p, const uint16_t* diff_dst, WeightsView w,
-                            void* diff_src, bool out16, int nthreads);
-std::string describe_conv_bf16_amx(Pass pass, const ConvProblem& p, int nthreads);
+PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, WeightsView w,
+                        const float* bias, void* dst, bool out16, int nthreads);
+bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
+                              WeightsView w, void* diff_src, bool out16, int nthreads);
+std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 // The f32 forward / backward-data kernels writing a 16-bit result (route
 // convert16, direct): in f32 dense channels-last, w f32, out dense
 // channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum
@@ -55,16 +56,17 @@ std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const C
 bool prepared_out16(const PreparedConv& c);
 bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, const float* bias,
                        void* out);
-// bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp): src dense in
+// bf16 backward-weights on the pair tiles of isa (Avx512Amx, Avx512Bf16;
+// bwd_weights_bf16_common.cpp): src dense in
 // CNX order (C, N, X...: each channel's pixels of every image in a row) and
 // diff_dst dense channels-last, both bf16; the f32 gradient written into
 // diff_w (f32, any strides); the caller rounds it once. False where it does
-// not apply (bww_bf16_amx_applies: at least 32 channels per group on both
+// not apply (bww_bf16_pairs_applies: at least 32 channels per group on both
 // sides).
-bool bww_bf16_amx_applies(const ConvProblem& p);
-bool backward_weights_bf16_amx(const ConvProblem& p, const uint16_t* src_cnx,
-                               const uint16_t* dy_nxc, WeightsView diff_w, int nthreads);
-std::string describe_bwd_weights_bf16_amx(const ConvProblem& p, int nthreads);
+bool bww_bf16_pairs_applies(Isa isa, const ConvProblem& p);
+bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src_cnx,
+                                 const uint16_t* dy_nxc, WeightsView diff_w, int nthreads);
+std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int nthreads);
 // Share of the lanes that hold real columns in the GEMM register tiles that
 // forward_f32 / backward_data_f32 pick for ncol columns per group (17 columns
 // in tiles of 32: 0.53).

@@ -38,7 +38,7 @@ CallSpec ncx_spec(Isa isa) {
 std::vector<std::string> labels(const std::vector<CallSpec>& specs) {
   std::vector<std::string> out;
   for (const CallSpec& s : specs)
-    out.push_back(std::string(isa_name(s.amx ? Isa::Avx512Amx : s.isa)) + "/" +
+    out.push_back(std::string(isa_name(s.bf16 != Isa::Reference ? s.bf16 : s.isa)) + "/" +
                   ncx_path_name(s.ncx_path));
   return out;
 }
@@ -49,13 +49,21 @@ TEST(Tune, CandidatesFollowTheSpec) {
   EXPECT_EQ(labels(tuning_candidates(s)),
             (V{"avx512/auto", "avx512/planar", "avx512/channels_last", "avx2/auto",
                "avx2/planar", "avx2/channels_last"}));
-  // AMX changes bf16 only.
-  s.isa = Isa::Avx512Amx;
-  EXPECT_EQ(labels(tuning_candidates(s))[0], "avx512/auto");
-  EXPECT_EQ(tuning_candidates(s).size(), 6u);
+  // The bf16 tiles (AMX, VDPBF16PS) change bf16 only.
+  for (Isa top : {Isa::Avx512Bf16, Isa::Avx512Amx}) {
+    s = ncx_spec(top);
+    EXPECT_EQ(labels(tuning_candidates(s))[0], "avx512/auto");
+    EXPECT_EQ(tuning_candidates(s).size(), 6u);
+  }
   s.dtype = DType::BF16;
   EXPECT_EQ(labels(tuning_candidates(s)),
             (V{"avx512_amx/auto", "avx512_amx/planar", "avx512_amx/channels_last",
+               "avx512_bf16/auto", "avx512_bf16/planar", "avx512_bf16/channels_last",
+               "avx512/auto", "avx512/planar", "avx512/channels_last", "avx2/auto",
+               "avx2/planar", "avx2/channels_last"}));
+  s.isa = Isa::Avx512Bf16;
+  EXPECT_EQ(labels(tuning_candidates(s)),
+            (V{"avx512_bf16/auto", "avx512_bf16/planar", "avx512_bf16/channels_last",
                "avx512/auto", "avx512/planar", "avx512/channels_last", "avx2/auto",
                "avx2/planar", "avx2/channels_last"}));
   // A forced NCX path, a lower ISA, channels-last tensors: fewer candidates.

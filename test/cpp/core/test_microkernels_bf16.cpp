@@ -1,14 +1,18 @@
-// Micro-kernel tester of the bf16 AMX kernels (conv_bf16_amx.cpp): the
-// forward / backward-data tiles of conv_bf16_table_amx() (32x32, 32x16) in
-// pointer mode (rows evenly spaced: read in place; scattered: gathered) and
-// row mode, reduction tails, skipped taps, accumulate, bf16 results, column
-// tails; the backward-weights block, pair and gather
-// kernels. Against scalar versions of their contracts on small integers
-// (every f32 sum exact); cells the kernels may not read are NaN, cells they
-// may not write are guards compared afterwards. Skipped where the CPU has no
-// AMX (isa_supported(Avx512Amx)).
+// Micro-kernel tester of the bf16 pair kernels: every GEMM tile (and its
+// partial-row forms) of the forward / backward-data tables of each pair ISA,
+// AMX (conv_bf16_table_amx(): 32x32, 32x16) and AVX512_BF16
+// (conv_bf16_table_avx512bf16(): VDPBF16PS register tiles), in pointer mode
+// (rows evenly spaced: read in place; scattered: gathered) and row mode,
+// reduction tails (odd: one input in the last pair), skipped taps,
+// accumulate, bf16 results, column tails, several column blocks; the
+// backward-weights block of each ISA, and the pair and gather kernels.
+// Against scalar versions of their contracts on small integers (every f32
+// sum exact); cells the kernels may not read are NaN, cells they may not
+// write are guards compared afterwards. Each ISA is skipped where the CPU
+// lacks it (isa_supported).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,22 +49,61 @@ struct Rng {
   float val() { return static_cast<float>(uni(-3, 3)); }
 };
 
-class AmxKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!isa_supported(Isa::Avx512Amx)) GTEST_SKIP() << "this CPU has no AMX-BF16";
+// The kernels of one pair ISA.
+struct PairKernels {
+  const x86::ConvTable* conv;
+  void (*block)(const x86::BwwPairsBlockArgs*);
+};
+
+PairKernels kernels_of(Isa isa) {
+  if (isa == Isa::Avx512Amx) return {x86::conv_bf16_table_amx(), x86::bww_bf16_amx_block};
+  return {x86::conv_bf16_table_avx512bf16(), x86::bww_bf16_avx512bf16_block};
+}
+
+// The tile state around a kernel call (AMX: the tile configuration).
+struct TileScope {
+  const x86::ConvTable* t;
+  explicit TileScope(const x86::ConvTable* table) : t(table) {
+    if (t->thread_begin) t->thread_begin();
+  }
+  ~TileScope() {
+    if (t->thread_end) t->thread_end();
   }
 };
 
-TEST_F(AmxKernels, TableListsTheTiles) {
-  const x86::ConvTable* t = x86::conv_bf16_table_amx();
-  ASSERT_EQ(t->ngemm, 2);
+class PairTiles : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
+  }
+};
+
+// The pair packing and the 16-bit transposes (AVX-512 BW) serve both ISAs.
+class PairPacking : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(Isa::Avx512Bf16)) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  }
+};
+
+TEST_P(PairTiles, TableListsTheTiles) {
+  const x86::ConvTable* t = kernels_of(GetParam()).conv;
   EXPECT_EQ(t->in_bytes, 2);
   EXPECT_TRUE(t->pairs16);
-  EXPECT_EQ(t->gemm[0].mr, 32);
-  EXPECT_EQ(t->gemm[0].nr, 32);
-  EXPECT_EQ(t->gemm[1].nr, 16);
+  EXPECT_NE(t->pairs_taps, nullptr);
   EXPECT_EQ(t->dw, nullptr);  // depthwise / grouped / dot: the f32 route
+  if (GetParam() == Isa::Avx512Amx) {
+    ASSERT_EQ(t->ngemm, 2);
+    EXPECT_EQ(t->gemm[0].mr, 32);
+    EXPECT_EQ(t->gemm[0].nr, 32);
+    EXPECT_EQ(t->gemm[1].nr, 16);
+  } else {
+    ASSERT_EQ(t->ngemm, 4);
+    for (int i = 0; i < t->ngemm; ++i) {
+      EXPECT_LE(t->gemm[i].mr * (t->gemm[i].nr / 16), 24) << t->gemm[i].name;  // accumulators
+      ASSERT_NE(t->gemm[i].partial, nullptr) << t->gemm[i].name;
+    }
+  }
 }
 
 // Pair rows of nrows x nr floats (the driver's pack_pairs layout for one
@@ -75,7 +118,7 @@ void pack_pairs_scalar(float* w, int64_t nrows, int64_t nr) {
     }
 }
 
-TEST_F(AmxKernels, PairPackingMatchesScalar) {
+TEST_F(PairPacking, PairPackingMatchesScalar) {
   Rng rng;
   for (int iter = 0; iter < 300; ++iter) {
     const int64_t ntaps = rng.uni(1, 40), jn = rng.uni(1, 70), cs = ntaps + rng.uni(0, 3);
@@ -108,7 +151,7 @@ TEST_F(AmxKernels, PairPackingMatchesScalar) {
   }
 }
 
-TEST_F(AmxKernels, Transpose16MatchesScalar) {
+TEST_F(PairPacking, Transpose16MatchesScalar) {
   Rng rng;
   for (int iter = 0; iter < 20; ++iter) {
     const int64_t lds = 32 + rng.uni(0, 9), ldd = 32 + rng.uni(0, 9);
@@ -121,10 +164,24 @@ TEST_F(AmxKernels, Transpose16MatchesScalar) {
   }
 }
 
-// One sampled call of a conv tile and its check.
-void conv_tile_case(Rng& rng, int iter) {
-  const int NT = static_cast<int>(rng.uni(1, 2)), NR = 16 * NT, MR = 32;
-  const x86::ConvTileFn fn = NT == 2 ? x86::conv_bf16_amx_32x32 : x86::conv_bf16_amx_32x16;
+// n elements of T at a 64-byte boundary (the pair and gather kernels store whole aligned vectors).
+template <class T>
+struct Aligned {
+  std::vector<T> raw;
+  T* p;
+  Aligned(size_t n, T fill) : raw(n + 64 / sizeof(T), fill) {
+    p = raw.data();
+    while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  }
+};
+
+// One sampled call of tile `ti` of a table (its first `real` rows: a
+// partial tile, or all of them) and its check.
+void conv_tile_case(const x86::ConvTable* table, int ti, Rng& rng, int iter) {
+  const x86::ConvGemmTile& tile = table->gemm[ti];
+  const int NR = tile.nr, MR = tile.mr, NT = NR / 16;
+  const int real = tile.partial && rng.coin() ? static_cast<int>(rng.uni(1, MR - 1)) : MR;
+  const x86::ConvTileFn fn = real < MR ? tile.partial[real] : tile.fn;
   static const int64_t kCred[] = {1, 2, 13, 31, 32, 33, 64, 77, 256, 300};
   const int64_t cred = kCred[rng.uni(0, 9)];
   const int64_t ntaps = rng.uni(1, 3), a_off = rng.uni(0, 5);
@@ -149,7 +206,7 @@ void conv_tile_case(Rng& rng, int iter) {
     bufs.emplace_back(static_cast<size_t>(MR * stride + span + 64), kPoison16);
     for (int m = 0; m < MR; ++m) {
       // evenly spaced rows, or one row out of place (gathered)
-      const int64_t at = even || m != 7 ? m * stride : MR * stride;
+      const int64_t at = even || m != MR / 2 ? m * stride : MR * stride;
       rows[m] = bufs[0].data() + at;
     }
     for (int m = 0; m < MR; ++m)
@@ -172,14 +229,17 @@ void conv_tile_case(Rng& rng, int iter) {
   std::vector<int32_t> wt(static_cast<size_t>(ntaps));
   for (int64_t t = 0; t < ntaps; ++t) wt[t] = static_cast<int32_t>(wtap ? wt_n - 1 - t : t);
   const int64_t wq = wt_n * cred * NR + 16 * rng.uni(0, 2);  // floats between blocks
-  std::vector<float> w(static_cast<size_t>(nq * wq + 64)), wf;
-  for (float& v : w) v = rng.val();
-  wf = w;
+  // (64-byte aligned, as the driver's packed weights)
+  Aligned<float> wbuf(static_cast<size_t>(nq * wq + 64), 0.f);
+  float* const w = wbuf.p;
+  std::vector<float> wf(static_cast<size_t>(nq * wq + 64));
+  for (float& v : wf) v = rng.val();
+  std::copy(wf.begin(), wf.end(), w);
   for (int64_t q = 0; q < nq; ++q)
-    for (int64_t t = 0; t < wt_n; ++t) pack_pairs_scalar(w.data() + q * wq + t * cred * NR, cred, NR);
+    for (int64_t t = 0; t < wt_n; ++t) pack_pairs_scalar(w + q * wq + t * cred * NR, cred, NR);
   std::vector<float> bias(static_cast<size_t>(nq * NR));
   for (float& v : bias) v = rng.val();
-  // Outputs: 32 rows of width W with guards around the columns written.
+  // Outputs: MR rows of width W with guards around the columns written.
   const int64_t W = col_off + nq * NR + 4;
   std::vector<float> out32(static_cast<size_t>(MR * W), kGuard), init;
   std::vector<uint16_t> out16v(static_cast<size_t>(MR * W), to_bf16(kGuard));
@@ -193,7 +253,7 @@ void conv_tile_case(Rng& rng, int iter) {
   args.a = reinterpret_cast<const float* const*>(a.data());
   args.rows = row_mode ? reinterpret_cast<const float* const*>(rows.data()) : nullptr;
   args.tapoff = tapoff.data();
-  args.w = w.data();
+  args.w = w;
   args.wtap = wtap ? wt.data() : nullptr;
   args.bias = bias.data();
   args.out = outp.data();
@@ -212,14 +272,16 @@ void conv_tile_case(Rng& rng, int iter) {
   while (reinterpret_cast<uintptr_t>(stage) % 64) ++stage;
   args.stage = stage;
   args.stage_bytes = rng.uni(0, 3) == 0 ? need - 1 : need;
-  x86::tiles_begin_amx();
-  fn(&args);
-  x86::tiles_end_amx();
+  {
+    TileScope scope(table);
+    fn(&args);
+  }
   for (int m = 0; m < MR; ++m)
     for (int64_t j = 0; j < W; ++j) {
       const int64_t col = j - col_off;
+      const bool written = col >= 0 && col < ncols && m < real;
       float want = init[m * W + j];
-      if (col >= 0 && col < ncols) {
+      if (written) {
         const int64_t q = col / NR, cq = col % NR;
         double sum = accumulate ? init[m * W + j] : bias[col];
         for (int64_t t = 0; t < ntaps; ++t) {
@@ -231,8 +293,9 @@ void conv_tile_case(Rng& rng, int iter) {
         want = static_cast<float>(sum);
       }
       const float got = out16 ? from_bf16(out16v[m * W + j]) : out32[m * W + j];
-      if (out16) want = from_bf16(to_bf16(col >= 0 && col < ncols ? want : kGuard));
-      ASSERT_EQ(got, want) << "case " << iter << " NT=" << NT << " cred=" << cred
+      if (out16) want = from_bf16(to_bf16(written ? want : kGuard));
+      ASSERT_EQ(got, want) << "case " << iter << " " << tile.name << " rows=" << real
+                           << " NT=" << NT << " cred=" << cred
                            << " taps=" << ntaps << " a_off=" << a_off << " ncols=" << ncols
                            << " out16=" << out16 << " acc=" << accumulate
                            << " rows=" << row_mode << " even=" << even << " wtap=" << wtap
@@ -241,24 +304,16 @@ void conv_tile_case(Rng& rng, int iter) {
     }
 }
 
-TEST_F(AmxKernels, ConvTilesMatchScalar) {
+TEST_P(PairTiles, ConvTilesMatchScalar) {
   Rng rng;
-  for (int iter = 0; iter < 400; ++iter) conv_tile_case(rng, iter);
+  const x86::ConvTable* t = kernels_of(GetParam()).conv;
+  for (int ti = 0; ti < t->ngemm; ++ti)
+    for (int iter = 0; iter < 300; ++iter) conv_tile_case(t, ti, rng, iter);
 }
 
-// n elements of T at a 64-byte boundary (the pair and gather kernels store whole aligned vectors).
-template <class T>
-struct Aligned {
-  std::vector<T> raw;
-  T* p;
-  Aligned(size_t n, T fill) : raw(n + 64 / sizeof(T), fill) {
-    p = raw.data();
-    while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
-  }
-};
-
-TEST_F(AmxKernels, BwdWeightsKernelsMatchScalar) {
+TEST_P(PairTiles, BwdWeightsKernelsMatchScalar) {
   Rng rng;
+  const PairKernels k = kernels_of(GetParam());
   for (int iter = 0; iter < 200; ++iter) {
     const int64_t nks = rng.uni(1, 8), ncols = rng.uni(1, 32), ldb = 32 * rng.uni(1, 2);
     const int64_t ldc = ldb + rng.uni(0, 2) * 16;
@@ -310,10 +365,11 @@ TEST_F(AmxKernels, BwdWeightsKernelsMatchScalar) {
     std::vector<float> c(static_cast<size_t>(32 * ldc)), c0;
     for (float& v : c) v = rng.val();
     c0 = c;
-    x86::BwwAmxBlockArgs args{a.data(), lda.data(), bpanel, ldb, c.data(), ldc, nks, ncols};
-    x86::tiles_begin_amx();
-    x86::bww_bf16_amx_block(&args);
-    x86::tiles_end_amx();
+    x86::BwwPairsBlockArgs args{a.data(), lda.data(), bpanel, ldb, c.data(), ldc, nks, ncols};
+    {
+      TileScope scope(k.conv);
+      k.block(&args);
+    }
     const int64_t cols = ncols > 16 ? 32 : 16;
     for (int64_t r = 0; r < 32; ++r)
       for (int64_t j = 0; j < ldc; ++j) {
@@ -336,6 +392,11 @@ TEST_F(AmxKernels, BwdWeightsKernelsMatchScalar) {
       }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, PairTiles, ::testing::Values(Isa::Avx512Bf16, Isa::Avx512Amx),
+                         [](const ::testing::TestParamInfo<Isa>& i) {
+                           return std::string(isa_name(i.param));
+                         });
 
 }  // namespace
 }  // namespace tct
