@@ -778,7 +778,8 @@ static Slabs plan_pairs_slabs(const CallSpec& spec, CallPlan* plan) {
     if (ncx && !out16) b16_floats = std::max(b16_floats, (qout + 1) / 2);
     // The tiles must take the first, an inner and the last slab as the whole.
     if (o0 == 0 || o0 == rows || o0 + rows >= eo) {
-      const x86::PairsConvInfo info = x86::conv_bf16_pairs_info(spec.bf16, spec.pass, q, spec.nthreads);
+      const x86::PairsConvInfo info =
+          x86::conv_bf16_pairs_info(spec.bf16, spec.pass, q, spec.nthreads);
       if (!info.applies || info.out16 != out16) return Slabs::Declined;
     }
   }

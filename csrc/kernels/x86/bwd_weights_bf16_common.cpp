@@ -49,8 +49,10 @@ struct BlockKernel {
 };
 
 BlockKernel block_kernel(Isa isa) {
-  if (isa == Isa::Avx512Amx) return {bww_bf16_amx_block, tiles_begin_amx, tiles_end_amx, "amx_bf16_32x32"};
-  if (isa == Isa::Avx512Bf16) return {bww_bf16_avx512bf16_block, nullptr, nullptr, "avx512bf16_bf16_12x32"};
+  if (isa == Isa::Avx512Amx)
+    return {bww_bf16_amx_block, tiles_begin_amx, tiles_end_amx, "amx_bf16_32x32"};
+  if (isa == Isa::Avx512Bf16)
+    return {bww_bf16_avx512bf16_block, nullptr, nullptr, "avx512bf16_bf16_12x32"};
   return {};
 }
 

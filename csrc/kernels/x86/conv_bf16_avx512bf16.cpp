@@ -85,28 +85,26 @@ inline __attribute__((always_inline)) void gemm_block(const ConvTileArgs* args, 
     const uint16_t* p[M];
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) p[m] = input_row<MR>(args, t, m);
-    for (int64_t i = 0; i < pairs; ++i, w += NR) {
+    // One pair step: weights pair row wr, row m's input pair from in(p[m]).
+    auto step = [&](const float* wr, auto in) __attribute__((always_inline)) {
       __m512i wv[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_si512(w + 16 * v);
+      for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_si512(wr + 16 * v);
 #pragma GCC unroll 16
       for (int m = 0; m < M; ++m) {
-        const __m512i x = bcast_pair(p[m] + 2 * i);
+        const __m512i x = in(p[m]);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[m][v] = dp(acc[m][v], x, wv[v]);
       }
-    }
-    if (cred & 1) {  // the last pair holds one input (its weight pair's high half is 0)
-      __m512i wv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_si512(w + 16 * v);
-#pragma GCC unroll 16
-      for (int m = 0; m < M; ++m) {
-        const __m512i x = bcast_one(p[m] + 2 * pairs);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[m][v] = dp(acc[m][v], x, wv[v]);
-      }
-    }
+    };
+    for (int64_t i = 0; i < pairs; ++i, w += NR)
+      step(w, [i](const uint16_t* r) __attribute__((always_inline)) {
+        return bcast_pair(r + 2 * i);
+      });
+    if (cred & 1)  // the last pair holds one input (its weight pair's high half is 0)
+      step(w, [pairs](const uint16_t* r) __attribute__((always_inline)) {
+        return bcast_one(r + 2 * pairs);
+      });
   }
   if (args->out16) {
 #pragma GCC unroll 16
@@ -122,7 +120,8 @@ inline __attribute__((always_inline)) void gemm_block(const ConvTileArgs* args, 
 #pragma GCC unroll 16
   for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(args->out[m] + col_off + 16 * v, k[v], acc[m][v]);
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(args->out[m] + col_off + 16 * v, k[v], acc[m][v]);
 }
 
 // The tile: nq column blocks of one group, each from its own weights.
@@ -159,7 +158,8 @@ inline __attribute__((always_inline)) void bww_rows(const BwwPairsBlockArgs* arg
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m) {
       const int r = r0 + m, h = r / 16;
-      a[m] = static_cast<const uint16_t*>(args->a[2 * k + h]) + (r % 16) * (args->lda[2 * k + h] / 2);
+      a[m] = static_cast<const uint16_t*>(args->a[2 * k + h]) +
+             (r % 16) * (args->lda[2 * k + h] / 2);
     }
     const uint32_t* b = args->b + k * 16 * args->ldb;
 #pragma GCC unroll 2

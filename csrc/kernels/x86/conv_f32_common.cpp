@@ -2648,7 +2648,8 @@ PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int
     // would fill a fraction of the pair tiles' lanes (3 columns of 16: 0.38
     // of the f32 tiles' rate at twice the products per lane), so they stay
     // on the f32 kernels.
-    const bool f32_special = (c.ncol <= kMaxDotColumns && c.cred >= 16) || (p.G > 1 && c.ncol <= 8);
+    const bool f32_special =
+        (c.ncol <= kMaxDotColumns && c.cred >= 16) || (p.G > 1 && c.ncol <= 8);
     info.applies = c.route == Route::Gemm && !f32_special;
     return info;
   }
