@@ -38,7 +38,9 @@ def get_isa() -> str:
 
 
 def set_isa(name: str) -> None:
-    """Forces an implementation for this process ('reference', 'avx2', 'avx512').
+    """Forces an implementation for this process: 'reference', 'avx2', 'avx512',
+    'avx512_bf16' or 'avx512_amx' (available_isas() lists this CPU's). The last
+    two differ from 'avx512' in bf16 only (its VDPBF16PS or AMX tiles).
 
     The environment variable TORCH_CONVTRANSPOSE_ISA sets the initial choice."""
     torch.ops.torch_convtranspose.set_isa(name)

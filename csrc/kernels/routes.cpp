@@ -306,7 +306,7 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
   const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
   uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
   if (cv.pairs_ncx) {
-    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_amx);
+    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_avx512);
     a = bits16(abuf);
   }
   // The tiles' result: bf16 straight into b (channels-last, pairs_out16), else
@@ -328,7 +328,7 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
     y16 = bits16(c.ws.buffer(kOutput, std::max<int64_t>(1, cv.b16_floats)));
     narrow_from_f32(s.isa, s.dtype, bbuf, y16, nb, s.nthreads);
   }
-  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads, x86::transpose_u16_block32_amx);
+  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads, x86::transpose_u16_block32_avx512);
 }
 
 // Backward-weights of a Convert16 plan on the pair tiles: src in CNX order in abuf
@@ -346,11 +346,11 @@ void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
     ncx_to_cnx_u16(a, bits16(abuf), s.p.N, sd.a_c, a_pix, s.nthreads);
   } else {  // (N*X, C) -> (C, N*X)
     transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads,
-                  x86::transpose_u16_block32_amx);
+                  x86::transpose_u16_block32_avx512);
   }
   a = bits16(abuf);
   if (bbuf) {
-    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, x86::transpose_u16_block32_amx);
+    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, x86::transpose_u16_block32_avx512);
     b = bits16(bbuf);
   }
   if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, s.nthreads))
@@ -368,7 +368,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
   const bool forward = c.forward(), ncx = cv.pairs_ncx;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
-  const auto block = x86::transpose_u16_block32_amx;
+  const auto block = x86::transpose_u16_block32_avx512;
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   uint16_t* const b16buf = cv.b16_floats ? bits16(c.ws.buffer(kOutput, cv.b16_floats)) : nullptr;

@@ -162,7 +162,8 @@ std::vector<CallSpec> tuning_candidates(const CallSpec& spec) {
   const Isa top = vector_isa(spec.isa);
   if (spec.dtype == DType::BF16) {
     if (bf16 == Isa::Avx512Amx) isas.push_back({Isa::Avx512, Isa::Avx512Amx});
-    if (bf16 != Isa::Reference) isas.push_back({Isa::Avx512, Isa::Avx512Bf16});
+    // (VDPBF16PS only where the plan would take its tiles: else its plan is avx512's)
+    if (bf16 != Isa::Reference && spec.amd) isas.push_back({Isa::Avx512, Isa::Avx512Bf16});
   }
   if (top == Isa::Avx512) isas.push_back({Isa::Avx512, Isa::Reference});
   if (top == Isa::Avx512 || top == Isa::Avx2) isas.push_back({Isa::Avx2, Isa::Reference});

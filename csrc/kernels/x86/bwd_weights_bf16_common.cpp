@@ -149,7 +149,7 @@ void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, in
   const int64_t pairs = (len + kStep - 1) / kStep * (kStep / 2);  // whole steps
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t o0 = tb.opix[2 * q], o1 = tb.opix[2 * q + 1];
-    bww_bf16_amx_pairs(o0 >= 0 ? img + o0 * OC : nullptr, o1 >= 0 ? img + o1 * OC : nullptr,
+    bww_bf16_pairs_avx512(o0 >= 0 ? img + o0 * OC : nullptr, o1 >= 0 ? img + o1 * OC : nullptr,
                        p.OCg, pl.OCp, tb.panel.get() + q * pl.OCp);
   }
 }
@@ -173,7 +173,7 @@ void pack_a(const BwwPairsPlan& pl, const uint16_t* src, int64_t g, int64_t icb,
         tb.lda[s] = ipix * 2;
       } else {
         uint16_t* d = tb.agather.get() + s * 16 * kStep;
-        bww_bf16_amx_gather(rows > 0 ? base : nullptr, ipix, rows > 0 ? valid : 0, rows, d);
+        bww_bf16_gather_avx512(rows > 0 ? base : nullptr, ipix, rows > 0 ? valid : 0, rows, d);
         tb.a[s] = d;
         tb.lda[s] = kStep * 2;
       }

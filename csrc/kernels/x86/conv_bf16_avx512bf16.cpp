@@ -1,14 +1,18 @@
 // bf16 register tiles on AVX512_BF16 (VDPBF16PS: 16 lanes, each the sum of
 // a pair of bf16 products added to an f32 accumulator), for CPUs with the
-// instruction and no AMX (Zen 4, Zen 5, Cooper Lake), and on AMX CPUs when
-// forced. Compiled with -mavx512bf16 and the AVX-512 flags; only called when
+// instruction and no AMX (Zen 4, Zen 5, Cooper Lake). The plan takes them on
+// AMD's cores only (heuristics A12); elsewhere, tests force the ISA and an
+// AMD uarch (set_isa("avx512_bf16"), set_uarch("zen4")). Compiled with
+// -mavx512bf16 and the AVX-512 flags; only called when
 // isa_supported(Avx512Bf16).
 //
 // Forward / backward-data: the GEMM tiles of the implicit-GEMM driver
 // (conv_f32_common.cpp) with the AMX tiles' VNNI contract (conv_bf16_amx.cpp:
 // bf16 activations, weights packed as bf16 pairs, nq column blocks, bf16
 // results rounded once with out16), MR rows x NR = 16 * NV columns, init
-// (bias or the f32 outputs) loaded into the accumulators first. An odd
+// (bias or the f32 outputs) loaded into the accumulators first (so a
+// denormal bias or partial sum is flushed, see below; the AMX tiles add init
+// after the reduction). An odd
 // reduction's last pair takes its one input alone (a 16-bit load): the
 // element after it may be another group's channel or past the tensor, and
 // a NaN there times the pair's zero weight would be a NaN.
@@ -16,8 +20,8 @@
 // Backward-weights: the AMX block's contract (BwwPairsBlockArgs), 32 rows in
 // groups of register rows.
 //
-// VDPBF16PS treats denormal inputs as zero and flushes denormal results, as
-// the AMX tiles (and oneDNN's kernels) do.
+// VDPBF16PS treats denormal inputs (and accumulators) as zero and flushes
+// denormal results, as TDPBF16PS (and oneDNN's bf16 kernels) do.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -229,10 +233,11 @@ const ConvTable* conv_bf16_table_avx512bf16() {
       transpose_rows_stream_avx512,
       2,
       true,
-      pack_pairs_taps_amx,  // (AVX-512 BW only: no AMX instruction)
-      pack_pairs_row_amx,
+      pack_pairs_taps_avx512,
+      pack_pairs_row_avx512,
       nullptr,
       nullptr,
+      false,
   };
   return &table;
 }

@@ -634,6 +634,7 @@ struct ConvPlan {
   // from bf16 weights packed as pairs: pairs16).
   int in_bytes = 4;
   bool vnni = false;
+  bool stage_inputs = false;  // the table's tiles stage gathered inputs (ConvTable)
   int64_t fused_copy = 0;  // VNNI + fused taps: the offset of the fused pair rows in a block
   ConvPairsTapsFn pairs_taps = nullptr;
   ConvPairsRowFn pairs_row = nullptr;
@@ -904,9 +905,10 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   // L2-resident weights, which the tiles stream at full speed.)
   // CB is a multiple of 16, so that the packing can split the channels in
   // blocks of 16 that each lie in one chunk.
-  // VNNI (AMX) tiles: bf16 pairs, and a budget of 1 MiB (AMX cores have 2
-  // MiB of L2; SPR VM, 3D U-Net k3 512 -> 256 bf16 forward: one chunk of
-  // 512 channels by columns ran 2.x faster than 4 chunks of 128 by rows).
+  // VNNI tiles: bf16 pairs, and a budget of 1 MiB (AMX cores have 2 MiB of
+  // L2; SPR VM, 3D U-Net k3 512 -> 256 bf16 forward: one chunk of 512
+  // channels by columns ran 2.x faster than 4 chunks of 128 by rows). The
+  // VDPBF16PS tiles take the same, not measured (Zen 4 / 5: 1 MiB of L2).
   const int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
                                 : (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) /
                                       16 * 16;
@@ -1140,7 +1142,8 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
       !c.whole_pixel && !c.dot && w_bytes > (1 << 20) &&
       (fwd ? w_bytes > 2 * in_bytes && c.nchunks == 1 && cols_balanced
            : w_bytes > in_bytes && ncolblocks >= nthreads && (cols_balanced || rsplit_odd <= 2));
-  // VNNI (AMX) tiles compute several times faster than the f32 ones, so
+  // VNNI tiles (AMX: measured; VDPBF16PS: taken alike, not measured)
+  // compute several times faster than the f32 ones, so
   // re-reading a packed block per row block costs more: by columns as soon
   // as the weights outweigh the activations, in either pass.
   const bool by_columns_vnni = c.vnni && !c.whole_pixel && w_bytes > in_bytes &&
@@ -1234,7 +1237,7 @@ void plan_workspace(ConvPlan& c) {
   // VNNI tiles run the column blocks of a row block's range in one call
   // (run_by_rows), their inputs gathered once into this (a tile's taps x 32
   // rows x its reduction steps; more and they gather per block).
-  b.stage = c.vnni && c.schedule == Schedule::Rows ? kVnniStageBytes : 0;
+  b.stage = c.stage_inputs && c.schedule == Schedule::Rows ? kVnniStageBytes : 0;
 }
 
 // Bytes of all the buffers of a call (packed weights, bias, zeros, every
@@ -1272,6 +1275,7 @@ ConvPlan plan_conv(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& 
   if (!tab || pass == Pass::BackwardWeights) return c;  // Route::Reference
   c.in_bytes = tab->in_bytes;
   c.vnni = tab->pairs16;
+  c.stage_inputs = tab->stage_inputs;
   c.pairs_taps = tab->pairs_taps;
   c.pairs_row = tab->pairs_row;
   c.thread_begin = tab->thread_begin;
@@ -2643,11 +2647,12 @@ PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int
   const ConvPlan c = plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads);
   info.out16 = c.out_bytes == 2;
   if (isa == Isa::Avx512Bf16) {
-    // Register tiles: wherever the f32 kernels would run GEMM tiles too. Few
-    // columns (the f32 dot tiles) or small groups (the f32 grouped tiles)
-    // would fill a fraction of the pair tiles' lanes (3 columns of 16: 0.38
-    // of the f32 tiles' rate at twice the products per lane), so they stay
-    // on the f32 kernels.
+    // Register tiles: the GEMM route, except few columns with a long
+    // reduction (the f32 dot tiles' problems) and groups of at most 8
+    // columns (where the f32 grouped tiles may run): those would fill a
+    // fraction of the pair tiles' lanes (3 columns of 16: 0.38 of the f32
+    // tiles' rate at twice the products per lane), so they stay on the f32
+    // kernels.
     const bool f32_special =
         (c.ncol <= kMaxDotColumns && c.cred >= 16) || (p.G > 1 && c.ncol <= 8);
     info.applies = c.route == Route::Gemm && !f32_special;

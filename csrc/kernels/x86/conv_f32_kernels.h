@@ -182,6 +182,9 @@ struct ConvTable {
   // last (AMX: the tile configuration), where not null.
   void (*thread_begin)() = nullptr;
   void (*thread_end)() = nullptr;
+  // VNNI tiles that gather their inputs once into ConvTileArgs::stage for
+  // nq > 1 column blocks (AMX); else the plan allocates no stage.
+  bool stage_inputs = false;
 };
 
 const ConvTable* conv_f32_table_avx512();
@@ -194,36 +197,40 @@ const ConvTable* conv_f32_table_avx2_zen3();
 // differences stated there; no depthwise, grouped or dot tiles.
 void conv_bf16_amx_32x32(const ConvTileArgs* args);
 void conv_bf16_amx_32x16(const ConvTileArgs* args);
-// Weight packing into bf16 pairs (AVX-512 BW): for the columns j < jn of
-// one pair of reduction rows, s0 (row 2i) and s1 (row 2i + 1, or null: 0),
-//   taps: element (j, t) at s[j*cs + t], t < ntaps; rows[t][j] = (s0, s1) pair;
-//   row:  element j at s[j]; dst[j] = (s0[j], s1[j]).
-void pack_pairs_taps_amx(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
-                         int64_t jn, uint32_t* const* rows);
-void pack_pairs_row_amx(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst);
-// dst[c*ldd + r] = src[r*lds + c] for r, c < 32 (16-bit elements).
-void transpose_u16_block32_amx(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
 void tiles_begin_amx();
 void tiles_end_amx();
 const ConvTable* conv_bf16_table_amx();
 
 // bf16 on AVX512_BF16 (conv_bf16_avx512bf16.cpp): VDPBF16PS register tiles
-// of the f32 table's shapes under the VNNI contract above (MR rows, partial
-// tiles as the f32 ones'; the weights packed by the AMX file's pair kernels,
-// which use AVX-512 BW only); no depthwise, grouped or dot tiles.
+// of the f32 table's shapes under the same VNNI contract (MR rows, partial
+// tiles as the f32 ones'; the packed weights 64-byte aligned at w and at
+// every w + q*wq, as the driver packs them; stage unused); no depthwise,
+// grouped or dot tiles.
 void conv_bf16_avx512bf16_6x64(const ConvTileArgs* args);
 void conv_bf16_avx512bf16_8x48(const ConvTileArgs* args);
 void conv_bf16_avx512bf16_12x32(const ConvTileArgs* args);
 void conv_bf16_avx512bf16_12x16(const ConvTileArgs* args);
 const ConvTable* conv_bf16_table_avx512bf16();
 
-// bf16 backward-weights on AMX (bwd_weights_bf16_common.cpp). One block of
-// 32 rows (input channels) x ncols <= 32 columns (output channels) of an f32
-// gradient c (row stride ldc floats), accumulated over nks steps of 32
-// pixels: step k's A halves (16 rows x 32 bf16 pixels) at a[2k], a[2k + 1]
-// with row strides lda[2k], lda[2k + 1] bytes; its B at b + k*16*ldb: 16
-// rows (pixel pairs) of ldb 32-bit slots, each column's pair (pixel 2q,
-// pixel 2q + 1). Columns past ncols (to 16 or 32) of c are computed too.
+// The pair tiles' AVX-512 BW helpers (pairs_avx512.cpp; both pair ISAs):
+// Weight packing into bf16 pairs: for the columns j < jn of one pair of
+// reduction rows, s0 (row 2i) and s1 (row 2i + 1, or null: 0),
+//   taps: element (j, t) at s[j*cs + t], t < ntaps; rows[t][j] = (s0, s1) pair;
+//   row:  element j at s[j]; dst[j] = (s0[j], s1[j]).
+void pack_pairs_taps_avx512(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
+                            int64_t jn, uint32_t* const* rows);
+void pack_pairs_row_avx512(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst);
+// dst[c*ldd + r] = src[r*lds + c] for r, c < 32 (16-bit elements).
+void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+
+// bf16 backward-weights on the pair tiles (bwd_weights_bf16_common.cpp). One
+// block of 32 rows (input channels) x ncols <= 32 columns (output channels)
+// of an f32 gradient c (row stride ldc floats), accumulated over nks steps
+// of 32 pixels: step k's A halves (16 rows x 32 bf16 pixels) at a[2k],
+// a[2k + 1] with row strides lda[2k], lda[2k + 1] bytes; its B at
+// b + k*16*ldb: 16 rows (pixel pairs) of ldb 32-bit slots, each column's pair
+// (pixel 2q, pixel 2q + 1); b 64-byte aligned and ldb a multiple of 16.
+// Columns past ncols (to 16 or 32) of c are computed too.
 struct BwwPairsBlockArgs {
   const void* const* a;
   const int64_t* lda;
@@ -235,16 +242,17 @@ struct BwwPairsBlockArgs {
   int64_t ncols;
 };
 void bww_bf16_amx_block(const BwwPairsBlockArgs* args);
-// The same block on AVX512_BF16 (VDPBF16PS register tiles).
+// The same block on AVX512_BF16 (VDPBF16PS register tiles, in groups of rows).
 void bww_bf16_avx512bf16_block(const BwwPairsBlockArgs* args);
 // dst[j] = (r0[j], r1[j]) for j < npad (a multiple of 16, 64-byte aligned
-// dst), zero for j >= n or a null row.
-void bww_bf16_amx_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
-                        uint32_t* dst);
+// dst), zero for j >= n or a null row (pairs_avx512.cpp).
+void bww_bf16_pairs_avx512(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
+                           uint32_t* dst);
 // 16 rows x 32 bf16 into dst (dense): row m < rows at base + m*row_stride,
-// its element l where bit l of valid is set, else zero; rows >= rows zero.
-void bww_bf16_amx_gather(const uint16_t* base, int64_t row_stride, uint32_t valid, int rows,
-                         uint16_t* dst);
+// its element l where bit l of valid is set, else zero; rows >= rows zero
+// (pairs_avx512.cpp).
+void bww_bf16_gather_avx512(const uint16_t* base, int64_t row_stride, uint32_t valid, int rows,
+                            uint16_t* dst);
 
 }  // namespace x86
 }  // namespace tct

@@ -133,7 +133,7 @@ TEST_F(PairPacking, PairPackingMatchesScalar) {
     std::vector<uint32_t> out(static_cast<size_t>(ntaps * W), 0xDEADBEEFu);
     std::vector<uint32_t*> rows(static_cast<size_t>(ntaps));
     for (int64_t t = 0; t < ntaps; ++t) rows[t] = out.data() + t * W;
-    x86::pack_pairs_taps_amx(s0.data(), one ? nullptr : s1.data(), cs, ntaps, jn, rows.data());
+    x86::pack_pairs_taps_avx512(s0.data(), one ? nullptr : s1.data(), cs, ntaps, jn, rows.data());
     for (int64_t t = 0; t < ntaps; ++t)
       for (int64_t j = 0; j < W; ++j) {
         const uint32_t want = j < jn ? (s0[j * cs + t] | (one ? 0u : uint32_t{s1[j * cs + t]} << 16))
@@ -145,7 +145,7 @@ TEST_F(PairPacking, PairPackingMatchesScalar) {
     std::vector<uint32_t> row(static_cast<size_t>(jn + 8), 0xDEADBEEFu);
     std::vector<uint16_t> c0(static_cast<size_t>(jn)), c1(static_cast<size_t>(jn));
     for (int64_t j = 0; j < jn; ++j) c0[j] = s0[j * cs], c1[j] = s1[j * cs];
-    x86::pack_pairs_row_amx(c0.data(), one ? nullptr : c1.data(), jn, row.data());
+    x86::pack_pairs_row_avx512(c0.data(), one ? nullptr : c1.data(), jn, row.data());
     for (int64_t j = 0; j < jn + 8; ++j)
       ASSERT_EQ(row[j], j < jn ? (c0[j] | (one ? 0u : uint32_t{c1[j]} << 16)) : 0xDEADBEEFu);
   }
@@ -157,7 +157,7 @@ TEST_F(PairPacking, Transpose16MatchesScalar) {
     const int64_t lds = 32 + rng.uni(0, 9), ldd = 32 + rng.uni(0, 9);
     std::vector<uint16_t> src(static_cast<size_t>(32 * lds)), dst(static_cast<size_t>(32 * ldd), 0xBEEF);
     for (auto& v : src) v = static_cast<uint16_t>(rng.uni(0, 65535));
-    x86::transpose_u16_block32_amx(src.data(), lds, dst.data(), ldd);
+    x86::transpose_u16_block32_avx512(src.data(), lds, dst.data(), ldd);
     for (int64_t c = 0; c < 32; ++c)
       for (int64_t r = 0; r < ldd; ++r)
         ASSERT_EQ(dst[c * ldd + r], r < 32 ? src[r * lds + c] : uint16_t{0xBEEF}) << c << " " << r;
@@ -338,7 +338,7 @@ TEST_P(PairTiles, BwdWeightsKernelsMatchScalar) {
         const uint32_t valid = static_cast<uint32_t>(rng.uni(0, 0xFFFFFFFFll));
         gbufs.emplace_back(static_cast<size_t>(16 * 32), kPoison16);
         uint16_t* g = gbufs.back().p;
-        x86::bww_bf16_amx_gather(b.data(), stride, valid, rws, g);
+        x86::bww_bf16_gather_avx512(b.data(), stride, valid, rws, g);
         for (int m = 0; m < 16; ++m)
           for (int l = 0; l < 32; ++l)
             ASSERT_EQ(g[m * 32 + l], m < rws && ((valid >> l) & 1) ? b[m * stride + l] : uint16_t{0});
@@ -354,7 +354,7 @@ TEST_P(PairTiles, BwdWeightsKernelsMatchScalar) {
       const int64_t n = rng.uni(0, ldb);
       for (int64_t j = 0; j < n; ++j) r0[j] = to_bf16(rng.val()), r1[j] = to_bf16(rng.val());
       const int which = static_cast<int>(rng.uni(0, 3));  // a null row now and then
-      x86::bww_bf16_amx_pairs(which == 1 ? nullptr : r0.data(), which == 2 ? nullptr : r1.data(),
+      x86::bww_bf16_pairs_avx512(which == 1 ? nullptr : r0.data(), which == 2 ? nullptr : r1.data(),
                               n, ldb, bpanel + q * ldb);
       for (int64_t j = 0; j < ldb; ++j) {
         const uint32_t slot = bpanel[q * ldb + j];

@@ -56,6 +56,9 @@ TEST(Tune, CandidatesFollowTheSpec) {
     EXPECT_EQ(tuning_candidates(s).size(), 6u);
   }
   s.dtype = DType::BF16;
+  // (VDPBF16PS a candidate on AMD cores only: elsewhere its plan is avx512's)
+  EXPECT_EQ(tuning_candidates(s).size(), 9u);
+  s.amd = true;
   EXPECT_EQ(labels(tuning_candidates(s)),
             (V{"avx512_amx/auto", "avx512_amx/planar", "avx512_amx/channels_last",
                "avx512_bf16/auto", "avx512_bf16/planar", "avx512_bf16/channels_last",
