@@ -102,7 +102,7 @@ double peak1_gflops(Isa isa) {
 // cols: the panels' layout; 128/256: channels-last pixels of that many
 // channels.
 void bench_tile(Isa isa, int rows, int cols, int pix, int64_t a_step, int64_t b_step,
-                double peak1, bool packed = false) {
+                double peak1, bool packed = false, bool loads = false) {
   // 64-byte aligned, as the driver's packed panels and torch's tensors (with a
   // std::vector's 16-byte alignment every B vector load spans two cache
   // lines: the 6x64 tile on channels-last rows measured 88 % instead of 95 %
@@ -123,15 +123,17 @@ void bench_tile(Isa isa, int rows, int cols, int pix, int64_t a_step, int64_t b_
     t.lda = a_step;
     t.ldb = b_step;
   }
-  auto fn = isa == Isa::Avx512 ? x86::bww::gemm_tile_avx512 : x86::bww::gemm_tile_avx2;
+  auto fn = isa != Isa::Avx512 ? x86::bww::gemm_tile_avx2
+            : loads            ? x86::bww::gemm_tile_avx512_loads
+                               : x86::bww::gemm_tile_avx512;
   const int calls = 200;
   const double sec = best_seconds([&] {
     for (int i = 0; i < calls; ++i) fn(t);
   }, true);
   const double gf = 2.0 * rows * cols * pix * calls / sec * 1e-9;
-  std::printf("  tile %2dx%-2d %4d px  a_step %4lld  b_step %4lld %-8s: %7.1f GFLOP/s  %5.1f%% of 1-thread peak\n",
-              rows, cols, pix, static_cast<long long>(a_step), static_cast<long long>(b_step),
-              packed ? "packed" : "px list", gf, 100.0 * gf / peak1);
+  std::printf("  tile %2dx%-2d%s %4d px  a_step %4lld  b_step %4lld %-8s: %7.1f GFLOP/s  %5.1f%% of 1-thread peak\n",
+              rows, cols, loads ? "l" : " ", pix, static_cast<long long>(a_step),
+              static_cast<long long>(b_step), packed ? "packed" : "px list", gf, 100.0 * gf / peak1);
   std::free(a);
   std::free(b);
 }
@@ -246,6 +248,10 @@ int main(int argc, char** argv) {
       bench_tile(isa, 14, 16, 256, 14, 16, peak1);
       bench_tile(isa, 14, 32, 256, 14, 32, peak1, true);
       bench_tile(isa, 14, 16, 256, 14, 16, peak1, true);
+      if (isa == Isa::Avx512) {  // the permute-free one-vector tile (Intel's cores)
+        bench_tile(isa, 14, 16, 256, 14, 16, peak1, false, true);
+        bench_tile(isa, 14, 16, 256, 14, 16, peak1, true, true);
+      }
       bench_tile(isa, 14, 32, 128, 256, 128, peak1);  // channels-last rows
       bench_tile(isa, 6, 64, 128, 256, 128, peak1);
     } else {

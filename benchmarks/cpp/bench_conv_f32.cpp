@@ -236,6 +236,7 @@ int main(int argc, char** argv) {
       {"avx512 8x48", Isa::Avx512, x86::conv_f32_avx512_8x48, 8, 48},
       {"avx512 12x32", Isa::Avx512, x86::conv_f32_avx512_12x32, 12, 32},
       {"avx512 12x16", Isa::Avx512, x86::conv_f32_avx512_12x16, 12, 16},
+      {"avx512 12x16l", Isa::Avx512, x86::conv_f32_avx512_12x16_loads, 12, 16},  // (no permutes)
       {"avx2 6x16", Isa::Avx2, x86::conv_f32_avx2_6x16, 6, 16},
       {"avx2 12x8", Isa::Avx2, x86::conv_f32_avx2_12x8, 12, 8},
       {"avx2 4x24", Isa::Avx2, x86::conv_f32_avx2_4x24, 4, 24},

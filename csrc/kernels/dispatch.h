@@ -63,6 +63,11 @@ void set_uarch(Uarch u);
 // the NCX path rule was measured to differ there from Intel's AVX-512 cores.
 // Callers combine it with Isa::Avx512.
 bool avx512_amd();
+// Intel's cores (intel, intel_avx512, intel_amx): their AVX-512 one-vector
+// tiles broadcast without in-lane permutes (heuristics C28).
+inline bool intel_uarch(Uarch u) {
+  return u == Uarch::Intel || u == Uarch::IntelAvx512 || u == Uarch::IntelAmx;
+}
 
 // How dense NCX (channels-first) f32 activations reach the kernels:
 //   Auto:         the planar kernels where they are expected to win, else ChannelsLast;

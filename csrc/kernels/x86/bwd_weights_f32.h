@@ -130,7 +130,7 @@ void dw_tile_avx2(const TileArgs& t);
 // once in its ISA file; the plan reads every ISA-specific number from here.
 constexpr int kMaxTileVecs = 4;  // widest GEMM tile of any ISA, in vectors
 struct BwdWeightsF32Table {
-  const char* isa;  // in the tile names of describe(): "avx512", "avx2"
+  const char* isa;  // in the tile names of describe(): "avx512", "avx512l", "avx2"
   int lanes;        // floats per vector
   int max_vecs;     // widest GEMM tile, in vectors
   int rows[kMaxTileVecs + 1];  // rows of a GEMM tile of v vectors (index v; 0 past max_vecs)
@@ -154,6 +154,10 @@ struct BwdWeightsF32Table {
   void (*store_fence)();
 };
 const BwdWeightsF32Table* bwd_weights_f32_table_avx512();
+// The same with the one-vector GEMM tiles' permute-free form, "avx512l" (for
+// active_uarch() Intel*; gemm_tile_avx512_loads).
+const BwdWeightsF32Table* bwd_weights_f32_table_avx512_intel();
+void gemm_tile_avx512_loads(const TileArgs& t);
 const BwdWeightsF32Table* bwd_weights_f32_table_avx2();
 
 // One work item of the driver: an accumulator tile of the weight gradient

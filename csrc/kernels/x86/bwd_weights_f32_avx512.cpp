@@ -298,27 +298,45 @@ void grouped_tile_avx512(const TileArgs& t) {
 
 void dw_tile_avx512(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
-const BwdWeightsF32Table* bwd_weights_f32_table_avx512() {
-  static const BwdWeightsF32Table table = {
-      "avx512",
-      kAvx512Lanes,
-      kAvx512MaxVecs,
-      {kAvx512Rows[0], kAvx512Rows[1], kAvx512Rows[2], kAvx512Rows[3], kAvx512Rows[4]},
-      kAvx512DwVecs,
-      8,  // grouped: 2, 4 or 8 channels per group on the vector side
-      4,  // grouped: 4 vectors per call for rows <= 4,
-      2,  // else 2
-      1,  // pixel blocks: one tile's B columns in L1
-      gemm_tile_avx512,
-      grouped_tile_avx512,
-      dw_tile_avx512,
-      pack_avx512,
-      nullptr,  // each m-block's A panel packed when its first tile needs it
-      transpose_taps_avx512,
-      store_fence_avx512,
-  };
-  return &table;
+// One column vector without in-lane permutes (VecAvx512Loads: Intel's
+// cores; SPR VM in cache, the 14x16 tile: see heuristics C28).
+void gemm_tile_avx512_loads(const TileArgs& t) {
+  if (t.rows > 0 && t.cols > 0 && t.cols <= 16)
+    gemm_by_rows<VecAvx512Loads, Geometry, 1>(t, t.cols % 16 != 0);
+  else
+    gemm_tile_avx512(t);
 }
+
+namespace {
+const BwdWeightsF32Table* avx512_table(bool intel) {
+  auto make = [](const char* name, void (*gemm)(const TileArgs&)) -> BwdWeightsF32Table {
+    return {
+        name,
+        kAvx512Lanes,
+        kAvx512MaxVecs,
+        {kAvx512Rows[0], kAvx512Rows[1], kAvx512Rows[2], kAvx512Rows[3], kAvx512Rows[4]},
+        kAvx512DwVecs,
+        8,  // grouped: 2, 4 or 8 channels per group on the vector side
+        4,  // grouped: 4 vectors per call for rows <= 4,
+        2,  // else 2
+        1,  // pixel blocks: one tile's B columns in L1
+        gemm,
+        grouped_tile_avx512,
+        dw_tile_avx512,
+        pack_avx512,
+        nullptr,  // each m-block's A panel packed when its first tile needs it
+        transpose_taps_avx512,
+        store_fence_avx512,
+    };
+  };
+  static const BwdWeightsF32Table table = make("avx512", gemm_tile_avx512);
+  static const BwdWeightsF32Table intel_table = make("avx512l", gemm_tile_avx512_loads);
+  return intel ? &intel_table : &table;
+}
+}  // namespace
+
+const BwdWeightsF32Table* bwd_weights_f32_table_avx512() { return avx512_table(false); }
+const BwdWeightsF32Table* bwd_weights_f32_table_avx512_intel() { return avx512_table(true); }
 
 }  // namespace bww
 }  // namespace x86

@@ -86,7 +86,7 @@ void gemm_kernel(const TileArgs& t) {
   // (fewer loads, the loop's limit; see conv_f32_tiles.h). Zen 5 in cache:
   // AVX-512 14x16 tile, pixel lists 80 -> 96-98 % of the peak, packed
   // 93 -> 97 %; AVX2 12x8, pixel lists 79 -> 98-99 % (2 rows: 84 %).
-  constexpr int kQ = NV == 1 && MR >= 12 ? 4 : 0;
+  constexpr int kQ = V::kPermuteBcast && NV == 1 && MR >= 12 ? 4 : 0;
   const float* pa = t.pa;
   const float* pb = t.pb;
   for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {

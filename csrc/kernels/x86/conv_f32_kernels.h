@@ -111,6 +111,8 @@ void conv_f32_avx512_6x64(const ConvTileArgs* args);
 void conv_f32_avx512_8x48(const ConvTileArgs* args);
 void conv_f32_avx512_12x32(const ConvTileArgs* args);
 void conv_f32_avx512_12x16(const ConvTileArgs* args);
+// The 12x16 tile with every broadcast a load (no in-lane permutes): Intel's cores.
+void conv_f32_avx512_12x16_loads(const ConvTileArgs* args);
 void conv_f32_avx512_dw(const ConvTileArgs* args);
 void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
 
@@ -188,6 +190,8 @@ struct ConvTable {
 };
 
 const ConvTable* conv_f32_table_avx512();
+// The same with the one-vector tile's permute-free form (for active_uarch() Intel*).
+const ConvTable* conv_f32_table_avx512_intel();
 const ConvTable* conv_f32_table_avx2();
 // The same kernels with the tile speeds measured on Zen 3 (for active_uarch() Zen3).
 const ConvTable* conv_f32_table_avx2_zen3();

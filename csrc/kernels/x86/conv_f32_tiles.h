@@ -121,7 +121,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       // the peak in cache; 12 rows this way 86-89 % with AVX-512, 85-87 %
       // with AVX2 where 8 rows gave 81-84 %). The first S rows take their
       // inputs 4 at a time, broadcast by in-lane permutes (V::permute_rows).
-      constexpr int S = V::permute_rows(M);
+      constexpr int S = V::kPermuteBcast ? V::permute_rows(M) : 0;
       auto step4 = [&](int64_t c) __attribute__((always_inline)) {
         Reg q[S > 0 ? S : 1];
 #pragma GCC unroll 32

@@ -21,6 +21,7 @@ struct VecAvx2 {
   // them by in-lane permutes (Zen 5 in cache, 12 rows: 2 rows 92-96 %;
   // 1 row 87-89 %, 3 rows spill registers: 70 %).
   static constexpr int permute_rows(int M) { return M >= 12 ? 2 : 0; }
+  static constexpr bool kPermuteBcast = true;  // (see VecAvx512)
   // No streaming stores from the GEMM tiles (measured with AVX-512 only).
   static constexpr bool kStreamGemm = false;
 

@@ -23,6 +23,9 @@ struct VecAvx512 {
   // 97 %, 8 rows 95 %, all 12 85 %, none 89 %; the 12x16 tile in
   // bench_conv_f32: 4 rows 94-98 %, was 83-87 %).
   static constexpr int permute_rows(int M) { return M >= 12 ? 4 : M / 3; }
+  // One-vector tiles broadcast some rows' inputs by in-lane permutes (the
+  // conv tiles' permute_rows, the backward-weights tiles' first 4 rows).
+  static constexpr bool kPermuteBcast = true;
   // GEMM tiles may write whole output lines with streaming stores.
   static constexpr bool kStreamGemm = true;
 
@@ -95,6 +98,14 @@ struct VecAvx512 {
     const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
     _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, u)));
   }
+};
+
+// The same with every broadcast a load: Intel's AVX-512 cores run vpermilps
+// zmm on port 5, one of their two 512-bit FMA ports, so there the permutes
+// take FMA slots (SPR VM, one core in cache: the 12x16 conv tile 63-72 % of
+// the FMA peak with 4 permuted rows, 74-86 % with none; 2 rows 69-83 %).
+struct VecAvx512Loads : VecAvx512 {
+  static constexpr bool kPermuteBcast = false;
 };
 
 }  // namespace

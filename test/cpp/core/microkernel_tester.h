@@ -58,11 +58,13 @@ using PlanarTableCase = TableCase<x86::PlanarF32Table>;
 
 inline const ConvTableCase kConvTables[] = {
     {"f32_avx512", Isa::Avx512, x86::conv_f32_table_avx512},
+    {"f32_avx512_intel", Isa::Avx512, x86::conv_f32_table_avx512_intel},
     {"f32_avx2", Isa::Avx2, x86::conv_f32_table_avx2},
     {"f32_avx2_zen3", Isa::Avx2, x86::conv_f32_table_avx2_zen3},
 };
 inline const BwwTableCase kBwwTables[] = {
     {"f32_avx512", Isa::Avx512, x86::bww::bwd_weights_f32_table_avx512},
+    {"f32_avx512_intel", Isa::Avx512, x86::bww::bwd_weights_f32_table_avx512_intel},
     {"f32_avx2", Isa::Avx2, x86::bww::bwd_weights_f32_table_avx2},
 };
 inline const PlanarTableCase kPlanarTables[] = {
