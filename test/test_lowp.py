@@ -722,6 +722,9 @@ DIRECT16_MORE = [
     ("fwd", 2, 3, 64, 64, (12, 13), 4, 2, 1, 64, "depthwise", "rows"),
     ("fwd", 2, 2, 40, 40, (9, 7), 3, 1, 1, 40, "depthwise", None),  # channel tails
     ("bwd_d", 2, 1, 64, 3, (32, 32), 4, 2, 1, 1, "gemm", "lines"),  # fused taps, by lines
+    # one long image (its f32 copies would have gone in slabs), channel tails
+    ("bwd_d", 1, 1, 19, 19, (150001,), 4, 2, 1, 19, "depthwise", None),
+    ("fwd", 2, 20, 24, 24, (16, 16), 4, 2, 1, 24, "depthwise", None),  # (chunks before)
 ]
 
 
@@ -732,6 +735,8 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
     # Channels-last results written 16-bit by the depthwise tiles and in the
     # lines schedule too (no f32 result buffer), exact on integer data with
     # sums beyond the 16-bit precision, NaN and Inf where the oracle has them.
+    # The depthwise tiles also read the 16-bit inputs themselves (in16: the
+    # whole call in one piece, no f32 copy of the activations).
     op, S, N, ci, co, sp, K, s, p, g, route, schedule = case
     x = _ints((N, ci) + sp, dtype, 55, 1, 4)
     w = _ints((ci, co // g) + (K,) * S, dtype, 56, 1, 4)
@@ -744,6 +749,9 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
         got = _run(op, _nxc(x, S), w, _nxc(dy, S), S, s, p, g, "NXC", b=b)
     ln = lines[0]
     assert "direct16={" in ln and f" route={route} " in ln, ln[:600]
+    if route == "depthwise":
+        kind = "bf16" if dtype == torch.bfloat16 else "f16"
+        assert f"_dw_{kind}in " in ln and f" images={N} chunks=1 " in ln, ln[:600]
     if schedule:
         assert f" schedule={schedule} " in ln, ln[:600]
     got = _ncx(got, S)

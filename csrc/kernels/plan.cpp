@@ -506,8 +506,9 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.direct16) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
+        const int in16 = c.in16 ? (plan.spec.dtype == DType::F16 ? 2 : 1) : 0;
         os << " direct16={" << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q,
-                                                           plan.spec.nthreads)
+                                                           plan.spec.nthreads, in16)
            << "}";
         return;
       }
@@ -891,6 +892,19 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   };
   if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {
     c.planar16 = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
+  // Channels-last depthwise forward / backward-data: the depthwise tiles read
+  // the 16-bit a in place (converting as they load) and round the result
+  // into b: no copies at all, whatever the size (heuristics A13).
+  const int kind = spec.dtype == DType::F16 ? 2 : 1;
+  if (spec.pass != Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
+      x86::conv_f32_out16_applies(spec.isa, spec.pass, p, spec.nthreads, kind)) {
+    c.direct16 = c.in16 = true;
     c.images = p.N;
     c.chunks = 1;
     c.a_floats = c.b_floats = 0;

@@ -119,6 +119,10 @@ struct Convert16Plan {
   // Not the pair tiles: the f32 GEMM tiles round a channels-last result into b themselves
   // (x86::conv_f32_out16; no f32 plans kept).
   bool direct16 = false;
+  // direct16 on depthwise tiles that also read a's 16-bit channels-last
+  // elements themselves, widening as they load: the whole call at once
+  // (images = N), no f32 copies of the activations.
+  bool in16 = false;
   int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (pairs: see run_pairs_chunk)
   int64_t b16_floats = 0;  // pairs, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy

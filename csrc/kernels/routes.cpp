@@ -528,8 +528,12 @@ bool run_convert16(const Ctx& c) {
     } else if (cv.direct16) {
       ConvProblem q = p;
       q.N = n;
-      widen(bits16(c.args.a.data) + n0 * a_img, abuf, n * a_img);
-      if (!x86::conv_f32_out16(s.isa, s.pass, q, abuf, in.w, static_cast<const float*>(in.bias),
+      const void* a = bits16(c.args.a.data) + n0 * a_img;  // in16: read as it is
+      if (!cv.in16) {
+        widen(a, abuf, n * a_img);
+        a = abuf;
+      }
+      if (!x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, in.w, static_cast<const float*>(in.bias),
                                bits16(c.args.b.data) + n0 * b_img, s.dtype == DType::F16 ? 2 : 1,
                                s.nthreads))
         throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");

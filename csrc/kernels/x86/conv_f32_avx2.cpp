@@ -29,6 +29,8 @@ void conv_f32_avx2_12x8(const ConvTileArgs* args) { gemm_tile<V, 12, 1>(args); }
 void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<V, 4, 3>(args); }
 
 void conv_f32_avx2_dw(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx2>(args); }
+void conv_f32_avx2_dw_bf16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx2, 1>(args); }
+void conv_f32_avx2_dw_f16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx2, 2>(args); }
 
 namespace {
 const ConvTable* avx2_table(bool zen3) {
@@ -55,7 +57,7 @@ const ConvTable* avx2_table(bool zen3) {
   // 12x8 at 0.72 of the others, so that 40 columns run as 4x24 / 6x16 tiles
   // (5/6 of their lanes) rather than five 12x8 tiles.
   auto make = [&](double eff_12x8) -> ConvTable {
-    return {
+    ConvTable t = {
         "avx2",
         8,
         {{"avx2_6x16", conv_f32_avx2_6x16, 6, 16, 1.0, partials.t6x16},
@@ -74,6 +76,9 @@ const ConvTable* avx2_table(bool zen3) {
         transpose_rows_avx2,
         transpose_rows_stream_avx2,
     };
+    t.dw16[1] = conv_f32_avx2_dw_bf16;
+    t.dw16[2] = conv_f32_avx2_dw_f16;
+    return t;
   };
   static const ConvTable table = make(0.85), zen3_table = make(0.72);
   return zen3 ? &zen3_table : &table;

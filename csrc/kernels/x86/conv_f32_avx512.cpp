@@ -31,6 +31,8 @@ void conv_f32_avx512_12x32(const ConvTileArgs* args) { gemm_tile<V, 12, 2>(args)
 void conv_f32_avx512_12x16(const ConvTileArgs* args) { gemm_tile<V, 12, 1>(args); }
 
 void conv_f32_avx512_dw(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512>(args); }
+void conv_f32_avx512_dw_bf16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512, 1>(args); }
+void conv_f32_avx512_dw_f16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512, 2>(args); }
 
 // Small groups: per 16-channel block, the 32 input channels its lanes need
 // are loaded once per row and tap, and each reduction step permutes them into
@@ -104,7 +106,7 @@ const ConvTable* avx512_table(bool intel) {
   // the others 96-99 %); on the SPR VM the 12x16 tile without permutes runs
   // at 74-86 % against 85-100 % for the others: 0.85 of them.
   auto make = [&](const ConvGemmTile& one_vector) -> ConvTable {
-    return {
+    ConvTable t = {
         "avx512",
         16,
         {{"avx512_6x64", conv_f32_avx512_6x64, 6, 64, 1.0, partials.t6x64},
@@ -125,6 +127,9 @@ const ConvTable* avx512_table(bool intel) {
         transpose_rows_avx512,
         transpose_rows_stream_avx512,
     };
+    t.dw16[1] = conv_f32_avx512_dw_bf16;
+    t.dw16[2] = conv_f32_avx512_dw_f16;
+    return t;
   };
   static const ConvTable table =
       make({"avx512_12x16", conv_f32_avx512_12x16, 12, 16, 0.87, partials.t12x16});

@@ -2011,11 +2011,13 @@ void cut_line_tiles(const ConvPlan& pl, const AxisMap& a2, LineBufs& lb) {
 
 // One strip: the tile of `real` positions at jl[tj] in every line of the
 // item (in_base / out_base: the item's image).
+// TA: the inputs' storage (16-bit: depthwise tiles that widen as they load,
+// ConvTable::dw16; the pointers handed to them as float* point at it);
 // TO: the result's storage (16-bit: the tiles round it, ConvTileArgs::out16).
-template <class TO>
+template <class TA, class TO>
 inline __attribute__((always_inline)) void run_line_strip(
     const ConvPlan& d, const ConvCall& call, LineBufs& lb, const Phase& ph, int64_t nl,
-    const float* in_base, TO* out_base, ConvTileArgs& args, int64_t tj, int64_t real) {
+    const TA* in_base, TO* out_base, ConvTileArgs& args, int64_t tj, int64_t real) {
   const AxisMap& a2 = ph.ax[2];
   const int64_t MR = d.MR, T2 = a2.taps;
   const size_t per_line = lb.per_line;
@@ -2049,7 +2051,7 @@ inline __attribute__((always_inline)) void run_line_strip(
                          : scratch;
     if (row_mode) {
       for (int64_t m = 0; m < MR; ++m)
-        rows[m] = in_base + a2.in_off[jp[std::min(m, real - 1)] * T2];
+        rows[m] = reinterpret_cast<const float*>(in_base + a2.in_off[jp[std::min(m, real - 1)] * T2]);
       args.rows = rows;
       args.tapoff = fuse_tile ? off01 + L : tapoff + L;
       args.a = nullptr;
@@ -2065,7 +2067,8 @@ inline __attribute__((always_inline)) void run_line_strip(
         int64_t t = 0;
         for (int64_t v = 0; v < n01[l]; ++v)
           for (int64_t t2 = 0; t2 < T2; ++t2, ++t)
-            a[t * MR] = i2[t2] >= 0 ? in_base + o01[v] + i2[t2] : zp;
+            a[t * MR] =
+                i2[t2] >= 0 ? reinterpret_cast<const float*>(in_base + o01[v] + i2[t2]) : zp;
       }
       args.rows = nullptr;
       args.a = ind;
@@ -2088,7 +2091,7 @@ inline __attribute__((always_inline)) void run_line_strip(
   }
 }
 
-template <class TO>
+template <class TA, class TO>
 void run_lines(const ConvPlan& pl, const ConvCall& call) {
   LineBufs lb(pl);
   const std::vector<LineItem>& items = pl.line_items;
@@ -2096,7 +2099,7 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
   for (size_t it = 0; it < items.size(); ++it) {
     const LineItem& item = items[it];
     const Phase& ph = pl.phases[static_cast<size_t>(item.phase)];
-    const float* const in_base = static_cast<const float*>(call.in) + item.n * pl.in_img;
+    const TA* const in_base = static_cast<const TA*>(call.in) + item.n * pl.in_img;
     TO* const out_base = static_cast<TO*>(call.out) + item.n * pl.out_img;
     list_line_taps(ph, item, lb);
     ConvTileArgs args;
@@ -2558,8 +2561,9 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
 #endif
 #pragma omp barrier
     if (pl.thread_begin) pl.thread_begin();
-    if (pl.schedule == Schedule::Lines && pl.out_bytes == 2) run_lines<uint16_t>(pl, call);
-    else if (pl.schedule == Schedule::Lines) run_lines<float>(pl, call);
+    if (pl.schedule == Schedule::Lines && pl.in_bytes == 2) run_lines<uint16_t, uint16_t>(pl, call);
+    else if (pl.schedule == Schedule::Lines && pl.out_bytes == 2) run_lines<float, uint16_t>(pl, call);
+    else if (pl.schedule == Schedule::Lines) run_lines<float, float>(pl, call);
     else if (pl.in_bytes == 2 && pl.out_bytes == 2) run_rows_or_columns<uint16_t, uint16_t>(pl, call);
     else if (pl.in_bytes == 2) run_rows_or_columns<uint16_t, float>(pl, call);
     else if (pl.out_bytes == 2) run_rows_or_columns<float, uint16_t>(pl, call);
@@ -2629,14 +2633,22 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 
 // The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM
 // or depthwise tiles round it themselves: one reduction chunk, any schedule,
-// no streaming stores; else out_bytes stays 4.
+// no streaming stores; else out_bytes stays 4. With in16 (the same kind),
+// depthwise tiles that read the 16-bit inputs themselves (ConvTable::dw16)
+// where the table has them: in_bytes 2; else in_bytes stays 4.
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
-                        int nthreads, int out16) {
-  ConvPlan c = plan_conv(table_for(isa), isa, pass, p, wv, nthreads);
+                        int nthreads, int out16, bool in16 = false) {
+  const ConvTable* tab = table_for(isa);
+  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
   if ((c.route == Route::Gemm || c.route == Route::Depthwise) && c.nchunks == 1) {
     c.out_bytes = 2;
     c.out16 = out16;
     c.stream = false;
+    if (in16 && c.route == Route::Depthwise && tab->dw16[out16]) {
+      c.in_bytes = 2;
+      c.fn = tab->dw16[out16];
+      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+    }
   }
   return c;
 }
@@ -2700,15 +2712,18 @@ std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, i
   return describe(plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads));
 }
 
-bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                            int in16) {
   if (pass == Pass::BackwardWeights) return false;
-  return plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1).out_bytes == 2;
+  const ConvPlan c = plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
+                                    in16 ? in16 : 1, in16 != 0);
+  return c.out_bytes == 2 && (in16 == 0 || c.in_bytes == 2);
 }
 
-bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
-                    const float* bias, uint16_t* out, int out16, int nthreads) {
-  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16);
-  if (plan.out_bytes != 2) return false;
+bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
+                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads) {
+  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16);
+  if (plan.out_bytes != 2 || (plan.in_bytes == 2) != in16) return false;
   return run_conv(plan, in, w.data, pass == Pass::Forward ? bias : nullptr, out);
 }
 
@@ -2732,8 +2747,10 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
   return run_conv(c.plan, in, w.data, c.plan.fwd ? bias : nullptr, out);
 }
 
-std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
-  return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1));
+std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                    int in16) {
+  return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
+                                 in16 ? in16 : 1, in16 != 0));
 }
 
 }  // namespace x86

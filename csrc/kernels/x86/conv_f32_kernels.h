@@ -114,6 +114,8 @@ void conv_f32_avx512_12x16(const ConvTileArgs* args);
 // The 12x16 tile with every broadcast a load (no in-lane permutes): Intel's cores.
 void conv_f32_avx512_12x16_loads(const ConvTileArgs* args);
 void conv_f32_avx512_dw(const ConvTileArgs* args);
+void conv_f32_avx512_dw_bf16(const ConvTileArgs* args);  // (ConvTable::dw16)
+void conv_f32_avx512_dw_f16(const ConvTileArgs* args);
 void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
 
 // AVX2 register tiles.
@@ -121,6 +123,8 @@ void conv_f32_avx2_6x16(const ConvTileArgs* args);
 void conv_f32_avx2_12x8(const ConvTileArgs* args);
 void conv_f32_avx2_4x24(const ConvTileArgs* args);
 void conv_f32_avx2_dw(const ConvTileArgs* args);
+void conv_f32_avx2_dw_bf16(const ConvTileArgs* args);
+void conv_f32_avx2_dw_f16(const ConvTileArgs* args);
 void conv_f32_avx2_dot1(const ConvTileArgs* args);
 void conv_f32_avx2_dot2(const ConvTileArgs* args);
 void conv_f32_avx2_dot3(const ConvTileArgs* args);
@@ -187,6 +191,10 @@ struct ConvTable {
   // VNNI tiles that gather their inputs once into ConvTileArgs::stage for
   // nq > 1 column blocks (AMX); else the plan allocates no stage.
   bool stage_inputs = false;
+  // The depthwise tile over 16-bit inputs, [1] bf16, [2] f16 ([0] unused):
+  // the a / rows pointers point at 16-bit elements, widened as loaded (f32
+  // weights and bias; out16 as dw). Null: the inputs are widened first.
+  ConvTileFn dw16[3] = {nullptr, nullptr, nullptr};
 };
 
 const ConvTable* conv_f32_table_avx512();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_f32_kernels.h"
 
@@ -245,15 +246,27 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
 
 // Depthwise: elementwise multiply-adds over the channels. The R rows share
 // each weight load; R rows x 2 vectors = 2R independent FMA chains.
-template <class V, int R>
+// IN: the inputs' storage, 0 f32, 1 bf16, 2 f16 (the pointers in a / rows
+// then point at 16-bit elements, converted as they are loaded: route
+// convert16 with in16, no f32 copy of the activations).
+template <class V, int R, int IN = 0>
 void dw_tile(const ConvTileArgs* args) {
   using Reg = typename V::Reg;
+  using T16 = std::conditional_t<IN == 0, float, uint16_t>;
   constexpr int W = V::W;
   const int64_t C = args->ncols, T = args->ntaps;
-  const float* const* a = args->a;
-  const float* const* rows = args->rows;  // row mode: rows[m] + tapoff[t]
+  const auto* const* a = reinterpret_cast<const T16* const*>(args->a);
+  const auto* const* rows = reinterpret_cast<const T16* const*>(args->rows);  // rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
   auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
+  auto load = [](const T16* x) __attribute__((always_inline)) {
+    if constexpr (IN == 0) return V::loadu(x);
+    else return V::template load16<IN>(x);
+  };
+  auto load_part = [](typename V::Mask k, const T16* x, int64_t n) __attribute__((always_inline)) {
+    if constexpr (IN == 0) return V::load_part(k, x);
+    else return V::template load16_part<IN>(k, x, n);
+  };
   const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
   auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
   int64_t c = 0;
@@ -270,9 +283,9 @@ void dw_tile(const ConvTileArgs* args) {
       const Reg w0 = V::loadu(w), w1 = V::loadu(w + W);
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
-        const float* x = in(t, m) + c;
-        acc[m][0] = V::fmadd(V::loadu(x), w0, acc[m][0]);
-        acc[m][1] = V::fmadd(V::loadu(x + W), w1, acc[m][1]);
+        const T16* x = in(t, m) + c;
+        acc[m][0] = V::fmadd(load(x), w0, acc[m][0]);
+        acc[m][1] = V::fmadd(load(x + W), w1, acc[m][1]);
       }
     }
     if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
@@ -305,7 +318,7 @@ void dw_tile(const ConvTileArgs* args) {
     for (int64_t t = 0; t < T; ++t) {
       const Reg w = V::load_part(k, wrow(t) + c);
 #pragma GCC unroll 16
-      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(V::load_part(k, in(t, m) + c), w, acc[m]);
+      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(load_part(k, in(t, m) + c, C - c), w, acc[m]);
     }
     if (args->out16) {
 #pragma GCC unroll 16

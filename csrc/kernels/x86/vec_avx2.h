@@ -65,6 +65,23 @@ struct VecAvx2 {
         _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), _MM_SHUFFLE(3, 1, 2, 0)));
   }
   // The first min(n, 8) lanes of v rounded to bf16 / f16 at p.
+  // 8 bf16 (KIND 1: a shift) or f16 (KIND 2: vcvtph2ps) values at p as
+  // floats; load16_part: the first n (1 <= n <= 8), reading no further.
+  template <int KIND>
+  static inline Reg widen16(__m128i h) {
+    if constexpr (KIND == 2) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  template <int KIND>
+  static inline Reg load16(const uint16_t* p) {
+    return widen16<KIND>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  template <int KIND>
+  static inline Reg load16_part(Mask, const uint16_t* p, int64_t n) {
+    alignas(16) uint16_t t[8] = {};
+    for (int64_t i = 0; i < n && i < 8; ++i) t[i] = p[i];
+    return widen16<KIND>(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  }
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n <= 0) return;
     const __m128i h = to16(v, kind);

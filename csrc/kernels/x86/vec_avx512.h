@@ -75,6 +75,21 @@ struct VecAvx512 {
   static inline __m256i to_f16(Reg x) {
     return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
+  // 16 bf16 (KIND 1: a shift) or f16 (KIND 2: vcvtph2ps) values at p as
+  // floats; load16_part: the first n (1 <= n <= 16, k = first(n)), reading no further.
+  template <int KIND>
+  static inline Reg widen16(__m256i h) {
+    if constexpr (KIND == 2) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  template <int KIND>
+  static inline Reg load16(const uint16_t* p) {
+    return widen16<KIND>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  template <int KIND>
+  static inline Reg load16_part(Mask k, const uint16_t* p, int64_t) {
+    return widen16<KIND>(_mm256_maskz_loadu_epi16(k, p));
+  }
   // The first min(n, 16) lanes of v rounded to bf16 (kind 1) or f16 (kind 2) at p.
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n <= 0) return;

@@ -37,12 +37,17 @@ std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, i
 // The f32 forward / backward-data kernels writing a 16-bit result (route
 // convert16, direct): in f32 dense channels-last, w f32, out dense
 // channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum
-// rounded once by the GEMM tiles. Applies where the plan is GEMM tiles with
-// one reduction chunk on the row or column schedules; false otherwise.
-bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
-bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
-                    const float* bias, uint16_t* out, int out16, int nthreads);
-std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+// rounded once by the GEMM or depthwise tiles. Applies where the plan is
+// those tiles with one reduction chunk; false otherwise. With in16 (the
+// applies check: the kind, 1 or 2; the call: true, the kind being out16)
+// the input is the dense channels-last 16-bit tensor itself, read by the
+// depthwise tiles that widen as they load (depthwise problems only).
+bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                            int in16 = 0);
+bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
+                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads);
+std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                    int in16 = 0);
 // The channels-last f32 forward / backward-data planned once and run on
 // several inputs of the same problem (the slabs of route convert16: the
 // driver's tables are built once, not per slab). out16 (1 bf16, 2 f16): a

@@ -3,6 +3,8 @@
 // dot, depthwise and small-groups tiles and the weight-packing transposes,
 // against scalar versions of their contracts (microkernel_tester.h).
 #include <immintrin.h>
+#include <cstring>
+#include <cmath>
 
 #include "microkernel_tester.h"
 
@@ -400,6 +402,118 @@ TEST_P(ConvMicrokernels, DepthwiseTileMatchesScalar) {
       if (!fails.add(matches(o.out, want), "dw", c)) return;
     }
   }
+}
+
+// 16-bit bits of a small integer (exact in bf16 and f16), and back.
+uint16_t int_to16(float v, int kind) {
+  if (kind == 1) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint16_t>(u >> 16);  // (exact: |v| < 256 integers)
+  }
+  if (v == 0.f) return std::signbit(v) ? 0x8000 : 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  const float a = std::fabs(v);
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3FF;  // exact for |v| < 2048
+  return static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | mant);
+}
+float from16(uint16_t h, int kind) {
+  if (kind == 1) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  if (e == 31) return m ? std::nanf("") : ((h & 0x8000) ? -INFINITY : INFINITY);
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                         : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+// Depthwise over 16-bit inputs (ConvTable::dw16, kind 1 bf16, 2 f16): each
+// row / tap input is C 16-bit values followed by NaN poison (a value past C
+// reaching a written result fails; reads past C are kept out by masked
+// loads, which this cannot see); results 16-bit (out16, the route's use) or
+// f32, every sum exact; guards after each output row.
+TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
+  if (!tab->dw16[1] && !tab->dw16[2]) GTEST_SKIP() << "no 16-bit depthwise tile";
+  Rng rng(17);
+  const int R = tab->dw_rows, L = tab->lanes;
+  int checked = 0;
+  for (int kind : {1, 2}) {
+    ASSERT_NE(tab->dw16[kind], nullptr);
+    const uint16_t poison = kind == 1 ? 0x7FC1 : 0x7E01;
+    for (int64_t C : {int64_t{1}, int64_t{L - 1}, int64_t{L}, int64_t{L + 1}, int64_t{2 * L},
+                      int64_t{2 * L + 3}, int64_t{4 * L + 5}, int64_t{100}}) {
+      for (int f = 0; f < 8; ++f) {
+        const int64_t T = rng.uni(1, 5);
+        const bool row_mode = f & 1, use_wtap = f & 2, out16 = (f & 4) == 0;
+        const int64_t wt_n = use_wtap ? T + 2 : T, pad = rng.uni(1, 9);
+        std::vector<int32_t> wtap(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) wtap[t] = static_cast<int32_t>(use_wtap ? wt_n - 1 - t : t);
+        std::vector<float> w(static_cast<size_t>(wt_n * C)), bias(static_cast<size_t>(C));
+        for (float& v : w) v = static_cast<float>(rng.uni(-3, 3));
+        for (float& v : bias) v = static_cast<float>(rng.uni(-3, 3));
+        // Inputs: row m holds its T taps' runs, each C values + pad poison.
+        const int64_t run = C + pad;
+        std::vector<std::vector<uint16_t>> buf(static_cast<size_t>(R),
+                                               std::vector<uint16_t>(T * run, poison));
+        std::vector<float> val(static_cast<size_t>(R * T * C));
+        for (int m = 0; m < R; ++m)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < C; ++c) {
+              const float v = static_cast<float>(rng.uni(-3, 3));
+              val[(m * T + t) * C + c] = v;
+              buf[m][t * run + c] = int_to16(v, kind);
+            }
+        std::vector<const float*> a(static_cast<size_t>(T * R)), rows(static_cast<size_t>(R));
+        std::vector<int64_t> tapoff(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) tapoff[t] = t * run;
+        for (int m = 0; m < R; ++m) {
+          rows[m] = reinterpret_cast<const float*>(buf[m].data());
+          for (int64_t t = 0; t < T; ++t)
+            a[t * R + m] = reinterpret_cast<const float*>(buf[m].data() + t * run);
+        }
+        // Outputs with guards after each row.
+        const int64_t OW = C + 8;
+        std::vector<uint16_t> o16(static_cast<size_t>(R * OW), 0xBEEF);
+        std::vector<float> o32(static_cast<size_t>(R * OW), -777.f);
+        std::vector<float*> outp(static_cast<size_t>(R));
+        for (int m = 0; m < R; ++m)
+          outp[m] = out16 ? reinterpret_cast<float*>(o16.data() + m * OW) : o32.data() + m * OW;
+        ConvTileArgs args;
+        args.a = row_mode ? nullptr : a.data();
+        args.rows = row_mode ? rows.data() : nullptr;
+        args.tapoff = row_mode ? tapoff.data() : nullptr;
+        args.w = w.data();
+        args.wtap = use_wtap ? wtap.data() : nullptr;
+        args.bias = bias.data();
+        args.out = outp.data();
+        args.ntaps = T;
+        args.ncols = C;
+        args.out16 = out16 ? kind : 0;
+        tab->dw16[kind](&args);
+        for (int m = 0; m < R; ++m)
+          for (int64_t c = 0; c < OW; ++c) {
+            float want = out16 ? from16(0xBEEF, kind) : -777.f;
+            if (c < C) {
+              want = bias[c];
+              for (int64_t t = 0; t < T; ++t) want += val[(m * T + t) * C + c] * w[wtap[t] * C + c];
+            }
+            const float got = out16 ? from16(o16[m * OW + c], kind) : o32[m * OW + c];
+            const bool same = got == want || (std::isnan(got) && std::isnan(want));
+            ASSERT_TRUE(same) << "kind " << kind << " C " << C << " T " << T << " row_mode "
+                              << row_mode << " wtap " << use_wtap << " out16 " << out16 << " m "
+                              << m << " c " << c << ": got " << got << " want " << want;
+            ++checked;
+          }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // Small groups: per 16-channel block v, lane l's input for reduction index c
