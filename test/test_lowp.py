@@ -99,37 +99,37 @@ def test_exact_and_routed(case, op, layout, dtype, isa):
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 def test_backward_weights_chunks_rounded_once(dtype, isa):
-    # 64 images of 4 x 32768 positions: the route widens them in 8 chunks of 8
-    # images; every gradient element sums about 2**21 products of small signed
-    # integers (exact in f32), to values that need more bits than the 16-bit
-    # types have, so rounding each chunk's partial sum before adding differs
-    # from the f64 sum rounded once.
-    # (Channels-last: on dense NCX the planar kernels take such a layer
-    # without chunks, test_planar16_backward_weights_*.)
+    # 64 images of 4 x 32768 positions, depthwise (4 groups of one channel: the
+    # kernels that read f32 rows only, so the route widens the images in 8
+    # chunks of 8); every gradient element sums about 2**21 products of small
+    # signed integers (exact in f32), to values that need more bits than the
+    # 16-bit types have, so rounding each chunk's partial sum before adding
+    # differs from the f64 sum rounded once.
+    # (Channels-last GEMM layers take no chunks: test_bww16_*; dense NCX takes
+    # the planar kernels without chunks, test_planar16_backward_weights_*.)
     N, C, L = 64, 4, 1 << 15
     x = _ints((N, C, L), dtype, 4)
     dy = _ints((N, C, L), dtype, 5)
-    w_shape = [C, C, 3]
-    a = dict(strides=[1], pads_begin=[1], pads_end=[1], dilations=[1], data_format="NXC",
-             weights_format="IOX", weights_shape=w_shape)
+    w_shape = [C, 1, 3]
+    a = dict(strides=[1], pads_begin=[1], pads_end=[1], dilations=[1], groups=C,
+             data_format="NXC", weights_format="IOX", weights_shape=w_shape)
     with P.use_isa(isa), tct.plans() as lines:
         got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, 1), _nxc(dy, 1), **a)
     assert "route=convert16 images=8 chunks=8" in lines[0], lines[0][:300]
     xd = x.double()
-    wd = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv_transpose1d(xd, wd, padding=1).backward(dy.double())
-    want = wd.grad
+    want = _chunk_grad(xd, dy.double(), w_shape, C)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
     assert torch.equal(got, want.to(dtype))
     # Rounding each chunk's sum first gives another result.
-    per_chunk = sum(_chunk_grad(xd[i:i + 8], dy.double()[i:i + 8], w_shape).to(dtype).double()
-                    for i in range(0, N, 8))
+    per_chunk = sum(
+        _chunk_grad(xd[i:i + 8], dy.double()[i:i + 8], w_shape, C).to(dtype).double()
+        for i in range(0, N, 8))
     assert not torch.equal(per_chunk.to(dtype), got)
 
 
-def _chunk_grad(x, dy, w_shape):
+def _chunk_grad(x, dy, w_shape, groups=1):
     w = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv_transpose1d(x, w, padding=1).backward(dy)
+    torch.nn.functional.conv_transpose1d(x, w, padding=1, groups=groups).backward(dy)
     return w.grad
 
 
@@ -756,3 +756,68 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
         assert f" schedule={schedule} " in ln, ln[:600]
     got = _ncx(got, S)
     _assert_equal_nonfinite(got, want)
+
+
+# --- channels-last backward-weights on the f32 GEMM tiles reading the 16-bit
+# src and diff_dst themselves (route convert16 with bww16={...}: the driver's
+# packing widens the rows; one f32 gradient rounded once; no f32 copies).
+
+BWW16_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
+    (2, 2, 40, 37, (9, 11), 4, 2, 1, 1),    # channel tails on both sides
+    (2, 3, 16, 24, (7, 6), 3, 1, 1, 1),     # narrow: packed although small
+    (2, 2, 33, 8, (17, 19), 1, 2, 0, 1),    # 1x1 s2
+    (1, 1, 17, 40, (37,), 16, 8, 4, 1),     # 1D, batch 1
+    (3, 2, 12, 20, (3, 4, 5), 2, 2, 0, 1),  # 3D
+    (2, 2, 64, 48, (6, 6), 3, 2, 1, 2),     # groups of GEMMs
+    (2, 4, 96, 3, (11, 11), 5, 2, 2, 1),    # 3 columns: taps not fused in 16 bits
+]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", BWW16_CASES, ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_g{c[8]}")
+def test_bww16_exact(case, dtype, isa):
+    S, N, IC, OC, sp, K, s, p, g = case
+    x = _ints((N, IC) + sp, dtype, 61, 1, 4)
+    w_shape = (IC, OC // g) + (K,) * S
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p, g).shape, dtype, 62, 1, 4)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, g, dy)
+    with P.use_isa(isa), tct.plans() as lines:
+        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
+                   g, "NXC")
+    kind = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert "bww16={" in lines[0] and f" in16={kind} " in lines[0], lines[0][:500]
+    assert torch.equal(got, want.to(dtype))
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_bww16_long_sums_rounded_once_and_nonfinite(dtype, isa):
+    # 64 images of 16x16 ones: every gradient element sums thousands of
+    # products, exact in f32, not in 16 bits, rounded once; then a NaN in src
+    # and an Inf in diff_dst reach exactly the elements the oracle says.
+    S, s, p = 2, 2, 1
+    x = torch.ones(64, 24, 16, 16, dtype=dtype)
+    w_shape = (24, 20, 4, 4)
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p).shape, dtype, 63, 1, 3)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    x[3, 5, 7, 8] = float("nan")
+    dy[10, 2, 4, 4] = float("inf")
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy).to(dtype)
+    with P.use_isa(isa), tct.plans() as lines:
+        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
+                   1, "NXC")
+    assert "bww16={" in lines[0], lines[0][:300]
+    _assert_equal_nonfinite(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_bww16_batch_zero(dtype):
+    # No images: a zero gradient.
+    x = torch.zeros(0, 6, 5, 24, dtype=dtype)
+    dy = torch.zeros(0, 12, 10, 20, dtype=dtype)
+    a = dict(_attrs(2, 2, 1), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=[24, 20, 4, 4])
+    got = torch.ops.graph.conv_transpose_backward_weights(x, dy, **a)
+    assert torch.equal(got, torch.zeros(24, 20, 4, 4, dtype=dtype))

@@ -497,6 +497,13 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
            << "}";
         return;
       }
+      if (c.bww16) {
+        os << " bww16={"
+           << x86::describe_bwd_weights16(plan.spec.isa, plan.spec.p, plan.spec.nthreads,
+                                          plan.spec.dtype == DType::F16 ? 2 : 1)
+           << "}";
+        return;
+      }
       if (c.pairs && plan.spec.pass == Pass::BackwardWeights) {
         os << " " << pairs_key(plan.spec) << "={"
            << x86::describe_bwd_weights_bf16_pairs(plan.spec.bf16, plan.spec.p, plan.spec.nthreads)
@@ -898,10 +905,21 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
     plan->step.route = Route::Convert16;
     return;
   }
+  const int kind = spec.dtype == DType::F16 ? 2 : 1;
+  // Channels-last backward-weights whose f32 plan is GEMM tiles: the driver
+  // packs the 16-bit rows itself, widening them (heuristics A14).
+  if (spec.pass == Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
+      x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind)) {
+    c.bww16 = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
   // Channels-last depthwise forward / backward-data: the depthwise tiles read
   // the 16-bit a in place (converting as they load) and round the result
   // into b: no copies at all, whatever the size (heuristics A13).
-  const int kind = spec.dtype == DType::F16 ? 2 : 1;
   if (spec.pass != Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
       x86::conv_f32_out16_applies(spec.isa, spec.pass, p, spec.nthreads, kind)) {
     c.direct16 = c.in16 = true;

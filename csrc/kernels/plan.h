@@ -123,6 +123,11 @@ struct Convert16Plan {
   // elements themselves, widening as they load: the whole call at once
   // (images = N), no f32 copies of the activations.
   bool in16 = false;
+  // Backward-weights on channels-last 16-bit src and diff_dst read by the f32
+  // driver itself (x86::backward_weights16: its packing widens the rows), into
+  // the f32 gradient (w_floats), rounded once: the whole call, no f32 copies
+  // of the activations.
+  bool bww16 = false;
   int64_t a_floats = 0, b_floats = 0;  // f32 buffer of a chunk's a and b (pairs: see run_pairs_chunk)
   int64_t b16_floats = 0;  // pairs, NCX, f32 result: its 16-bit channels-last copy
   int64_t w_floats = 0;  // f32 weights (their span), or one f32 gradient copy

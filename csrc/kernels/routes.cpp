@@ -513,6 +513,14 @@ bool run_convert16(const Ctx& c) {
     narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
     return true;
   }
+  if (cv.bww16) {  // the f32 gradient in wbuf, rounded once
+    in.w.data = wbuf;
+    if (!x86::backward_weights16(s.isa, p, bits16(c.args.a.data), bits16(c.args.b.data), in.w,
+                                 s.nthreads, s.dtype == DType::F16 ? 2 : 1))
+      return false;
+    narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
+    return true;
+  }
   if (cv.planar16)
     return x86::planar16(s.isa, s.dtype, p, c.forward(), c.args.a.data, in.w,
                          static_cast<const float*>(in.bias), c.args.b.data, s.nthreads);

@@ -97,6 +97,14 @@ void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
 constexpr int64_t kPanelSlack = 8;
 void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
                       const int64_t* starts, int64_t nblocks, int64_t block, float* dst);
+// The same two over 16-bit rows (kind 1 bf16, 2 f16; BwdWeightsF32Table::pack16).
+void pack16_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                   float* dst, int kind);
+void pack16_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst, int kind);
+void pack_panels16_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
+                        const int64_t* starts, int64_t nblocks, int64_t block, float* dst,
+                        int kind);
 // Final pass, output with the taps innermost (IOX, OIX): a tile of nt <= 16
 // taps x nn <= 16 channels, summed over nq scratch copies and transposed:
 //   dst[n*ld_n + t] = sum_{q < nq} src[q*ld_q + t*ld_t + n].
@@ -152,6 +160,12 @@ struct BwdWeightsF32Table {
                       float*);
   void (*transpose_taps)(const float*, int64_t, int64_t, int, int64_t, int, float*, int64_t, bool);
   void (*store_fence)();
+  // pack / pack_panels over 16-bit rows (kind 1 bf16, 2 f16), widened as
+  // they are copied: the Pix pointers then point at 16-bit elements and off
+  // counts them (plans with in16, packed GEMM tiles only).
+  void (*pack16)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*, int) = nullptr;
+  void (*pack_panels16)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
+                        float*, int) = nullptr;
 };
 const BwdWeightsF32Table* bwd_weights_f32_table_avx512();
 // The same with the one-vector GEMM tiles' permute-free form, "avx512l" (for
@@ -185,6 +199,10 @@ struct BwdWeightsPlan {
   enum class Final { None, Transpose, Sum };
   Route route = Route::Reference;
   const BwdWeightsF32Table* tab = nullptr;
+  // The activations' storage: 0 f32; 1 bf16, 2 f16 (read only by the
+  // table's pack16 / pack_panels16: the plan is packed GEMM tiles, no fused
+  // taps; other kernels route to the reference, which the caller replaces).
+  int in16 = 0;
   int nt = 1;
   ConvProblem p;
   // Output: strides of ic and oc, offset of each tap.
@@ -233,11 +251,14 @@ struct BwdWeightsPlan {
 };
 
 BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
-                                int nthreads);
+                                int nthreads, int in16 = 0);
 std::string describe(const BwdWeightsPlan& plan);
-// False when the plan routes to the reference or a buffer is not there.
+// False when the plan routes to the reference or a buffer is not there (or
+// its in16 is not the call's: 0 for run_bwd_weights, 1 / 2 for run_bwd_weights16).
 bool run_bwd_weights(const BwdWeightsPlan& plan, const float* src, const float* diff_dst,
                      float* diff_w);
+bool run_bwd_weights16(const BwdWeightsPlan& plan, const uint16_t* src, const uint16_t* diff_dst,
+                       float* diff_w);
 
 }  // namespace bww
 }  // namespace x86

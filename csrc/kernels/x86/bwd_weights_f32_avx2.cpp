@@ -62,7 +62,77 @@ inline void prefetch_row(const float* row, int64_t floats) {
   _mm_prefetch(f + floats * 4 - 1, _MM_HINT_T0);
 }
 
+inline void prefetch_row16(const uint16_t* row, int64_t n) {
+  const char* f = reinterpret_cast<const char*>(row);
+  for (int64_t j = 0; j < n * 2; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+  _mm_prefetch(f + n * 2 - 1, _MM_HINT_T0);
+}
+
+// pack_avx2 over 16-bit rows (KIND 1 bf16, 2 f16), widened as they are copied.
+template <int KIND>
+void pack16_kind(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
+      if (r) prefetch_row16(reinterpret_cast<const uint16_t*>(r) + off, width);
+    }
+    const float* r = side_b ? pix[i].b : pix[i].a;
+    float* d = dst + i * ld;
+    if (!r) {  // no pixel: a row of zeros
+      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
+      continue;
+    }
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(r) + off;
+    int64_t j = 0;
+    for (; j + 8 <= width; j += 8) _mm256_storeu_ps(d + j, V::load16<KIND>(s + j));
+    for (; j < ld; j += 8) {  // tail of the row, then zeros up to ld
+      const int64_t left = width - j;
+      const int64_t room = ld - j < 8 ? ld - j : 8;
+      const __m256 v = left > 0 ? V::load16_part<KIND>(first_lanes(left), s + j, left)
+                                : _mm256_setzero_ps();
+      store_first_lanes(d + j, v, room);
+    }
+  }
+}
+
+// pack_panels_avx2 over 16-bit rows.
+template <int KIND>
+void pack_panels16_kind(const Pix* pix, int64_t n, int64_t off, int64_t readable,
+                        const int64_t* starts, int64_t nblocks, int64_t block, float* dst) {
+  const int64_t width = starts[nblocks];
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(pix[i].a) + off;
+    if (i + kAhead < n) prefetch_row16(reinterpret_cast<const uint16_t*>(pix[i + kAhead].a) + off, width);
+    for (int64_t j = 0; j < nblocks; ++j) {
+      const int64_t m0 = starts[j], r = starts[j + 1] - m0;
+      float* d = dst + m0 * block + j * kPanelSlack + i * r;
+      for (int64_t c = 0; c < r; c += 8) {
+        if (m0 + c + 8 <= readable) {
+          _mm256_storeu_ps(d + c, V::load16<KIND>(s + m0 + c));
+        } else {
+          const int64_t left = r - c;
+          store_first_lanes(d + c, V::load16_part<KIND>(first_lanes(left), s + m0 + c, left), left);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void pack16_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst, int kind) {
+  if (kind == 2) pack16_kind<2>(pix, n, side_b, off, width, ld, dst);
+  else pack16_kind<1>(pix, n, side_b, off, width, ld, dst);
+}
+
+void pack_panels16_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
+                        const int64_t* starts, int64_t nblocks, int64_t block, float* dst,
+                        int kind) {
+  if (kind == 2) pack_panels16_kind<2>(pix, n, off, readable, starts, nblocks, block, dst);
+  else pack_panels16_kind<1>(pix, n, off, readable, starts, nblocks, block, dst);
+}
 
 void gemm_tile_avx2(const TileArgs& t) { gemm_tile<V, Geometry>(t); }
 
@@ -192,6 +262,8 @@ const BwdWeightsF32Table* bwd_weights_f32_table_avx2() {
       pack_panels_avx2,  // the A panels of all m-blocks in one pass over each pixel row
       transpose_taps_avx2,
       store_fence_avx2,
+      pack16_avx2,
+      pack_panels16_avx2,
   };
   return &table;
 }

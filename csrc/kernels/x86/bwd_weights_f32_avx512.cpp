@@ -131,6 +131,49 @@ void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width,
 
 namespace {
 
+// pack_avx512 over 16-bit rows (KIND 1 bf16, 2 f16), widened as they are copied.
+template <int KIND>
+void pack16_kind(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                 float* dst) {
+  constexpr int64_t kAhead = 8;  // (as pack_avx512)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
+      if (r) {
+        const char* f = reinterpret_cast<const char*>(reinterpret_cast<const uint16_t*>(r) + off);
+        for (int64_t j = 0; j < width * 2; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+        _mm_prefetch(f + width * 2 - 1, _MM_HINT_T0);
+      }
+    }
+    const float* r = side_b ? pix[i].b : pix[i].a;
+    float* d = dst + i * ld;
+    if (!r) {  // no pixel: a row of zeros
+      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
+      continue;
+    }
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(r) + off;
+    int64_t j = 0;
+    for (; j + 16 <= width; j += 16) _mm512_storeu_ps(d + j, VecAvx512::load16<KIND>(s + j));
+    for (; j < ld; j += 16) {  // tail of the row, then zeros up to ld
+      const int64_t left = width - j;
+      const __mmask16 lm = left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
+      const int64_t room = ld - j < 16 ? ld - j : 16;
+      const __mmask16 sm = static_cast<__mmask16>((1u << room) - 1u);
+      _mm512_mask_storeu_ps(d + j, sm, VecAvx512::load16_part<KIND>(lm, s + j, left));
+    }
+  }
+}
+
+}  // namespace
+
+void pack16_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+                   float* dst, int kind) {
+  if (kind == 2) pack16_kind<2>(pix, n, side_b, off, width, ld, dst);
+  else pack16_kind<1>(pix, n, side_b, off, width, ld, dst);
+}
+
+namespace {
+
 // Interleave tables for T taps (2 <= T <= kMaxInterleave): output vector v
 // of the contiguous run dst[n*T + t] holds the flat positions 16v .. 16v+15;
 // position j is row t = j % T, channel n = j / T. With the rows in pairs
@@ -310,7 +353,7 @@ void gemm_tile_avx512_loads(const TileArgs& t) {
 namespace {
 const BwdWeightsF32Table* avx512_table(bool intel) {
   auto make = [](const char* name, void (*gemm)(const TileArgs&)) -> BwdWeightsF32Table {
-    return {
+    BwdWeightsF32Table t = {
         name,
         kAvx512Lanes,
         kAvx512MaxVecs,
@@ -328,6 +371,8 @@ const BwdWeightsF32Table* avx512_table(bool intel) {
         transpose_taps_avx512,
         store_fence_avx512,
     };
+    t.pack16 = pack16_avx512;
+    return t;
   };
   static const BwdWeightsF32Table table = make("avx512", gemm_tile_avx512);
   static const BwdWeightsF32Table intel_table = make("avx512l", gemm_tile_avx512_loads);

@@ -49,6 +49,7 @@
 #include <new>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "buffers.h"
@@ -225,8 +226,9 @@ void choose_sides(BwdWeightsPlan& pl) {
   pl.vec_b = vec_b, pl.direct = direct;
   pl.Mg = vec_b ? ICg : OCg, pl.Ng = vec_b ? OCg : ICg;
   // Packed panels (see choose_blocks).
+  // 16-bit rows: always packed (the packing widens them; no tile reads them).
   pl.packed = pl.kernel == Kernel::Gemm &&
-              pl.Mg * pl.Ng >= (pl.low_waste && vec_b ? kWideShared : kWide);
+              (pl.in16 || pl.Mg * pl.Ng >= (pl.low_waste && vec_b ? kWideShared : kWide));
 }
 
 // The GEMM tiles: fused innermost taps, vectors per tile, the m-blocks.
@@ -251,7 +253,7 @@ void choose_tiles(BwdWeightsPlan& pl, const WeightsView& diff_w) {
   // then be evenly spaced across those taps (direct: k2 stride Mg * so;
   // scratch: planes without padding).
   int kf = 1;
-  if (!pl.vec_b && pl.kernel == Kernel::Gemm && innermost_taps_fusable(pl.p) &&
+  if (!pl.in16 && !pl.vec_b && pl.kernel == Kernel::Gemm && innermost_taps_fusable(pl.p) &&
       (!pl.direct || diff_w.sk[2] == Mg * pl.so))
     kf = static_cast<int>(std::min<int64_t>(pl.p.K[2], rows_of[2] / Mg));
   if (kf < 2) kf = 1;
@@ -577,11 +579,12 @@ void plan_final(BwdWeightsPlan& pl) {
 namespace bww {
 
 BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
-                                int nthreads) {
+                                int nthreads, int in16) {
   BwdWeightsPlan pl;
   pl.tab = table_for(isa);
   pl.p = p;
-  if (!pl.tab) return pl;  // Route::Reference
+  pl.in16 = in16;
+  if (!pl.tab || (in16 && !pl.tab->pack16)) return pl;  // Route::Reference
   pl.nt = std::max(1, nthreads);
   pl.taps = p.taps();
   pl.route = Route::Empty;
@@ -596,6 +599,10 @@ BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView
   pl.F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
   plan_waste(pl);
   choose_sides(pl);
+  if (in16 && pl.kernel != Kernel::Gemm) {  // (depthwise / grouped tiles read f32 rows)
+    pl.route = Route::Reference;
+    return pl;
+  }
   choose_tiles(pl, diff_w);
   if (pl.kernel == Kernel::Depthwise) make_dw_items(pl, tap_pixels);
   else if (pl.kernel == Kernel::Grouped) make_grouped_items(pl, tap_pixels);
@@ -665,6 +672,7 @@ std::string describe(const BwdWeightsPlan& pl) {
     << " vec=" << (pl.vec_b ? "b" : "a") << " direct=" << pl.direct << " M=" << pl.Mg
     << " N=" << pl.Ng << " mblocks=" << pl.mblocks << " kf=" << pl.kf << " packed=" << pl.packed
     << " shared_a=" << pl.shared_a;
+  if (pl.in16) o << " in16=" << (pl.in16 == 2 ? "f16" : "bf16");
   if (pl.packed && !pl.local) o << " mper=" << pl.mper;
   o << " block=" << pl.block << " pieces=" << pl.P << " chunks=" << pl.nchunks
     << " tasks=" << pl.ntasks << " items=" << pl.items.size() << " span=" << pl.max_span
@@ -736,7 +744,8 @@ struct CallBuffers {
 };
 
 // False when a buffer is not there (the caller then runs the reference).
-bool allocate(const BwdWeightsPlan& pl, const float* src, float* out, CallBuffers& b) {
+template <class TA>
+bool allocate(const BwdWeightsPlan& pl, const TA* src, float* out, CallBuffers& b) {
   const size_t nt = static_cast<size_t>(pl.nt);
   if (pl.nbuf > 0) {
     try {
@@ -764,7 +773,8 @@ bool allocate(const BwdWeightsPlan& pl, const float* src, float* out, CallBuffer
     b.shared_ap = plain_floats(pl.shared_a_floats);
     if (!b.shared_ap) return false;
     b.a_rows.resize(static_cast<size_t>(pl.F));
-    for (int64_t f = 0; f < pl.F; ++f) b.a_rows[f] = {src + f * pl.p.IC(), nullptr};
+    for (int64_t f = 0; f < pl.F; ++f)
+      b.a_rows[f] = {reinterpret_cast<const float*>(src + f * pl.p.IC()), nullptr};
   }
   if (pl.packed) {
     b.pack_all = plain_floats(static_cast<int64_t>(nt) * pl.pack_floats);
@@ -784,9 +794,12 @@ bool allocate(const BwdWeightsPlan& pl, const float* src, float* out, CallBuffer
 // One thread's share of the tasks: its buffers and the state of the pixel
 // block it works on. run() is one task: a chunk of items over the pixels of
 // one piece.
+// TA: the activations' storage: float, or uint16_t (plan in16: bf16 / f16
+// rows, which only the packing reads: the Pix pointers point at them).
+template <class TA>
 class TaskRunner {
  public:
-  TaskRunner(const BwdWeightsPlan& pl, CallBuffers& cb, const float* src, const float* diff_dst,
+  TaskRunner(const BwdWeightsPlan& pl, CallBuffers& cb, const TA* src, const TA* diff_dst,
              float* out, int tid);
   void run(int part, int64_t ib, int64_t ie);
 
@@ -796,9 +809,22 @@ class TaskRunner {
   int64_t next_block(int64_t& f, int64_t f_end);
   void start_prefetch(int64_t f, int64_t f_end);
   void prefetch_some();
-  const float* tapped(const Seg& sg, int64_t tap, int64_t xlo, int64_t xhi, int64_t& x0,
-                      int64_t& x1) const;
-  const float* src_at(const Seg& sg, int64_t x) const;
+  const TA* tapped(const Seg& sg, int64_t tap, int64_t xlo, int64_t xhi, int64_t& x0,
+                   int64_t& x1) const;
+  const TA* src_at(const Seg& sg, int64_t x) const;
+  // A row of TA as the Pix lists hold it.
+  static const float* rows(const TA* r) { return reinterpret_cast<const float*>(r); }
+  // The table's packing for TA (16-bit: widened as copied).
+  void pack(const Pix* px, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+            float* dst) const {
+    if constexpr (std::is_same_v<TA, float>) tab.pack(px, n, side_b, off, width, ld, dst);
+    else tab.pack16(px, n, side_b, off, width, ld, dst, pl.in16);
+  }
+  // A GEMM tile on pixel lists (f32 rows only: the 16-bit plans pack).
+  void gemm_on_lists(const TileArgs& ta) const {
+    if constexpr (std::is_same_v<TA, float>) tab.gemm(ta);
+    else std::abort();  // (plan_bwd_weights: in16 plans are packed, not fused)
+  }
   int64_t build_into(int64_t tap, int64_t xlo, int64_t xhi, Pix* out_pix, int64_t n) const;
   int64_t build_full(int64_t tap, Pix* out_pix) const;
   void build(int64_t tap);
@@ -815,8 +841,8 @@ class TaskRunner {
   const ConvProblem& p;
   const BwdWeightsF32Table& tab;
   const CallBuffers& cb;
-  const float* const src;
-  const float* const diff_dst;
+  const TA* const src;
+  const TA* const diff_dst;
   float* const out;
   const bool gemm;  // GEMM tiles (not depthwise, not grouped)
   // This thread's buffers.
@@ -847,8 +873,9 @@ class TaskRunner {
   int pf_r = 2;  // range being prefetched; 2 = done
 };
 
-TaskRunner::TaskRunner(const BwdWeightsPlan& pl, CallBuffers& cb, const float* src,
-                       const float* diff_dst, float* out, int tid)
+template <class TA>
+TaskRunner<TA>::TaskRunner(const BwdWeightsPlan& pl, CallBuffers& cb, const TA* src,
+                           const TA* diff_dst, float* out, int tid)
     : pl(pl),
       p(pl.p),
       tab(*pl.tab),
@@ -868,7 +895,8 @@ TaskRunner::TaskRunner(const BwdWeightsPlan& pl, CallBuffers& cb, const float* s
       lb(pl.local ? cb.local_all.get() + tid * pl.local_floats : nullptr),
       fcount(static_cast<size_t>(pl.kf + 1)) {}
 
-void TaskRunner::run(int part, int64_t ib, int64_t ie) {
+template <class TA>
+void TaskRunner<TA>::run(int part, int64_t ib, int64_t ie) {
   if (ib >= ie) return;
   begin_task(part, ib, ie);
   const int64_t f_begin = part_start(pl.F, pl.P, part), f_end = part_start(pl.F, pl.P, part + 1);
@@ -890,7 +918,8 @@ void TaskRunner::run(int part, int64_t ib, int64_t ie) {
   }
 }
 
-void TaskRunner::begin_task(int part, int64_t ib, int64_t ie) {
+template <class TA>
+void TaskRunner<TA>::begin_task(int part, int64_t ib, int64_t ie) {
   tg = &cb.targets[part];
   // Items are tap-ordered within a chunk (depthwise: per channel block).
   tap_lo = pl.taps, tap_hi = -1, tiles_in_chunk = 0;
@@ -907,7 +936,8 @@ void TaskRunner::begin_task(int part, int64_t ib, int64_t ie) {
   a_tap = a_g = b_tap = b_g = b_n0 = f_tap = -1;
 }
 
-void TaskRunner::zero_tile(const Item& it) const {
+template <class TA>
+void TaskRunner<TA>::zero_tile(const Item& it) const {
   const int64_t rows = it.mj_end > it.mj + 1 ? pl.m_starts[it.mj_end] - it.m0 : it.rows;
   for (int gl = 0; gl < it.groups; ++gl) {
     float* c = tg->tile(it) + gl * tg->g_stride;
@@ -917,7 +947,8 @@ void TaskRunner::zero_tile(const Item& it) const {
 }
 
 // The next block of pixels from f: row pieces totalling at most `block` pixels.
-int64_t TaskRunner::next_block(int64_t& f, int64_t f_end) {
+template <class TA>
+int64_t TaskRunner<TA>::next_block(int64_t& f, int64_t f_end) {
   const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2];
   int64_t n = 0, total = 0;
   while (f < f_end && total < pl.block) {
@@ -934,7 +965,8 @@ int64_t TaskRunner::next_block(int64_t& f, int64_t f_end) {
 // taps reach into L2, spread over this block's tile calls: a layer with few
 // taps reads each pixel a few times only, and the strided first touch of
 // every line would otherwise wait on memory.
-void TaskRunner::start_prefetch(int64_t f, int64_t f_end) {
+template <class TA>
+void TaskRunner<TA>::start_prefetch(int64_t f, int64_t f_end) {
   const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2], O0 = p.O[0], O1 = p.O[1], O2 = p.O[2];
   const int64_t IC = p.IC(), OC = p.OC();
   pf[0] = pf[1] = pf_end[0] = pf_end[1] = nullptr;
@@ -964,7 +996,8 @@ void TaskRunner::start_prefetch(int64_t f, int64_t f_end) {
 }
 
 // This tile's share of the prefetch.
-inline void TaskRunner::prefetch_some() {
+template <class TA>
+inline void TaskRunner<TA>::prefetch_some() {
   for (int64_t q = 0; q < pf_quota && pf_r < 2; ++q) {
     __builtin_prefetch(pf[pf_r], 0, 2);
     pf[pf_r] += kLine;
@@ -975,7 +1008,8 @@ inline void TaskRunner::prefetch_some() {
 // Segment sg's pixels under tap `tap` with src x in [xlo, xhi): sets [x0, x1)
 // to those inside the tap's box and returns the diff_dst row tapped by x0
 // (null when there is none).
-inline const float* TaskRunner::tapped(const Seg& sg, int64_t tap, int64_t xlo, int64_t xhi,
+template <class TA>
+inline const TA* TaskRunner<TA>::tapped(const Seg& sg, int64_t tap, int64_t xlo, int64_t xhi,
                                        int64_t& x0, int64_t& x1) const {
   const std::vector<int64_t>*lo = pl.lo, *hi = pl.hi;
   const int64_t k0 = tap / (p.K[1] * p.K[2]), k1 = (tap / p.K[2]) % p.K[1], k2 = tap % p.K[2];
@@ -991,24 +1025,28 @@ inline const float* TaskRunner::tapped(const Seg& sg, int64_t tap, int64_t xlo, 
   return diff_dst + (((sg.n * p.O[0] + o0) * p.O[1] + o1) * p.O[2] + o2) * p.OC();
 }
 
-inline const float* TaskRunner::src_at(const Seg& sg, int64_t x) const {
+template <class TA>
+inline const TA* TaskRunner<TA>::src_at(const Seg& sg, int64_t x) const {
   return src + (((sg.n * p.I[0] + sg.i0) * p.I[1] + sg.i1) * p.I[2] + x) * p.IC();
 }
 
 // The (A, B) pixel pairs of the block's pixels for one tap, with src x in
 // [xlo, xhi) (within the tap's range), appended at out_pix[n].
-int64_t TaskRunner::build_into(int64_t tap, int64_t xlo, int64_t xhi, Pix* out_pix,
+template <class TA>
+int64_t TaskRunner<TA>::build_into(int64_t tap, int64_t xlo, int64_t xhi, Pix* out_pix,
                                int64_t n) const {
   const int64_t src_step = pl.src_step, dst_step = pl.dst_step;
   for (int64_t s = 0; s < nseg; ++s) {
     int64_t x0, x1;
-    const float* dp = tapped(segs[s], tap, xlo, xhi, x0, x1);
+    const TA* dp = tapped(segs[s], tap, xlo, xhi, x0, x1);
     if (!dp) continue;
-    const float* sp = src_at(segs[s], x0);
+    const TA* sp = src_at(segs[s], x0);
     if (pl.a_is_src) {
-      for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {sp, dp};
+      for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step)
+        out_pix[n++] = {rows(sp), rows(dp)};
     } else {
-      for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step) out_pix[n++] = {dp, sp};
+      for (int64_t x = x0; x < x1; ++x, sp += src_step, dp += dst_step)
+        out_pix[n++] = {rows(dp), rows(sp)};
     }
   }
   return n;
@@ -1016,31 +1054,34 @@ int64_t TaskRunner::build_into(int64_t tap, int64_t xlo, int64_t xhi, Pix* out_p
 
 // Shared A panels: every pixel of the block in order, b null where the
 // tapped diff_dst position is outside (A = src).
-int64_t TaskRunner::build_full(int64_t tap, Pix* out_pix) const {
+template <class TA>
+int64_t TaskRunner<TA>::build_full(int64_t tap, Pix* out_pix) const {
   const int64_t src_step = pl.src_step, dst_step = pl.dst_step;
   int64_t n = 0;
   for (int64_t s = 0; s < nseg; ++s) {
     const Seg& sg = segs[s];
     int64_t x0, x1;
-    const float* dp = tapped(sg, tap, 0, p.I[2], x0, x1);
-    const float* sp = src_at(sg, sg.x0);
+    const TA* dp = tapped(sg, tap, 0, p.I[2], x0, x1);
+    const TA* sp = src_at(sg, sg.x0);
     for (int64_t x = sg.x0; x < sg.x1; ++x, sp += src_step) {
       const bool in = x >= x0 && x < x1;
-      out_pix[n++] = {sp, in ? dp : nullptr};
+      out_pix[n++] = {rows(sp), in ? rows(dp) : nullptr};
       if (in) dp += dst_step;
     }
   }
   return n;
 }
 
-void TaskRunner::build(int64_t tap) {
+template <class TA>
+void TaskRunner<TA>::build(int64_t tap) {
   Pix* out_pix = pix + (tap - tap_lo) * pl.block;
   count[tap] = pl.shared_a ? build_full(tap, out_pix) : build_into(tap, 0, p.I[2], out_pix, 0);
 }
 
 // A fused item: the pixels inside every tap's range through one tile of
 // fk*Mg rows (fresh on the first block), then each tap's other pixels.
-void TaskRunner::run_fused(const Item& item, bool first) {
+template <class TA>
+void TaskRunner<TA>::run_fused(const Item& item, bool first) {
   const int64_t block = pl.block, Mg = pl.Mg;
   if (item.tap != f_tap) {
     const int64_t k2a = item.tap % p.K[2];
@@ -1066,7 +1107,7 @@ void TaskRunner::run_fused(const Item& item, bool first) {
   ta.rows = item.rows;
   ta.fresh = first;
   if (ta.npix > 0) {
-    tab.gemm(ta);
+    gemm_on_lists(ta);
   } else if (first) {
     zero_tile(item);
   }
@@ -1077,35 +1118,42 @@ void TaskRunner::run_fused(const Item& item, bool first) {
     ta.pix = fpix + (j + 1) * block;
     ta.npix = fcount[1 + j];
     ta.c = tg->tile(item) + j * Mg * tg->m_stride;
-    tab.gemm(ta);
+    gemm_on_lists(ta);
   }
 }
 
 // A panels of packed tiles, from pixel list px (np pixels) of group g:
 // marked stale (or, with the table's pack_panels, every m-block packed at
 // once here), then m-block mj's panel, packed when first used.
-void TaskRunner::stale_a_panels(const Pix* px, int64_t np, int64_t g) {
-  if (tab.pack_panels)
-    tab.pack_panels(px, np, g * pl.a_gstride, pl.a_len - g * pl.a_gstride, pl.m_starts.data(),
-                    pl.mblocks, pl.block, apack);
-  else
+template <class TA>
+void TaskRunner<TA>::stale_a_panels(const Pix* px, int64_t np, int64_t g) {
+  if (tab.pack_panels) {
+    const int64_t off = g * pl.a_gstride, readable = pl.a_len - g * pl.a_gstride;
+    if constexpr (std::is_same_v<TA, float>)
+      tab.pack_panels(px, np, off, readable, pl.m_starts.data(), pl.mblocks, pl.block, apack);
+    else
+      tab.pack_panels16(px, np, off, readable, pl.m_starts.data(), pl.mblocks, pl.block, apack,
+                        pl.in16);
+  } else
     std::memset(a_done, 0, pl.mblocks);
 }
 
-float* TaskRunner::a_panel(const Pix* px, int64_t np, int64_t g, int64_t mj) {
+template <class TA>
+float* TaskRunner<TA>::a_panel(const Pix* px, int64_t np, int64_t g, int64_t mj) {
   const int64_t mb0 = pl.m_starts[mj];
   const int mrows = static_cast<int>(pl.m_starts[mj + 1] - mb0);
   float* pa = apack + mb0 * pl.block + mj * bww::kPanelSlack;
   if (!tab.pack_panels && !a_done[mj]) {
     a_done[mj] = 1;
-    tab.pack(px, np, false, g * pl.a_gstride + mb0, mrows, mrows, pa);
+    pack(px, np, false, g * pl.a_gstride + mb0, mrows, mrows, pa);
   }
   return pa;
 }
 
 // Local n-blocks: the item's m-blocks for every tap into the thread's buffer
 // lb[tap][m - m0][n] (fresh: one pixel block), then written out.
-void TaskRunner::run_local(const Item& item) {
+template <class TA>
+void TaskRunner<TA>::run_local(const Item& item) {
   const int64_t block = pl.block, lanes = tab.lanes;
   const int64_t m0 = item.m0, rows = pl.m_starts[item.mj_end] - m0;
   const int64_t ldl = pl.ln_cols, ld_t = rows * ldl;
@@ -1121,7 +1169,7 @@ void TaskRunner::run_local(const Item& item) {
       local_a_g = item.g;
       stale_a_panels(px, np, item.g);
     }
-    tab.pack(px, np, true, item.g * pl.b_gstride + item.n0, item.cols, ldb, bpack);
+    pack(px, np, true, item.g * pl.b_gstride + item.n0, item.cols, ldb, bpack);
     for (int64_t mj = item.mj; mj < item.mj_end; ++mj) {
       const int64_t mb0 = pl.m_starts[mj];
       const int mrows = static_cast<int>(pl.m_starts[mj + 1] - mb0);
@@ -1151,7 +1199,8 @@ void TaskRunner::run_local(const Item& item) {
 }
 
 // The tiles of an item, one per m-block of its run.
-void TaskRunner::run_item(const Item& whole, bool first_block) {
+template <class TA>
+void TaskRunner<TA>::run_item(const Item& whole, bool first_block) {
   const int64_t mj_hi = whole.mj_end > whole.mj + 1 ? whole.mj_end : whole.mj + 1;
   for (int64_t mj = whole.mj; mj < mj_hi; ++mj) {
     prefetch_some();
@@ -1168,7 +1217,8 @@ void TaskRunner::run_item(const Item& whole, bool first_block) {
 }
 
 // One tile over this block's pixels of its tap.
-void TaskRunner::run_tile(const Item& item, bool first_block) {
+template <class TA>
+void TaskRunner<TA>::run_tile(const Item& item, bool first_block) {
   if (count[item.tap] < 0) build(item.tap);
   if (count[item.tap] == 0) {
     if (gemm && first_block) zero_tile(item);
@@ -1185,23 +1235,26 @@ void TaskRunner::run_tile(const Item& item, bool first_block) {
   switch (pl.kernel) {
     case Kernel::Depthwise:
       ta.b_off = item.g;
-      tab.dw(ta);
+      if constexpr (std::is_same_v<TA, float>) tab.dw(ta);
       break;
-    case Kernel::Grouped: grouped_tile(ta, item); break;
+    case Kernel::Grouped:
+      if constexpr (std::is_same_v<TA, float>) grouped_tile(ta, item);
+      break;
     case Kernel::Gemm:
       if (pl.packed) {
         packed_tile(ta, item);
       } else {
         ta.a_off = item.g * pl.a_gstride + item.m0;
         ta.b_off = item.g * pl.b_gstride + item.n0;
-        tab.gemm(ta);
+        gemm_on_lists(ta);
       }
       break;
   }
 }
 
 // Grouped tiles write fresh sums into gbuf, added here into the target.
-void TaskRunner::grouped_tile(TileArgs& ta, const Item& item) {
+template <class TA>
+void TaskRunner<TA>::grouped_tile(TileArgs& ta, const Item& item) {
   const int lanes = tab.lanes;
   ta.a_off = item.g * pl.a_gstride;
   ta.b_off = item.g * pl.b_gstride;
@@ -1219,7 +1272,8 @@ void TaskRunner::grouped_tile(TileArgs& ta, const Item& item) {
 }
 
 // Packed tiles: the A panels of the item's tap and group, its B panel.
-void TaskRunner::packed_tile(TileArgs& ta, const Item& item) {
+template <class TA>
+void TaskRunner<TA>::packed_tile(TileArgs& ta, const Item& item) {
   const Pix* px = ta.pix;
   const int64_t np = ta.npix;
   if (a_tap < 0 || (item.tap != a_tap && !pl.shared_a) || item.g != a_g) {
@@ -1230,7 +1284,7 @@ void TaskRunner::packed_tile(TileArgs& ta, const Item& item) {
   const int64_t ldb = vecs(pl, item.cols) * tab.lanes;
   if (item.tap != b_tap || item.g != b_g || item.n0 != b_n0) {
     b_tap = item.tap, b_g = item.g, b_n0 = item.n0;
-    tab.pack(px, np, true, item.g * pl.b_gstride + item.n0, item.cols, ldb, bpack);
+    pack(px, np, true, item.g * pl.b_gstride + item.n0, item.cols, ldb, bpack);
   }
   ta.pix = nullptr;
   ta.pa = pa;
@@ -1242,14 +1296,18 @@ void TaskRunner::packed_tile(TileArgs& ta, const Item& item) {
 
 // Local n-blocks of one group: the A panels of every m-block over all pixels,
 // packed once by the threads together (inside the parallel region).
+template <class TA>
 void pack_shared_a_panels(const BwdWeightsPlan& pl, CallBuffers& cb) {
   const std::vector<int64_t>& m_starts = pl.m_starts;
 #pragma omp for schedule(static)
   for (int64_t mj = 0; mj < pl.mblocks; ++mj) {
     const int64_t m0 = m_starts[mj];
     const int rows = static_cast<int>(m_starts[mj + 1] - m0);
-    pl.tab->pack(cb.a_rows.data(), pl.F, false, m0, rows, rows,
-                 cb.shared_ap.get() + m0 * pl.block + mj * bww::kPanelSlack);
+    float* const dst = cb.shared_ap.get() + m0 * pl.block + mj * bww::kPanelSlack;
+    if constexpr (std::is_same_v<TA, float>)
+      pl.tab->pack(cb.a_rows.data(), pl.F, false, m0, rows, rows, dst);
+    else
+      pl.tab->pack16(cb.a_rows.data(), pl.F, false, m0, rows, rows, dst, pl.in16);
   }
 }
 
@@ -1327,14 +1385,15 @@ void final_sum(const BwdWeightsPlan& pl, const float* scr, float* out) {
 }
 
 // Every task, claimed dynamically (pieces x chunks), then the final pass.
-void run_tasks(const BwdWeightsPlan& pl, CallBuffers& cb, const float* src,
-               const float* diff_dst, float* out) {
+template <class TA>
+void run_tasks(const BwdWeightsPlan& pl, CallBuffers& cb, const TA* src, const TA* diff_dst,
+               float* out) {
   std::atomic<int64_t> next_task{0};
 #pragma omp parallel num_threads(pl.nt)
   {
     const int tid = omp_get_thread_num();
-    if (pl.local_shared_a) pack_shared_a_panels(pl, cb);
-    TaskRunner runner(pl, cb, src, diff_dst, out, tid);
+    if (pl.local_shared_a) pack_shared_a_panels<TA>(pl, cb);
+    TaskRunner<TA> runner(pl, cb, src, diff_dst, out, tid);
     for (;;) {
       const int64_t k = next_task.fetch_add(1, std::memory_order_relaxed);
       if (k >= pl.ntasks) break;
@@ -1365,8 +1424,9 @@ void sum_pieces(const float* copies, int64_t ld_copy, int n, int64_t len, float*
 
 namespace bww {
 
-bool run_bwd_weights(const BwdWeightsPlan& pl, const float* src, const float* diff_dst,
-                     float* diff_w) {
+template <class TA>
+bool run_bwd_weights_t(const BwdWeightsPlan& pl, const TA* src, const TA* diff_dst,
+                       float* diff_w) {
   switch (pl.route) {
     case Route::Reference: return false;
     case Route::Empty: return true;
@@ -1379,17 +1439,23 @@ bool run_bwd_weights(const BwdWeightsPlan& pl, const float* src, const float* di
   return true;
 }
 
-}  // namespace bww
-
-bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
-                          WeightsView diff_w, int nthreads) {
-  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads);
-  return bww::run_bwd_weights(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+bool run_bwd_weights(const BwdWeightsPlan& pl, const float* src, const float* diff_dst,
+                     float* diff_w) {
+  if (pl.in16) return false;
+  return run_bwd_weights_t(pl, src, diff_dst, diff_w);
 }
 
-std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
-                                     WeightsFormat wf) {
-  // The gradient dense in layout wf, as the ops allocate it.
+bool run_bwd_weights16(const BwdWeightsPlan& pl, const uint16_t* src, const uint16_t* diff_dst,
+                       float* diff_w) {
+  if (!pl.in16) return false;
+  return run_bwd_weights_t(pl, src, diff_dst, diff_w);
+}
+
+}  // namespace bww
+
+namespace {
+// The gradient dense in layout wf, as the ops allocate it (no data).
+WeightsView dense_weights_view(const ConvProblem& p, WeightsFormat wf) {
   const Shape shape = weights_shape(p, wf);
   std::vector<int64_t> stride(shape.size(), 1);
   for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
@@ -1397,7 +1463,37 @@ std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads
   const std::vector<int> dims = weights_dims(wf, p.spatial_rank);
   WeightsView w{nullptr, stride[dims[0]], stride[dims[1]], {0, 0, 0}};
   for (int i = 0; i < p.spatial_rank; ++i) w.sk[kAxes - p.spatial_rank + i] = stride[dims[2 + i]];
-  return bww::describe(bww::plan_bwd_weights(isa, p, w, nthreads));
+  return w;
+}
+}  // namespace
+
+bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
+                          WeightsView diff_w, int nthreads) {
+  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads);
+  return bww::run_bwd_weights(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+}
+
+bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind) {
+  // (the kernel family does not depend on the gradient's strides)
+  const bww::BwdWeightsPlan plan =
+      bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX), nthreads, kind);
+  return plan.route != bww::BwdWeightsPlan::Route::Reference;
+}
+
+bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
+                        const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind) {
+  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads, kind);
+  return bww::run_bwd_weights16(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+}
+
+std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind) {
+  return bww::describe(bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX),
+                                             nthreads, kind));
+}
+
+std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
+                                     WeightsFormat wf) {
+  return bww::describe(bww::plan_bwd_weights(isa, p, dense_weights_view(p, wf), nthreads));
 }
 
 }  // namespace x86

@@ -91,6 +91,14 @@ double valid_tap_share(const ConvProblem& p);
 bool innermost_taps_fusable(const ConvProblem& p);
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
+// The same driver on 16-bit activations (kind 1 bf16, 2 f16; dense
+// channels-last src and diff_dst), widened as its packing copies them, into
+// the f32 gradient diff_w (the caller rounds it once). Applies where the
+// plan is GEMM tiles (not depthwise or grouped), which then always pack.
+bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind);
+bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
+                        const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind);
+std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind);
 // Reproducible reductions (SPEC 5: the same bits on every call and for any
 // thread count). The backward-weights kernels cut their reduction (over
 // pixels / rows / chunks) into this many pieces, a function of the problem

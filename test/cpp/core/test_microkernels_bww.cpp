@@ -5,6 +5,9 @@
 // (microkernel_tester.h).
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "microkernel_tester.h"
 
 namespace tct {
@@ -287,6 +290,103 @@ TEST_P(BwwMicrokernels, PackPanelsMatchScalar) {
     for (int64_t x : starts) s += std::to_string(x) + ",";
     if (!fails.add(matches(dst, want, "dst"), "pack_panels", s)) return;
   }
+}
+
+// 16-bit bits of a small integer value (exact in bf16 and f16).
+uint16_t small_int16(float v, int kind) {
+  if (kind == 1) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint16_t>(u >> 16);
+  }
+  if (v == 0.f) return std::signbit(v) ? 0x8000 : 0;
+  int e = 0;
+  const float m = std::frexp(std::fabs(v), &e);
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3FF;
+  return static_cast<uint16_t>((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | mant);
+}
+
+// The rows of px as 16-bit copies (elements [0, len) of each, NaN after):
+// the Pix list of the 16-bit kernels points at them.
+struct Rows16 {
+  std::vector<std::vector<uint16_t>> rows;
+  std::vector<x86::bww::Pix> pix;
+  Rows16(const std::vector<x86::bww::Pix>& px, int64_t len, bool side_b, int kind) {
+    const uint16_t nan16 = kind == 1 ? 0x7FC1 : 0x7E01;
+    for (const auto& p : px) {
+      const float* r = side_b ? p.b : p.a;
+      rows.emplace_back(static_cast<size_t>(len + 32), nan16);
+      if (r)
+        for (int64_t j = 0; j < len; ++j) rows.back()[j] = small_int16(r[j], kind);
+      const float* r16 = r ? reinterpret_cast<const float*>(rows.back().data()) : nullptr;
+      pix.push_back(side_b ? x86::bww::Pix{nullptr, r16} : x86::bww::Pix{r16, nullptr});
+    }
+  }
+};
+
+// pack16 / pack_panels16: the 16-bit forms of pack / pack_panels, widened
+// (bf16 and f16), against the f32 kernels' expected panels.
+TEST_P(BwwMicrokernels, Pack16MatchesScalar) {
+  if (!tab->pack16) GTEST_SKIP() << "no pack16";
+  Rng rng(27);
+  Failures fails;
+  const int L = tab->lanes;
+  for (int kind : {1, 2})
+    for (int width : {1, L - 1, L, L + 1, 2 * L + 5, 37})
+      for (int64_t ld : {int64_t{width}, round_up(width, L), int64_t{width} + 3})
+        for (int side_b = 0; side_b < 2; ++side_b) {
+          const int64_t n = rng.pick(std::vector<int64_t>{0, 1, 5, 12, 20});
+          const int64_t off = rng.uni(0, 4);
+          PixList px;
+          px.build(rng, n, off, width, off, width);
+          for (auto& p : px.pix)
+            if (rng.uni(0, 4) == 0) (side_b ? p.b : p.a) = nullptr;
+          const Rows16 r16(px.pix, off + width, side_b, kind);
+          Buf dst = Buf::output(n * ld, rng.uni(0, 15));
+          Expect want(dst);
+          for (int64_t i = 0; i < n; ++i) {
+            const float* r = side_b ? px.pix[i].b : px.pix[i].a;
+            for (int64_t j = 0; j < ld; ++j) want[i * ld + j] = r && j < width ? r[off + j] : 0.f;
+          }
+          tab->pack16(r16.pix.data(), n, side_b, off, width, ld, dst.data(), kind);
+          const std::string d = Desc()("kind", kind)("n", n)("side_b", side_b)("off", off)(
+                                    "width", width)("ld", ld).str();
+          if (!fails.add(matches(dst, want, "dst"), "pack16", d)) return;
+        }
+}
+
+TEST_P(BwwMicrokernels, PackPanels16MatchesScalar) {
+  if (!tab->pack_panels) GTEST_SKIP() << "no pack_panels";
+  ASSERT_NE(tab->pack_panels16, nullptr);
+  Rng rng(28);
+  Failures fails;
+  for (int kind : {1, 2})
+    for (int f = 0; f < 40; ++f) {
+      const int64_t nblocks = rng.uni(1, 4), n = rng.pick(std::vector<int64_t>{1, 2, 5, 10, 13});
+      const int64_t block = n + rng.uni(0, 1) * rng.uni(1, 4);
+      std::vector<int64_t> starts = {0};
+      for (int64_t j = 0; j < nblocks; ++j) starts.push_back(starts.back() + rng.uni(1, 20));
+      const int64_t width = starts.back(), readable = width + (rng.coin() ? 0 : rng.uni(1, 9));
+      const int64_t off = rng.uni(0, 6);
+      PixList px;
+      px.build(rng, n, off, readable, 0, 0);
+      const Rows16 r16(px.pix, off + readable, false, kind);
+      const int64_t span = width * block + nblocks * x86::bww::kPanelSlack;
+      Buf dst = Buf::output(span, rng.uni(0, 15));
+      Expect want(dst);
+      for (int64_t i = 0; i < span; ++i) want[i] = any();
+      for (int64_t j = 0; j < nblocks; ++j) {
+        const int64_t m0 = starts[j], r = starts[j + 1] - m0;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t c = 0; c < r; ++c)
+            want[m0 * block + j * x86::bww::kPanelSlack + i * r + c] = px.pix[i].a[off + m0 + c];
+      }
+      tab->pack_panels16(r16.pix.data(), n, off, readable, starts.data(), nblocks, block,
+                         dst.data(), kind);
+      const std::string d =
+          Desc()("kind", kind)("n", n)("block", block)("off", off)("readable", readable).str();
+      if (!fails.add(matches(dst, want, "dst"), "pack_panels16", d)) return;
+    }
 }
 
 // dst[n*ld_n + t] = sum_{q < nq} src[q*ld_q + t*ld_t + n] for t < taps, n < nn:
