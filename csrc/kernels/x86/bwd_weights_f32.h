@@ -200,8 +200,9 @@ struct BwdWeightsPlan {
   Route route = Route::Reference;
   const BwdWeightsF32Table* tab = nullptr;
   // The activations' storage: 0 f32; 1 bf16, 2 f16 (read only by the
-  // table's pack16 / pack_panels16: the plan is packed GEMM tiles, no fused
-  // taps; other kernels route to the reference, which the caller replaces).
+  // table's pack16 / pack_panels16: the plan is the f32 plan where that is
+  // packed GEMM tiles without fused taps; else Route::Reference, which the
+  // caller replaces).
   int in16 = 0;
   int nt = 1;
   ConvProblem p;

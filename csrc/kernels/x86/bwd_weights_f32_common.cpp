@@ -226,9 +226,8 @@ void choose_sides(BwdWeightsPlan& pl) {
   pl.vec_b = vec_b, pl.direct = direct;
   pl.Mg = vec_b ? ICg : OCg, pl.Ng = vec_b ? OCg : ICg;
   // Packed panels (see choose_blocks).
-  // 16-bit rows: always packed (the packing widens them; no tile reads them).
   pl.packed = pl.kernel == Kernel::Gemm &&
-              (pl.in16 || pl.Mg * pl.Ng >= (pl.low_waste && vec_b ? kWideShared : kWide));
+              pl.Mg * pl.Ng >= (pl.low_waste && vec_b ? kWideShared : kWide);
 }
 
 // The GEMM tiles: fused innermost taps, vectors per tile, the m-blocks.
@@ -253,7 +252,7 @@ void choose_tiles(BwdWeightsPlan& pl, const WeightsView& diff_w) {
   // then be evenly spaced across those taps (direct: k2 stride Mg * so;
   // scratch: planes without padding).
   int kf = 1;
-  if (!pl.in16 && !pl.vec_b && pl.kernel == Kernel::Gemm && innermost_taps_fusable(pl.p) &&
+  if (!pl.vec_b && pl.kernel == Kernel::Gemm && innermost_taps_fusable(pl.p) &&
       (!pl.direct || diff_w.sk[2] == Mg * pl.so))
     kf = static_cast<int>(std::min<int64_t>(pl.p.K[2], rows_of[2] / Mg));
   if (kf < 2) kf = 1;
@@ -599,11 +598,17 @@ BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView
   pl.F = p.N * p.src_spatial();  // flat src pixels (n, i0, i1, i2)
   plan_waste(pl);
   choose_sides(pl);
-  if (in16 && pl.kernel != Kernel::Gemm) {  // (depthwise / grouped tiles read f32 rows)
+  choose_tiles(pl, diff_w);
+  // 16-bit rows where the f32 plan packs them anyway (its packing widens
+  // them): packed GEMM tiles, no fused taps. The tiles on pixel lists (few
+  // channels, depthwise, grouped) read f32 rows; forcing those layers to pack
+  // ran them 2-5x slower than through widened chunks (SPR, f16: AlexNet 96
+  // <- 3 k11 s4, DCGAN 64 <- 3, 36 <- 4 k3 s3), so they route to the
+  // reference, which the call plan replaces by the chunked f32 route.
+  if (in16 && !(pl.kernel == Kernel::Gemm && pl.packed && pl.kf == 1)) {
     pl.route = Route::Reference;
     return pl;
   }
-  choose_tiles(pl, diff_w);
   if (pl.kernel == Kernel::Depthwise) make_dw_items(pl, tap_pixels);
   else if (pl.kernel == Kernel::Grouped) make_grouped_items(pl, tap_pixels);
   else if (pl.kf > 1) make_fused_items(pl, tap_pixels);

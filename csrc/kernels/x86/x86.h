@@ -94,7 +94,7 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 // The same driver on 16-bit activations (kind 1 bf16, 2 f16; dense
 // channels-last src and diff_dst), widened as its packing copies them, into
 // the f32 gradient diff_w (the caller rounds it once). Applies where the
-// plan is GEMM tiles (not depthwise or grouped), which then always pack.
+// f32 plan is packed GEMM tiles without fused taps (wide layers).
 bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind);
 bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
                         const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind);
