@@ -897,12 +897,16 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
                ? x86::planar_bwd_weights_takes16(spec.isa)
                : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads);
   };
-  if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {
-    c.planar16 = true;
+  // (planar16, bww16, in16: the whole call on the 16-bit tensors.)
+  auto whole_call = [&](bool& flag) {
+    flag = true;
     c.images = p.N;
     c.chunks = 1;
     c.a_floats = c.b_floats = 0;
     plan->step.route = Route::Convert16;
+  };
+  if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {
+    whole_call(c.planar16);
     return;
   }
   const int kind = spec.dtype == DType::F16 ? 2 : 1;
@@ -910,11 +914,7 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // packs the 16-bit rows itself, widening them (heuristics A14).
   if (spec.pass == Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
       x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind)) {
-    c.bww16 = true;
-    c.images = p.N;
-    c.chunks = 1;
-    c.a_floats = c.b_floats = 0;
-    plan->step.route = Route::Convert16;
+    whole_call(c.bww16);
     return;
   }
   // Channels-last depthwise forward / backward-data: the depthwise tiles read
@@ -922,11 +922,8 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // into b: no copies at all, whatever the size (heuristics A13).
   if (spec.pass != Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
       x86::conv_f32_out16_applies(spec.isa, spec.pass, p, spec.nthreads, kind)) {
-    c.direct16 = c.in16 = true;
-    c.images = p.N;
-    c.chunks = 1;
-    c.a_floats = c.b_floats = 0;
-    plan->step.route = Route::Convert16;
+    c.direct16 = true;
+    whole_call(c.in16);
     return;
   }
   // One image beyond the copies' budget (a long 1D signal, a large image):

@@ -68,34 +68,6 @@ inline void prefetch_row16(const uint16_t* row, int64_t n) {
   _mm_prefetch(f + n * 2 - 1, _MM_HINT_T0);
 }
 
-// pack_avx2 over 16-bit rows (KIND 1 bf16, 2 f16), widened as they are copied.
-template <int KIND>
-void pack16_kind(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
-                 float* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
-      if (r) prefetch_row16(reinterpret_cast<const uint16_t*>(r) + off, width);
-    }
-    const float* r = side_b ? pix[i].b : pix[i].a;
-    float* d = dst + i * ld;
-    if (!r) {  // no pixel: a row of zeros
-      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
-      continue;
-    }
-    const uint16_t* s = reinterpret_cast<const uint16_t*>(r) + off;
-    int64_t j = 0;
-    for (; j + 8 <= width; j += 8) _mm256_storeu_ps(d + j, V::load16<KIND>(s + j));
-    for (; j < ld; j += 8) {  // tail of the row, then zeros up to ld
-      const int64_t left = width - j;
-      const int64_t room = ld - j < 8 ? ld - j : 8;
-      const __m256 v = left > 0 ? V::load16_part<KIND>(first_lanes(left), s + j, left)
-                                : _mm256_setzero_ps();
-      store_first_lanes(d + j, v, room);
-    }
-  }
-}
-
 // pack_panels_avx2 over 16-bit rows.
 template <int KIND>
 void pack_panels16_kind(const Pix* pix, int64_t n, int64_t off, int64_t readable,
@@ -123,8 +95,8 @@ void pack_panels16_kind(const Pix* pix, int64_t n, int64_t off, int64_t readable
 
 void pack16_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                  float* dst, int kind) {
-  if (kind == 2) pack16_kind<2>(pix, n, side_b, off, width, ld, dst);
-  else pack16_kind<1>(pix, n, side_b, off, width, ld, dst);
+  if (kind == 2) pack_rows<V, 2>(pix, n, side_b, off, width, ld, dst);
+  else pack_rows<V, 1>(pix, n, side_b, off, width, ld, dst);
 }
 
 void pack_panels16_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,
@@ -138,27 +110,7 @@ void gemm_tile_avx2(const TileArgs& t) { gemm_tile<V, Geometry>(t); }
 
 void pack_avx2(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                float* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
-      if (r) prefetch_row(r + off, width);
-    }
-    const float* r = side_b ? pix[i].b : pix[i].a;
-    float* d = dst + i * ld;
-    if (!r) {  // no pixel: a row of zeros
-      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
-      continue;
-    }
-    const float* s = r + off;
-    int64_t j = 0;
-    for (; j + 8 <= width; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
-    for (; j < ld; j += 8) {  // tail of the row, then zeros up to ld
-      const int64_t left = width - j;
-      const int64_t room = ld - j < 8 ? ld - j : 8;
-      const __m256i lm = first_lanes(left);
-      store_first_lanes(d + j, _mm256_maskload_ps(s + j, lm), room);
-    }
-  }
+  pack_rows<V, 0>(pix, n, side_b, off, width, ld, dst);
 }
 
 void pack_panels_avx2(const Pix* pix, int64_t n, int64_t off, int64_t readable,

@@ -98,78 +98,13 @@ void gemm_tile_avx512(const TileArgs& t) { gemm_tile<V, Geometry>(t); }
 
 void pack_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                  float* dst) {
-  // Rows are far apart (strided layers: one page per row), out of reach of
-  // the hardware prefetcher: fetch the row 8 ahead.
-  constexpr int64_t kAhead = 8;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
-      if (r) {
-        const char* f = reinterpret_cast<const char*>(r + off);
-        for (int64_t j = 0; j < width * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-        _mm_prefetch(f + width * 4 - 1, _MM_HINT_T0);
-      }
-    }
-    const float* r = side_b ? pix[i].b : pix[i].a;
-    float* d = dst + i * ld;
-    if (!r) {  // no pixel: a row of zeros
-      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
-      continue;
-    }
-    const float* s = r + off;
-    int64_t j = 0;
-    for (; j + 16 <= width; j += 16) _mm512_storeu_ps(d + j, _mm512_loadu_ps(s + j));
-    for (; j < ld; j += 16) {  // tail of the row, then zeros up to ld
-      const int64_t left = width - j;
-      const __mmask16 lm = left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
-      const int64_t room = ld - j < 16 ? ld - j : 16;
-      const __mmask16 sm = static_cast<__mmask16>((1u << room) - 1u);
-      _mm512_mask_storeu_ps(d + j, sm, _mm512_maskz_loadu_ps(lm, s + j));
-    }
-  }
+  pack_rows<V, 0>(pix, n, side_b, off, width, ld, dst);
 }
-
-namespace {
-
-// pack_avx512 over 16-bit rows (KIND 1 bf16, 2 f16), widened as they are copied.
-template <int KIND>
-void pack16_kind(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
-                 float* dst) {
-  constexpr int64_t kAhead = 8;  // (as pack_avx512)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const float* r = side_b ? pix[i + kAhead].b : pix[i + kAhead].a;
-      if (r) {
-        const char* f = reinterpret_cast<const char*>(reinterpret_cast<const uint16_t*>(r) + off);
-        for (int64_t j = 0; j < width * 2; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-        _mm_prefetch(f + width * 2 - 1, _MM_HINT_T0);
-      }
-    }
-    const float* r = side_b ? pix[i].b : pix[i].a;
-    float* d = dst + i * ld;
-    if (!r) {  // no pixel: a row of zeros
-      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
-      continue;
-    }
-    const uint16_t* s = reinterpret_cast<const uint16_t*>(r) + off;
-    int64_t j = 0;
-    for (; j + 16 <= width; j += 16) _mm512_storeu_ps(d + j, VecAvx512::load16<KIND>(s + j));
-    for (; j < ld; j += 16) {  // tail of the row, then zeros up to ld
-      const int64_t left = width - j;
-      const __mmask16 lm = left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
-      const int64_t room = ld - j < 16 ? ld - j : 16;
-      const __mmask16 sm = static_cast<__mmask16>((1u << room) - 1u);
-      _mm512_mask_storeu_ps(d + j, sm, VecAvx512::load16_part<KIND>(lm, s + j, left));
-    }
-  }
-}
-
-}  // namespace
 
 void pack16_avx512(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
                    float* dst, int kind) {
-  if (kind == 2) pack16_kind<2>(pix, n, side_b, off, width, ld, dst);
-  else pack16_kind<1>(pix, n, side_b, off, width, ld, dst);
+  if (kind == 2) pack_rows<V, 2>(pix, n, side_b, off, width, ld, dst);
+  else pack_rows<V, 1>(pix, n, side_b, off, width, ld, dst);
 }
 
 namespace {

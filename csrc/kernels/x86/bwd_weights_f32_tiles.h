@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bwd_weights_f32.h"
 
@@ -122,6 +123,54 @@ void gemm_by_rows(const TileArgs& t, bool mask) {
     BWW_FOR_ROWS(BWW_CASE)
 #undef BWW_CASE
     default: return;
+  }
+}
+
+// Panel packing (BwdWeightsF32Table::pack, pack16): row i of the pixel list
+// (side b or a, at element off) copied into dst + i*ld as `width` floats,
+// then zeros up to ld; a null row packs zeros. IN: the rows' storage, 0 f32,
+// 1 bf16, 2 f16 (widened as copied; the Pix pointers then point at 16-bit
+// elements). Packed rows are far apart (strided layers: one page per row),
+// out of reach of the hardware prefetcher: each row is fetched 8 ahead.
+template <class V, int IN>
+void pack_rows(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, int64_t ld,
+               float* dst) {
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
+  constexpr int W = V::W;
+  constexpr int64_t kAhead = 8;
+  auto row = [&](int64_t i) -> const T* {
+    const float* r = side_b ? pix[i].b : pix[i].a;
+    return r ? reinterpret_cast<const T*>(r) + off : nullptr;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      if (const T* r = row(i + kAhead)) {
+        const char* f = reinterpret_cast<const char*>(r);
+        const int64_t bytes = width * static_cast<int64_t>(sizeof(T));
+        for (int64_t j = 0; j < bytes; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
+        _mm_prefetch(f + bytes - 1, _MM_HINT_T0);
+      }
+    }
+    const T* s = row(i);
+    float* d = dst + i * ld;
+    if (!s) {  // no pixel: a row of zeros
+      for (int64_t j = 0; j < ld; ++j) d[j] = 0.f;
+      continue;
+    }
+    int64_t j = 0;
+    for (; j + W <= width; j += W) {
+      if constexpr (IN == 0) V::storeu(d + j, V::loadu(s + j));
+      else V::storeu(d + j, V::template load16<IN>(s + j));
+    }
+    for (; j < ld; j += W) {  // tail of the row, then zeros up to ld
+      const int64_t left = width - j, room = ld - j < W ? ld - j : W;
+      typename V::Reg v = V::zero();
+      if (left > 0) {
+        if constexpr (IN == 0) v = V::load_part(V::first(left), s + j);
+        else v = V::template load16_part<IN>(V::first(left), s + j, left);
+      }
+      V::store_part(d + j, v, V::first(room), room);
+    }
   }
 }
 

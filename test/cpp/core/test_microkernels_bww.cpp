@@ -229,69 +229,6 @@ TEST_P(BwwMicrokernels, DepthwiseTileMatchesScalar) {
   }
 }
 
-// Packing: row i = width floats of its pixel row from off, zeros to ld
-// (a null row: all zeros).
-TEST_P(BwwMicrokernels, PackMatchesScalar) {
-  Rng rng(24);
-  Failures fails;
-  const int L = tab->lanes;
-  for (int width : {1, L - 1, L, L + 1, 2 * L + 5, 37})
-    for (int64_t ld : {int64_t{width}, round_up(width, L), int64_t{width} + 3})
-      for (int side_b = 0; side_b < 2; ++side_b) {
-        const int64_t n = rng.pick(std::vector<int64_t>{0, 1, 5, 12, 20});
-        const int64_t off = rng.uni(0, 4);
-        PixList px;
-        px.build(rng, n, off, width, off, width);
-        for (auto& p : px.pix)
-          if (rng.uni(0, 4) == 0) (side_b ? p.b : p.a) = nullptr;
-        Buf dst = Buf::output(n * ld, rng.uni(0, 15));
-        Expect want(dst);
-        for (int64_t i = 0; i < n; ++i) {
-          const float* r = side_b ? px.pix[i].b : px.pix[i].a;
-          for (int64_t j = 0; j < ld; ++j) want[i * ld + j] = r && j < width ? r[off + j] : 0.f;
-        }
-        tab->pack(px.pix.data(), n, side_b, off, width, ld, dst.data());
-        const std::string d =
-            Desc()("n", n)("side_b", side_b)("off", off)("width", width)("ld", ld).str();
-        if (!fails.add(matches(dst, want, "dst"), "pack", d)) return;
-      }
-}
-
-// All m-blocks' A panels at once: block j (rows starts[j]..starts[j+1]) at
-// starts[j]*block + j*kPanelSlack, row i at + i*r; reads below off + readable,
-// writes inside the panels' span only.
-TEST_P(BwwMicrokernels, PackPanelsMatchScalar) {
-  if (!tab->pack_panels) GTEST_SKIP() << "no pack_panels";
-  Rng rng(25);
-  Failures fails;
-  for (int f = 0; f < 60; ++f) {
-    const int64_t nblocks = rng.uni(1, 4), n = rng.pick(std::vector<int64_t>{1, 2, 5, 10, 13});
-    const int64_t block = n + rng.uni(0, 1) * rng.uni(1, 4);
-    std::vector<int64_t> starts = {0};
-    for (int64_t j = 0; j < nblocks; ++j) starts.push_back(starts.back() + rng.uni(1, 20));
-    const int64_t width = starts.back(), readable = width + (rng.coin() ? 0 : rng.uni(1, 9));
-    const int64_t off = rng.uni(0, 6);
-    PixList px;
-    px.build(rng, n, off, readable, 0, 0);
-    const int64_t span = width * block + nblocks * x86::bww::kPanelSlack;
-    Buf dst = Buf::output(span, rng.uni(0, 15));
-    Expect want(dst);
-    for (int64_t i = 0; i < span; ++i) want[i] = any();
-    for (int64_t j = 0; j < nblocks; ++j) {
-      const int64_t m0 = starts[j], r = starts[j + 1] - m0;
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t c = 0; c < r; ++c)
-          want[m0 * block + j * x86::bww::kPanelSlack + i * r + c] = px.pix[i].a[off + m0 + c];
-    }
-    tab->pack_panels(px.pix.data(), n, off, readable, starts.data(), nblocks, block, dst.data());
-    Desc d;
-    d("n", n)("block", block)("off", off)("readable", readable)("starts", "");
-    std::string s = d.str();
-    for (int64_t x : starts) s += std::to_string(x) + ",";
-    if (!fails.add(matches(dst, want, "dst"), "pack_panels", s)) return;
-  }
-}
-
 // 16-bit bits of a small integer value (exact in bf16 and f16).
 uint16_t small_int16(float v, int kind) {
   if (kind == 1) {
@@ -324,14 +261,15 @@ struct Rows16 {
   }
 };
 
-// pack16 / pack_panels16: the 16-bit forms of pack / pack_panels, widened
-// (bf16 and f16), against the f32 kernels' expected panels.
-TEST_P(BwwMicrokernels, Pack16MatchesScalar) {
-  if (!tab->pack16) GTEST_SKIP() << "no pack16";
-  Rng rng(27);
+// Packing: row i = width floats of its pixel row from off, zeros to ld
+// (a null row: all zeros).
+// pack on f32 rows and pack16 on bf16 / f16 copies of them (kind 1, 2).
+TEST_P(BwwMicrokernels, PackMatchesScalar) {
+  ASSERT_NE(tab->pack16, nullptr);
+  Rng rng(24);
   Failures fails;
   const int L = tab->lanes;
-  for (int kind : {1, 2})
+  for (int kind : {0, 1, 2})
     for (int width : {1, L - 1, L, L + 1, 2 * L + 5, 37})
       for (int64_t ld : {int64_t{width}, round_up(width, L), int64_t{width} + 3})
         for (int side_b = 0; side_b < 2; ++side_b) {
@@ -341,52 +279,66 @@ TEST_P(BwwMicrokernels, Pack16MatchesScalar) {
           px.build(rng, n, off, width, off, width);
           for (auto& p : px.pix)
             if (rng.uni(0, 4) == 0) (side_b ? p.b : p.a) = nullptr;
-          const Rows16 r16(px.pix, off + width, side_b, kind);
           Buf dst = Buf::output(n * ld, rng.uni(0, 15));
           Expect want(dst);
           for (int64_t i = 0; i < n; ++i) {
             const float* r = side_b ? px.pix[i].b : px.pix[i].a;
             for (int64_t j = 0; j < ld; ++j) want[i * ld + j] = r && j < width ? r[off + j] : 0.f;
           }
-          tab->pack16(r16.pix.data(), n, side_b, off, width, ld, dst.data(), kind);
+          if (kind == 0) {
+            tab->pack(px.pix.data(), n, side_b, off, width, ld, dst.data());
+          } else {
+            const Rows16 r16(px.pix, off + width, side_b, kind);
+            tab->pack16(r16.pix.data(), n, side_b, off, width, ld, dst.data(), kind);
+          }
           const std::string d = Desc()("kind", kind)("n", n)("side_b", side_b)("off", off)(
                                     "width", width)("ld", ld).str();
-          if (!fails.add(matches(dst, want, "dst"), "pack16", d)) return;
+          if (!fails.add(matches(dst, want, "dst"), "pack", d)) return;
         }
 }
 
-TEST_P(BwwMicrokernels, PackPanels16MatchesScalar) {
+// All m-blocks' A panels at once: block j (rows starts[j]..starts[j+1]) at
+// starts[j]*block + j*kPanelSlack, row i at + i*r; reads below off + readable,
+// writes inside the panels' span only.
+TEST_P(BwwMicrokernels, PackPanelsMatchScalar) {
   if (!tab->pack_panels) GTEST_SKIP() << "no pack_panels";
   ASSERT_NE(tab->pack_panels16, nullptr);
-  Rng rng(28);
+  Rng rng(25);
   Failures fails;
-  for (int kind : {1, 2})
-    for (int f = 0; f < 40; ++f) {
-      const int64_t nblocks = rng.uni(1, 4), n = rng.pick(std::vector<int64_t>{1, 2, 5, 10, 13});
-      const int64_t block = n + rng.uni(0, 1) * rng.uni(1, 4);
-      std::vector<int64_t> starts = {0};
-      for (int64_t j = 0; j < nblocks; ++j) starts.push_back(starts.back() + rng.uni(1, 20));
-      const int64_t width = starts.back(), readable = width + (rng.coin() ? 0 : rng.uni(1, 9));
-      const int64_t off = rng.uni(0, 6);
-      PixList px;
-      px.build(rng, n, off, readable, 0, 0);
+  for (int f = 0; f < 120; ++f) {
+    const int kind = f % 3;  // 0 f32 (pack_panels), 1 bf16, 2 f16 (pack_panels16)
+    const int64_t nblocks = rng.uni(1, 4), n = rng.pick(std::vector<int64_t>{1, 2, 5, 10, 13});
+    const int64_t block = n + rng.uni(0, 1) * rng.uni(1, 4);
+    std::vector<int64_t> starts = {0};
+    for (int64_t j = 0; j < nblocks; ++j) starts.push_back(starts.back() + rng.uni(1, 20));
+    const int64_t width = starts.back(), readable = width + (rng.coin() ? 0 : rng.uni(1, 9));
+    const int64_t off = rng.uni(0, 6);
+    PixList px;
+    px.build(rng, n, off, readable, 0, 0);
+    const int64_t span = width * block + nblocks * x86::bww::kPanelSlack;
+    Buf dst = Buf::output(span, rng.uni(0, 15));
+    Expect want(dst);
+    for (int64_t i = 0; i < span; ++i) want[i] = any();
+    for (int64_t j = 0; j < nblocks; ++j) {
+      const int64_t m0 = starts[j], r = starts[j + 1] - m0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t c = 0; c < r; ++c)
+          want[m0 * block + j * x86::bww::kPanelSlack + i * r + c] = px.pix[i].a[off + m0 + c];
+    }
+    if (kind == 0) {
+      tab->pack_panels(px.pix.data(), n, off, readable, starts.data(), nblocks, block,
+                       dst.data());
+    } else {
       const Rows16 r16(px.pix, off + readable, false, kind);
-      const int64_t span = width * block + nblocks * x86::bww::kPanelSlack;
-      Buf dst = Buf::output(span, rng.uni(0, 15));
-      Expect want(dst);
-      for (int64_t i = 0; i < span; ++i) want[i] = any();
-      for (int64_t j = 0; j < nblocks; ++j) {
-        const int64_t m0 = starts[j], r = starts[j + 1] - m0;
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t c = 0; c < r; ++c)
-            want[m0 * block + j * x86::bww::kPanelSlack + i * r + c] = px.pix[i].a[off + m0 + c];
-      }
       tab->pack_panels16(r16.pix.data(), n, off, readable, starts.data(), nblocks, block,
                          dst.data(), kind);
-      const std::string d =
-          Desc()("kind", kind)("n", n)("block", block)("off", off)("readable", readable).str();
-      if (!fails.add(matches(dst, want, "dst"), "pack_panels16", d)) return;
     }
+    Desc d;
+    d("kind", kind)("n", n)("block", block)("off", off)("readable", readable)("starts", "");
+    std::string s = d.str();
+    for (int64_t x : starts) s += std::to_string(x) + ",";
+    if (!fails.add(matches(dst, want, "dst"), "pack_panels", s)) return;
+  }
 }
 
 // dst[n*ld_n + t] = sum_{q < nq} src[q*ld_q + t*ld_t + n] for t < taps, n < nn:
