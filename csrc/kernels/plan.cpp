@@ -819,6 +819,96 @@ static bool pairs_pay(const CallSpec& spec) {
 // of the call's activations, 8 MiB, or 8x the weights (each chunk's f32 plan
 // packs the weights again), whichever is largest; the extra memory is then
 // about a quarter of the 16-bit tensors for large calls.
+// Convert16 on the pair tiles (plan.h); false where they do not take the call.
+static bool plan_pairs16(const CallSpec& spec, CallPlan* plan, const ConvProblem& chunk) {
+  const ConvProblem& p = spec.p;
+  const ActSides sd = act_sides(spec.pass, p);
+  const int64_t a_img = sd.a_image(), b_img = sd.b_image();
+  Convert16Plan& c = plan->convert;
+  if (spec.dtype != DType::BF16 || !pairs_pay(spec)) return false;
+  // Backward-weights: every image at once; src through a 16-bit CNX copy,
+  // diff_dst read as channels-last, in place or through a 16-bit copy.
+  if (spec.pass == Pass::BackwardWeights) {
+    if (!x86::bww_bf16_pairs_applies(spec.bf16, p)) return false;
+    plan->copy_b = !spec.b.nxc && !spec.b.ncx;
+    c.pairs = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = (p.N * a_img + 1) / 2;  // src -> CNX
+    c.b_floats = spec.b.nxc || plan->copy_b ? 0 : (p.N * b_img + 1) / 2;  // diff_dst -> NXC
+    plan->step.route = Route::Convert16;
+    return true;
+  }
+  // Forward / backward-data: channels-last activations read in place; dense
+  // NCX ones through 16-bit channels-last copies of a chunk (a, and b unless
+  // it is written straight into the result).
+  const bool pairs_nxc = (spec.a.nxc || plan->copy_a) && spec.b.nxc;
+  const bool pairs_ncx = !pairs_nxc && spec.a.ncx && spec.b.ncx;
+  if (!pairs_nxc && !pairs_ncx) return false;
+  const x86::PairsConvInfo info =
+      x86::conv_bf16_pairs_info(spec.bf16, spec.pass, chunk, spec.nthreads);
+  if (!info.applies) return false;
+  c.pairs = true;
+  c.pairs_out16 = info.out16;
+  c.pairs_ncx = pairs_ncx;
+  // Copying whole images (dense NCX, or a chunked reduction's f32 result) of
+  // one image beyond the copies' budget: slabs, on the pair tiles where they
+  // take every slab alike, else through the f32 copies' slabs.
+  if (c.pairs_ncx || !c.pairs_out16) {
+    const Slabs slabs = plan_pairs_slabs(spec, plan);
+    if (slabs == Slabs::Planned) return true;
+    if (slabs == Slabs::Declined) {
+      const Convert16Plan on_pairs = c;
+      c.pairs = c.pairs_out16 = c.pairs_ncx = false;
+      if (plan_convert16_slabs(spec, plan)) return true;
+      c = on_pairs;
+    }
+  }
+  const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
+  c.w_floats = 0;  // the bf16 weights are packed as they are
+  c.a_floats = c.pairs_ncx ? a16 : 0;  // NXC: read in place
+  c.b_floats = c.pairs_out16 ? (c.pairs_ncx ? b16 : 0) : c.images * b_img;
+  c.b16_floats = c.pairs_ncx && !c.pairs_out16 ? b16 : 0;
+  plan->step.route = Route::Convert16;
+  return true;
+}
+
+// Convert16 on the 16-bit tensors themselves, the whole call at once (no f32
+// copies of the activations): planar16, bww16, in16 (plan.h); false where
+// none applies.
+static bool plan_whole16(const CallSpec& spec, CallPlan* plan) {
+  const ConvProblem& p = spec.p;
+  Convert16Plan& c = plan->convert;
+  auto whole_call = [&](bool& flag) {
+    flag = true;
+    c.images = p.N;
+    c.chunks = 1;
+    c.a_floats = c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return true;
+  };
+  const bool bww = spec.pass == Pass::BackwardWeights;
+  // Dense NCX where the planar kernels take the 16-bit tensors themselves
+  // (forward / backward-data: tiles and depthwise rows; backward-weights:
+  // dot tiles and im2col GEMMs, into the f32 gradient), whatever the size.
+  if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) &&
+      (bww ? x86::planar_bwd_weights_takes16(spec.isa)
+           : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads)))
+    return whole_call(c.planar16);
+  if (!spec.a.nxc || !spec.b.nxc) return false;
+  const int kind = spec.dtype == DType::F16 ? 2 : 1;
+  // Channels-last backward-weights whose f32 plan is packed GEMM tiles: the
+  // driver packs the 16-bit rows itself, widening them (heuristics A14).
+  if (bww) return x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind) &&
+                  whole_call(c.bww16);
+  // Channels-last depthwise forward / backward-data: the depthwise tiles read
+  // the 16-bit a in place (converting as they load) and round the result
+  // into b (heuristics A13).
+  if (!x86::conv_f32_out16_applies(spec.isa, spec.pass, p, spec.nthreads, kind)) return false;
+  c.direct16 = true;
+  return whole_call(c.in16);
+}
+
 static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   const ConvProblem& p = spec.p;
   const ActSides sd = act_sides(spec.pass, p);
@@ -840,99 +930,14 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   plan->copy_a = !spec.a.nxc && !spec.a.ncx;
   ConvProblem chunk = p;
   chunk.N = c.images;
-  // Pair tiles: channels-last activations read in place; dense NCX ones
-  // through 16-bit channels-last copies of a chunk (a, and b unless it is
-  // written straight into the result).
-  const bool pairs_nxc = (spec.a.nxc || plan->copy_a) && spec.b.nxc;
-  const bool pairs_ncx = !pairs_nxc && spec.a.ncx && spec.b.ncx;
-  const bool pairs16 = spec.dtype == DType::BF16 && pairs_pay(spec);
-  if (pairs16 && spec.pass != Pass::BackwardWeights && (pairs_nxc || pairs_ncx)) {
-    const x86::PairsConvInfo info =
-        x86::conv_bf16_pairs_info(spec.bf16, spec.pass, chunk, spec.nthreads);
-    c.pairs = info.applies;
-    c.pairs_out16 = info.out16;
-    c.pairs_ncx = pairs_ncx;
-  }
-  // Backward-weights on the pair tiles: every image at once; src through a
-  // 16-bit CNX copy, diff_dst read as channels-last, in place or through a
-  // 16-bit copy.
-  if (pairs16 && spec.pass == Pass::BackwardWeights && x86::bww_bf16_pairs_applies(spec.bf16, p)) {
-    plan->copy_b = !spec.b.nxc && !spec.b.ncx;
-    c.pairs = true;
-    c.images = p.N;
-    c.chunks = 1;
-    c.a_floats = (p.N * a_img + 1) / 2;  // src -> CNX
-    c.b_floats = spec.b.nxc || plan->copy_b ? 0 : (p.N * b_img + 1) / 2;  // diff_dst -> NXC
-    plan->step.route = Route::Convert16;
-    return;
-  }
-  // Pair tiles copying whole images (dense NCX, or a chunked reduction's f32
-  // result) of one image beyond the copies' budget: slabs, on the pair tiles
-  // where they take every slab alike, else through the f32 copies' slabs.
-  if (c.pairs && (c.pairs_ncx || !c.pairs_out16) && spec.pass != Pass::BackwardWeights) {
-    const Slabs slabs = plan_pairs_slabs(spec, plan);
-    if (slabs == Slabs::Planned) return;
-    if (slabs == Slabs::Declined) {
-      const Convert16Plan on_pairs = c;
-      c.pairs = c.pairs_out16 = c.pairs_ncx = false;
-      if (plan_convert16_slabs(spec, plan)) return;
-      c = on_pairs;
-    }
-  }
-  if (c.pairs) {
-    const int64_t a16 = (c.images * a_img + 1) / 2, b16 = (c.images * b_img + 1) / 2;
-    c.w_floats = 0;  // the bf16 weights are packed as they are
-    c.a_floats = c.pairs_ncx ? a16 : 0;  // NXC: read in place
-    c.b_floats = c.pairs_out16 ? (c.pairs_ncx ? b16 : 0) : c.images * b_img;
-    c.b16_floats = c.pairs_ncx && !c.pairs_out16 ? b16 : 0;
-    plan->step.route = Route::Convert16;
-    return;
-  }
-  // Dense NCX where the planar kernels take the 16-bit tensors themselves
-  // (forward / backward-data: tiles and depthwise rows; backward-weights:
-  // dot tiles and im2col GEMMs, into the f32 gradient): the whole call, no
-  // copies of the activations, whatever the size.
-  auto planar_takes16 = [&] {
-    return spec.pass == Pass::BackwardWeights
-               ? x86::planar_bwd_weights_takes16(spec.isa)
-               : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads);
-  };
-  // (planar16, bww16, in16: the whole call on the 16-bit tensors.)
-  auto whole_call = [&](bool& flag) {
-    flag = true;
-    c.images = p.N;
-    c.chunks = 1;
-    c.a_floats = c.b_floats = 0;
-    plan->step.route = Route::Convert16;
-  };
-  if (spec.a.ncx && spec.b.ncx && use_planar(spec, p, spec.pass) && planar_takes16()) {
-    whole_call(c.planar16);
-    return;
-  }
-  const int kind = spec.dtype == DType::F16 ? 2 : 1;
-  // Channels-last backward-weights whose f32 plan is GEMM tiles: the driver
-  // packs the 16-bit rows itself, widening them (heuristics A14).
-  if (spec.pass == Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
-      x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind)) {
-    whole_call(c.bww16);
-    return;
-  }
-  // Channels-last depthwise forward / backward-data: the depthwise tiles read
-  // the 16-bit a in place (converting as they load) and round the result
-  // into b: no copies at all, whatever the size (heuristics A13).
-  if (spec.pass != Pass::BackwardWeights && spec.a.nxc && spec.b.nxc &&
-      x86::conv_f32_out16_applies(spec.isa, spec.pass, p, spec.nthreads, kind)) {
-    c.direct16 = true;
-    whole_call(c.in16);
-    return;
-  }
+  if (plan_pairs16(spec, plan, chunk) || plan_whole16(spec, plan)) return;
   // One image beyond the copies' budget (a long 1D signal, a large image):
   // slabs of it, as the f32 NCX route's (N5), each within slab_budget().
   if (spec.pass != Pass::BackwardWeights && plan_convert16_slabs(spec, plan)) return;
   // Elsewhere, channels-last forward / backward-data whose f32 GEMM tiles
   // round the result themselves write it straight into b (no f32 result
   // buffer, no narrowing pass); a is still widened per chunk.
-  if (spec.pass != Pass::BackwardWeights && pairs_nxc &&
+  if (spec.pass != Pass::BackwardWeights && (spec.a.nxc || plan->copy_a) && spec.b.nxc &&
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = true;
     c.b_floats = 0;
