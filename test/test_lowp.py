@@ -588,6 +588,9 @@ PLANAR16_CASES = [
     ("fwd", 2, 2, 24, 18, (7, 5), 3, 2, 1, 1, 3, "tiles"),  # groups, channel tails
     ("bwd_d", 2, 2, 16, 16, (8, 8), 4, 2, 1, 1, 16, "depthwise_rows"),  # whole planes
     ("bwd_d", 1, 2, 8, 8, (3000,), 4, 2, 1, 1, 8, "depthwise_rows"),  # long line in chunks
+    ("bwd_d", 2, 2, 36, 4, (9, 10), 3, 3, 0, 1, 1, "im2col_gemm"),  # im2col rows widened
+    ("bwd_d", 2, 2, 72, 8, (9, 9), 3, 3, 0, 1, 2, "im2col_gemm"),  # groups
+    ("bwd_d", 2, 1, 37, 30, (11, 9), 3, 3, 0, 1, 1, "im2col_gemm"),  # 270 columns, tails
 ]
 
 

@@ -49,11 +49,11 @@ const PlanarF32Table* table_for(Isa isa) {
 
 // Per-thread buffers that grow and are kept (OpenMP threads persist), so a
 // call does not fault fresh pages in: the packed weights (slot 0, of the
-// calling thread), the rows of a work item (slot 1) and a 16-bit input row
-// widened (slot 2).
+// calling thread), the rows of a work item (slot 1), a 16-bit input row
+// widened (slot 2) and a 16-bit result's f32 sums (slot 3).
 float* thread_buffer(int slot, int64_t n) {
-  thread_local AlignedBuf<float> buf[3];
-  thread_local int64_t cap[3] = {0, 0, 0};
+  thread_local AlignedBuf<float> buf[4];
+  thread_local int64_t cap[4] = {0, 0, 0, 0};
   if (cap[slot] < n) {
     buf[slot].reset();
     buf[slot] = aligned_buffer<float>(n);
@@ -66,7 +66,8 @@ float* thread_buffer(int slot, int64_t n) {
 // are read and written in place; bf16 and f16 ones (16-bit storage) are
 // widened where their rows are copied into the buffers the tiles read, and
 // the tiles' f32 results are rounded once as they are stored (the routes
-// that copy every input row: tiles and depthwise rows).
+// that copy every input row: tiles, depthwise rows, backward-data's im2col
+// GEMMs).
 template <class T>
 constexpr int kIndex16 = -1;  // PlanarF32Table::widen16 / narrow16 entry
 template <>
@@ -869,7 +870,8 @@ PlanarPlan plan_planar(Isa isa, const ConvProblem& p, bool forward, int nthreads
 
 // Whether the plan's route takes 16-bit storage (it copies every input row).
 bool takes16(const PlanarPlan& pl) {
-  return pl.tab && (pl.route == PlanarRoute::Tiles || pl.route == PlanarRoute::Depthwise);
+  return pl.tab && (pl.route == PlanarRoute::Tiles || pl.route == PlanarRoute::Depthwise ||
+                    pl.route == PlanarRoute::ImGemm);
 }
 
 BwdWeightsGemmPlan plan_bwd_weights_gemm(const ConvProblem& p, int nthreads) {
@@ -1820,21 +1822,21 @@ class Im2col {
 // they are IOX-dense, else packed once to [ic][j]), writing diff_src in place.
 // Extra memory: one chunk of D^T per thread, and the packed weights.
 
-// GEMM tiles of one item: src channels [a_lo, a_hi) of group gi, positions
-// p0 .. p0 + kc of image n, over the slices of pack ([slice][j][32]).
+// GEMM tiles of one item: src channels [a_lo, a_hi) of group gi, kc
+// positions, over the slices of pack ([slice][j][32]), into c: the row of
+// channel a_lo + i at c + i * ldc (dx itself, or a 16-bit result's f32 sums).
 void im_gemm_slices(const PlanarPlan& pl, const float* A, int64_t a_stride, const float* pack,
-                    int64_t n, int64_t gi, int64_t p0, int64_t kc, int64_t a_lo, int64_t a_hi,
-                    float* dx) {
+                    int64_t gi, int64_t kc, int64_t a_lo, int64_t a_hi, float* c, int64_t ldc) {
   const ConvProblem& p = pl.p;
   const ImGemmPlan& q = pl.gemm;
   const PlanarF32Table& tab = *pl.tab;
   constexpr int64_t SW = kPlanarGemmN, MR = kPlanarGemmMaxM;  // slice width, tile rows
-  const int64_t IC = p.IC(), ICg = p.ICg, P = p.src_spatial(), J = q.J, JP = q.JP;
+  const int64_t ICg = p.ICg, J = q.J, JP = q.JP;
   const int64_t nslices = (kc + SW - 1) / SW;
   PlanarGemmArgs args;
   args.a_stride = a_stride;
   args.b_stride = SW;
-  args.c_stride = P;
+  args.c_stride = ldc;
   for (int64_t sl = 0; sl < nslices; ++sl) {
     args.n = std::min<int64_t>(SW, kc - sl * SW);
     for (int64_t j0 = 0; j0 < J; j0 += JP) {
@@ -1845,14 +1847,17 @@ void im_gemm_slices(const PlanarPlan& pl, const float* A, int64_t a_stride, cons
         const int m = static_cast<int>(std::min<int64_t>(MR, a_hi - a0));
         const int64_t ic = gi * ICg + a0;
         args.a = A + ic * a_stride + j0;
-        args.c = dx + (n * IC + ic) * P + p0 + sl * SW;
+        args.c = c + (a0 - a_lo) * ldc + sl * SW;
         tab.gemm[m](&args);
       }
     }
   }
 }
 
-bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx) {
+// TA / TO: diff_dst's and diff_src's storage (16-bit: diff_dst rows widened
+// by the im2col copies, each item's sums kept in f32 and rounded once).
+template <class TA, class TO>
+bool run_im_gemm(const PlanarPlan& pl, const TA* dy, WeightsView w, TO* dx) {
   const ConvProblem& p = pl.p;
   const ImGemmPlan& q = pl.gemm;
   const int64_t IC = p.IC(), OC = p.OC(), ICg = p.ICg, OCg = p.OCg, G = p.G, T = p.taps();
@@ -1860,8 +1865,8 @@ bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx
   constexpr int64_t SW = kPlanarGemmN;  // slice width
   const int64_t P = p.src_spatial(), Q = p.dst_spatial();
   if (q.empty) return true;
-  if (q.zero) {
-    std::memset(dx, 0, sizeof(float) * p.N * IC * P);
+  if (q.zero) {  // (0.0 is all-zero bits in every storage type)
+    std::memset(dx, 0, sizeof(TO) * p.N * IC * P);
     return true;
   }
   // The weights as [ic][j] rows (in place when IOX-dense per ic).
@@ -1873,8 +1878,8 @@ bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx
 
 #pragma omp parallel num_threads(pl.nthreads)
   {
-    std::unique_ptr<PhaseRows<float>> phases;  // per thread
-    if (q.phase_rows) phases = std::make_unique<PhaseRows<float>>(p.O[2], p.s[2], *pl.tab);
+    std::unique_ptr<PhaseRows<TA>> phases;  // per thread
+    if (q.phase_rows) phases = std::make_unique<PhaseRows<TA>>(p.O[2], p.s[2], *pl.tab);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < q.items; ++item) {
       const int64_t ab = item % ablocks, chunk = item / ablocks;
@@ -1891,7 +1896,15 @@ bool run_im_gemm(const PlanarPlan& pl, const float* dy, WeightsView w, float* dx
                       sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
       }
       const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
-      im_gemm_slices(pl, A, a_stride, pack, n, gi, p0, kc, a_lo, a_hi, dx);
+      TO* const out = dx + (n * IC + gi * ICg + a_lo) * P + p0;  // row i at + i * P
+      if constexpr (!kIs16<TO>) {
+        im_gemm_slices(pl, A, a_stride, pack, gi, kc, a_lo, a_hi, out, P);
+      } else {
+        float* const sums = thread_buffer(3, AB * kc_max);
+        im_gemm_slices(pl, A, a_stride, pack, gi, kc, a_lo, a_hi, sums, kc_max);
+        for (int64_t i = 0; i < a_hi - a_lo; ++i)
+          store_row(*pl.tab, sums + i * kc_max, kc, out + i * P, 1, nullptr);
+      }
     }
   }
   return true;
@@ -2259,7 +2272,7 @@ bool run_planar(const PlanarPlan& pl, const float* in, WeightsView w, const floa
     case PlanarRoute::OnePixelDots:
       run_one_pixel_dots(*pl.tab, pl.dots, pl.p, in, w, out);
       return true;
-    case PlanarRoute::ImGemm: return run_im_gemm(pl, in, w, out);
+    case PlanarRoute::ImGemm: return run_im_gemm<float, float>(pl, in, w, out);
     case PlanarRoute::Depthwise: return run_dw<float, float>(pl, in, w, out);
     case PlanarRoute::Tiles: return run_tiles<float, float>(pl, in, w, bias, out);
   }
@@ -2271,8 +2284,13 @@ template <class T>
 bool run_planar16(const PlanarPlan& pl, const void* in, WeightsView w, const float* bias,
                   void* out) {
   if (!takes16(pl)) return false;
-  return pl.route == PlanarRoute::Tiles ? run_tiles<T, T>(pl, in, w, bias, out)
-                                        : run_dw<T, T>(pl, in, w, out);
+  switch (pl.route) {
+    case PlanarRoute::Tiles: return run_tiles<T, T>(pl, in, w, bias, out);
+    case PlanarRoute::Depthwise: return run_dw<T, T>(pl, in, w, out);
+    case PlanarRoute::ImGemm:
+      return run_im_gemm<T, T>(pl, static_cast<const T*>(in), w, static_cast<T*>(out));
+    default: return false;
+  }
 }
 
 bool run_planar_bwd_weights(const PlanarBwdWeightsPlan& pl, const float* src, const float* dy,

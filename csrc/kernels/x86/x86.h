@@ -131,8 +131,9 @@ bool planar_f32(Isa isa, const ConvProblem& p, bool forward, const float* in, We
 // planar_f32 over dense NCX 16-bit activations (dt: bf16 or f16, in and out
 // alike), widened where the kernels copy their rows and rounded once from
 // the f32 results; weights and bias f32. Only the routes that copy every
-// input row (direct-convolution tiles, depthwise backward-data rows), where
-// planar_takes16 says so; false otherwise.
+// input row (direct-convolution tiles, depthwise backward-data rows,
+// backward-data's im2col GEMMs), where planar_takes16 says so; false
+// otherwise (the one-pixel routes read their rows in place).
 bool planar_takes16(Isa isa, const ConvProblem& p, bool forward, int nthreads);
 bool planar16(Isa isa, DType dt, const ConvProblem& p, bool forward, const void* in,
               WeightsView w, const float* bias, void* out, int nthreads);
