@@ -591,6 +591,8 @@ PLANAR16_CASES = [
     ("bwd_d", 2, 2, 36, 4, (9, 10), 3, 3, 0, 1, 1, "im2col_gemm"),  # im2col rows widened
     ("bwd_d", 2, 2, 72, 8, (9, 9), 3, 3, 0, 1, 2, "im2col_gemm"),  # groups
     ("bwd_d", 2, 1, 37, 30, (11, 9), 3, 3, 0, 1, 1, "im2col_gemm"),  # 270 columns, tails
+    ("bwd_d", 2, 2, 40, 24, (16, 15), 2, 2, 0, 1, 1, "im2col_gemm"),  # k2 s2: rows, no phases
+    ("bwd_d", 2, 2, 48, 40, (9, 8), 1, 2, 0, 1, 1, "im2col_gemm"),  # 1x1 s2
 ]
 
 

@@ -1886,11 +1886,15 @@ bool run_im_gemm(const PlanarPlan& pl, const TA* dy, WeightsView w, TO* dx) {
       const int64_t n = chunk / (G * per_image), gi = (chunk / per_image) % G;
       const int64_t p0 = (chunk % per_image) * kc_max, kc = std::min(kc_max, P - p0);
       const int64_t nslices = (kc + SW - 1) / SW;
-      float* const tmp = thread_buffer(1, kc_max + nslices * J * SW);
-      float* const pack = tmp + kc_max;  // [slice][j][32]
+      // [kc_max], [slice][j][32]; 16-bit: a widened diff_dst row span.
+      const int64_t stage16 = kIs16<TA> ? stage_floats(p.O[2], kc_max, p.s[2]) : 0;
+      float* const tmp = thread_buffer(1, kc_max + nslices * J * SW + stage16);
+      float* const pack = tmp + kc_max;
+      float* const stage = kIs16<TA> ? pack + nslices * J * SW : nullptr;
       const Im2col::Start st = im2col.start(p0);
       for (int64_t j = 0; j < J; ++j) {
-        im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, tmp, phases.get());
+        im2col.row(dy + (n * OC + gi * OCg + j / T) * Q, j % T, st, kc, tmp, phases.get(),
+                   stage);
         for (int64_t sl = 0; sl < nslices; ++sl)
           std::memcpy(pack + (sl * J + j) * SW, tmp + sl * SW,
                       sizeof(float) * std::min<int64_t>(SW, kc - sl * SW));
