@@ -500,7 +500,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.bww16) {
         os << " bww16={"
            << x86::describe_bwd_weights16(plan.spec.isa, plan.spec.p, plan.spec.nthreads,
-                                          plan.spec.dtype == DType::F16 ? 2 : 1)
+                                          kind16(plan.spec.dtype))
            << "}";
         return;
       }
@@ -513,7 +513,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.direct16) {
         ConvProblem q = plan.spec.p;
         q.N = c.images;
-        const int in16 = c.in16 ? (plan.spec.dtype == DType::F16 ? 2 : 1) : 0;
+        const int in16 = c.in16 ? kind16(plan.spec.dtype) : 0;
         os << " direct16={" << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q,
                                                            plan.spec.nthreads, in16)
            << "}";
@@ -896,7 +896,7 @@ static bool plan_whole16(const CallSpec& spec, CallPlan* plan) {
            : x86::planar_takes16(spec.isa, p, spec.pass == Pass::Forward, spec.nthreads)))
     return whole_call(c.planar16);
   if (!spec.a.nxc || !spec.b.nxc) return false;
-  const int kind = spec.dtype == DType::F16 ? 2 : 1;
+  const int kind = kind16(spec.dtype);
   // Channels-last backward-weights whose f32 plan is packed GEMM tiles: the
   // driver packs the 16-bit rows itself, widening them (heuristics A14).
   if (bww) return x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind) &&

@@ -98,6 +98,10 @@ enum class Strided1x1 : uint8_t {
 
 struct CallPlan;
 
+// The kind of a 16-bit storage as the kernels take it (ConvTileArgs::out16,
+// the in16 / kind arguments of x86.h): 1 bf16, 2 f16.
+inline int kind16(DType dt) { return dt == DType::F16 ? 2 : 1; }
+
 // Route::Convert16: 16-bit activations (dense, NCX or channels-last) go
 // through the f32 kernels a batch chunk at a time: the chunk is widened into
 // an f32 buffer of the same layout, the f32 plan of the chunk runs on it, and

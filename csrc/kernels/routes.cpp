@@ -415,7 +415,7 @@ bool run_convert16_slabs(const Ctx& c, const CallArgs& in) {
   const bool forward = c.forward(), ncx_a = !s.a.nxc, ncx_b = !s.b.nxc;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
-  const int out16 = s.dtype == DType::F16 ? 2 : 1;
+  const int out16 = kind16(s.dtype);
   float* const abuf = cv.planar ? nullptr : c.ws.buffer(kWideA, cv.a_floats);
   float* bbuf = cv.planar || cv.direct16 ? nullptr : c.ws.buffer(kWideB, cv.b_floats);
   float* const a_ncx = ncx_a ? c.ws.buffer(kInput, cv.a_floats) : nullptr;
@@ -505,19 +505,15 @@ bool run_convert16(const Ctx& c) {
     in.bias = wbuf + wn;
   }
   if (cv.slabs) return cv.pairs ? run_pairs_slabs(c, in) : run_convert16_slabs(c, in);
-  if (cv.planar16 && bww) {  // the f32 gradient in wbuf, rounded once
+  if (bww && (cv.planar16 || cv.bww16)) {  // the whole call into the f32 gradient, rounded once
     in.w.data = wbuf;
-    if (!x86::planar_bwd_weights16(s.isa, s.dtype, p, c.args.a.data, c.args.b.data, in.w,
-                                   s.nthreads))
-      return false;
-    narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
-    return true;
-  }
-  if (cv.bww16) {  // the f32 gradient in wbuf, rounded once
-    in.w.data = wbuf;
-    if (!x86::backward_weights16(s.isa, p, bits16(c.args.a.data), bits16(c.args.b.data), in.w,
-                                 s.nthreads, s.dtype == DType::F16 ? 2 : 1))
-      return false;
+    const bool ok =
+        cv.planar16 ? x86::planar_bwd_weights16(s.isa, s.dtype, p, c.args.a.data, c.args.b.data,
+                                                in.w, s.nthreads)
+                    : x86::backward_weights16(s.isa, p, bits16(c.args.a.data),
+                                              bits16(c.args.b.data), in.w, s.nthreads,
+                                              kind16(s.dtype));
+    if (!ok) return false;
     narrow_from_f32(s.isa, s.dtype, wbuf, c.args.w.data, wn, s.nthreads);
     return true;
   }
@@ -542,7 +538,7 @@ bool run_convert16(const Ctx& c) {
         a = abuf;
       }
       if (!x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, in.w, static_cast<const float*>(in.bias),
-                               bits16(c.args.b.data) + n0 * b_img, s.dtype == DType::F16 ? 2 : 1,
+                               bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype),
                                s.nthreads))
         throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");
     } else {

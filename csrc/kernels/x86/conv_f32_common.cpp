@@ -694,6 +694,10 @@ void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   c.bias_floats = pp.ldS + 16;
 }
 
+// Few columns, long reduction: the problems of the dot tiles (vectorized
+// over the reduction), where a table has them.
+bool dot_shape(int64_t ncol, int64_t cred) { return ncol <= kMaxDotColumns && cred >= 16; }
+
 // The kernel family, its tile and column blocks. False: no kernel (the
 // reference runs).
 bool plan_kernel(ConvPlan& c, const ConvTable& tab) {
@@ -726,7 +730,7 @@ bool plan_kernel(ConvPlan& c, const ConvTable& tab) {
   c.whole_pixel = c.dw || c.vg;  // one kernel call covers every channel
   // Few columns, long reduction: vectorize over the reduction.
   // (A table without dot tiles, the AMX one, runs them as GEMMs.)
-  c.dot = !c.whole_pixel && ncol <= kMaxDotColumns && cred >= 16 && tab.dot[ncol] != nullptr;
+  c.dot = !c.whole_pixel && dot_shape(ncol, cred) && tab.dot[ncol] != nullptr;
   c.credp = (cred + 15) / 16 * 16;
   c.G = c.whole_pixel ? 1 : p.G;          // group loop of the driver
   c.cols = c.whole_pixel ? out_c : ncol;  // columns per group seen by the kernel
@@ -2665,8 +2669,7 @@ PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int
     // fraction of the pair tiles' lanes (3 columns of 16: 0.38 of the f32
     // tiles' rate at twice the products per lane), so they stay on the f32
     // kernels.
-    const bool f32_special =
-        (c.ncol <= kMaxDotColumns && c.cred >= 16) || (p.G > 1 && c.ncol <= 8);
+    const bool f32_special = dot_shape(c.ncol, c.cred) || (p.G > 1 && c.ncol <= 8);
     info.applies = c.route == Route::Gemm && !f32_special;
     return info;
   }

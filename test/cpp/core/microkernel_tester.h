@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -103,6 +104,35 @@ inline float poison() { return from_bits(0x7fc0beef); }
 // In an expected output: a cell the kernel may write with anything.
 inline float any() { return from_bits(0x7fc0a11a); }
 inline bool is_any(float f) { return bits(f) == 0x7fc0a11a; }
+
+// The bits of a small integer value in bf16 (kind 1) or f16 (kind 2), exact
+// for |v| < 256 (bf16) / 2048 (f16), and a 16-bit value back to float: the
+// 16-bit kernels' inputs and results in the tests.
+inline uint16_t int_to16(float v, int kind) {
+  if (kind == 1) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint16_t>(u >> 16);
+  }
+  if (v == 0.f) return std::signbit(v) ? 0x8000 : 0;
+  int e = 0;
+  const float m = std::frexp(std::fabs(v), &e);  // |v| = m * 2^e, m in [0.5, 1)
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3FF;
+  return static_cast<uint16_t>((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | mant);
+}
+inline float from16(uint16_t h, int kind) {
+  if (kind == 1) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  if (e == 31) return m ? std::nanf("") : ((h & 0x8000) ? -INFINITY : INFINITY);
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                         : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
 
 class Rng {
  public:

@@ -229,20 +229,6 @@ TEST_P(BwwMicrokernels, DepthwiseTileMatchesScalar) {
   }
 }
 
-// 16-bit bits of a small integer value (exact in bf16 and f16).
-uint16_t small_int16(float v, int kind) {
-  if (kind == 1) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    return static_cast<uint16_t>(u >> 16);
-  }
-  if (v == 0.f) return std::signbit(v) ? 0x8000 : 0;
-  int e = 0;
-  const float m = std::frexp(std::fabs(v), &e);
-  const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3FF;
-  return static_cast<uint16_t>((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | mant);
-}
-
 // The rows of px as 16-bit copies (elements [0, len) of each, NaN after):
 // the Pix list of the 16-bit kernels points at them.
 struct Rows16 {
@@ -254,7 +240,7 @@ struct Rows16 {
       const float* r = side_b ? p.b : p.a;
       rows.emplace_back(static_cast<size_t>(len + 32), nan16);
       if (r)
-        for (int64_t j = 0; j < len; ++j) rows.back()[j] = small_int16(r[j], kind);
+        for (int64_t j = 0; j < len; ++j) rows.back()[j] = int_to16(r[j], kind);
       const float* r16 = r ? reinterpret_cast<const float*>(rows.back().data()) : nullptr;
       pix.push_back(side_b ? x86::bww::Pix{nullptr, r16} : x86::bww::Pix{r16, nullptr});
     }

@@ -404,35 +404,6 @@ TEST_P(ConvMicrokernels, DepthwiseTileMatchesScalar) {
   }
 }
 
-// 16-bit bits of a small integer (exact in bf16 and f16), and back.
-uint16_t int_to16(float v, int kind) {
-  if (kind == 1) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    return static_cast<uint16_t>(u >> 16);  // (exact: |v| < 256 integers)
-  }
-  if (v == 0.f) return std::signbit(v) ? 0x8000 : 0;
-  const uint16_t sign = v < 0 ? 0x8000 : 0;
-  const float a = std::fabs(v);
-  int e = 0;
-  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3FF;  // exact for |v| < 2048
-  return static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | mant);
-}
-float from16(uint16_t h, int kind) {
-  if (kind == 1) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  if (e == 31) return m ? std::nanf("") : ((h & 0x8000) ? -INFINITY : INFINITY);
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                         : std::ldexp(static_cast<float>(m | 0x400), e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
 // Depthwise over 16-bit inputs (ConvTable::dw16, kind 1 bf16, 2 f16): each
 // row / tap input is C 16-bit values followed by NaN poison (a value past C
 // reaching a written result fails; reads past C are kept out by masked
