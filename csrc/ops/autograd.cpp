@@ -145,6 +145,16 @@ struct BackwardWeightsBackward : public BilinearBackward {
   }
 };
 
+// A new autograd node, held as this torch holds them: c10::intrusive_ptr since
+// torch 2.13, std::shared_ptr before (the device machine's torch 2.11, say).
+template <class NodeT>
+auto new_node() {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, NodeT>)
+    return c10::make_intrusive<NodeT>();
+  else
+    return std::shared_ptr<NodeT>(new NodeT());
+}
+
 // Runs `call` below autograd; when some input requires grad, records `node`
 // (built by `make`) as the result's grad_fn. Returns the result.
 template <class NodeT, class Call, class Make>
@@ -152,9 +162,9 @@ Tensor with_history(std::initializer_list<const Tensor*> inputs, Call&& call, Ma
   bool requires = false;
   if (at::GradMode::is_enabled())
     for (const Tensor* t : inputs) requires = requires || (t && t->defined() && t->requires_grad());
-  c10::intrusive_ptr<NodeT> node;
+  decltype(new_node<NodeT>()) node;
   if (requires) {
-    node = c10::make_intrusive<NodeT>();
+    node = new_node<NodeT>();
     torch::autograd::edge_list edges;
     for (const Tensor* t : inputs)
       edges.push_back(t && t->defined() ? torch::autograd::impl::gradient_edge(*t)
