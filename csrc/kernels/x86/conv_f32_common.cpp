@@ -1178,9 +1178,15 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   // 36 <- 4 k3 s3 on 1080x1920 backward-data 1.3x, the few-channel and
   // small benchdnn layers unchanged or 1-10 % faster; the AVX2 kernels on Zen 5
   // (with the column-order packing): 36 <- 4 backward-data 1.2-1.4x, none slower.
+  // No prefetch where the distance would pass 2^30 floats (huge strides): useless there,
+  // and the product could overflow.
   const int64_t tap_run = cred * c.K2;
-  c.prefetch = !c.whole_pixel && !c.dot && tap_run <= 64
-                   ? 4 * MR * (fwd ? c.in_c : p.s[2] * c.in_c) : 0;
+  int64_t dist = 0;
+  if (!c.whole_pixel && !c.dot && tap_run <= 64 &&
+      (__builtin_mul_overflow(int64_t{4} * MR * c.in_c, fwd ? int64_t{1} : p.s[2], &dist) ||
+       dist > (int64_t{1} << 30)))
+    dist = 0;
+  c.prefetch = dist;
 
   plan_row_blocks(c, by_columns);
 

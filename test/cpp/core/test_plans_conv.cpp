@@ -191,6 +191,10 @@ const std::vector<Layer> kExtremeLayers = {
     {"one_channel", 2, 1, 1, 1, 1, {3, 3}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0},
      WF::IOX},
     {"stride_past_output", 1, 2, 1, 4, 4, {1}, {2}, {1000}, {2}, {0}, {0}, {0}, WF::IOX},
+    // One output position of a stride of 2^60 (as the fuzz found): the backward-data
+    // prefetch distance (stride x rows) once overflowed (UBSan, the sanitizer build).
+    {"huge_stride", 1, 1, 1, 1, 1, {2}, {1}, {int64_t{1} << 60}, {1}, {0}, {int64_t{1} << 60},
+     {0}, WF::IOX},
 };
 
 // Random geometries (a fixed splitmix64 stream, so the file is the same
