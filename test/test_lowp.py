@@ -730,6 +730,11 @@ DIRECT16_MORE = [
     # one long image (its f32 copies would have gone in slabs), channel tails
     ("bwd_d", 1, 1, 19, 19, (150001,), 4, 2, 1, 19, "depthwise", None),
     ("fwd", 2, 20, 24, 24, (16, 16), 4, 2, 1, 24, "depthwise", None),  # (chunks before)
+    # few columns, long reductions: the dot tiles read the 16-bit inputs too
+    ("fwd", 2, 2, 64, 3, (12, 13), 4, 2, 1, 1, "dot", None),
+    ("fwd", 1, 3, 200, 1, (37,), 7, 2, 3, 1, "dot", None),  # a reduction tail of 8
+    ("bwd_d", 2, 2, 2, 64, (10, 11), 4, 2, 1, 1, "dot", None),
+    ("fwd", 3, 1, 37, 4, (3, 4, 5), 3, 1, 1, 1, "dot", None),  # 3D, odd reduction
 ]
 
 
@@ -740,8 +745,8 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
     # Channels-last results written 16-bit by the depthwise tiles and in the
     # lines schedule too (no f32 result buffer), exact on integer data with
     # sums beyond the 16-bit precision, NaN and Inf where the oracle has them.
-    # The depthwise tiles also read the 16-bit inputs themselves (in16: the
-    # whole call in one piece, no f32 copy of the activations).
+    # The depthwise and dot tiles also read the 16-bit inputs themselves (in16:
+    # the whole call in one piece, no f32 copy of the activations).
     op, S, N, ci, co, sp, K, s, p, g, route, schedule = case
     x = _ints((N, ci) + sp, dtype, 55, 1, 4)
     w = _ints((ci, co // g) + (K,) * S, dtype, 56, 1, 4)
@@ -754,9 +759,10 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
         got = _run(op, _nxc(x, S), w, _nxc(dy, S), S, s, p, g, "NXC", b=b)
     ln = lines[0]
     assert "direct16={" in ln and f" route={route} " in ln, ln[:600]
-    if route == "depthwise":
+    if route in ("depthwise", "dot"):  # the whole call on the 16-bit inputs
         kind = "bf16" if dtype == torch.bfloat16 else "f16"
-        assert f"_dw_{kind}in " in ln and f" images={N} chunks=1 " in ln, ln[:600]
+        tile = "_dw_" if route == "depthwise" else f"_dot{co if op == 'fwd' else ci}_"
+        assert f"{tile}{kind}in " in ln and f" images={N} chunks=1 " in ln, ln[:600]
     if schedule:
         assert f" schedule={schedule} " in ln, ln[:600]
     got = _ncx(got, S)

@@ -2641,22 +2641,29 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 
 // --- f32 kernels writing a 16-bit result (route convert16, direct) ---
 
-// The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM
-// or depthwise tiles round it themselves: one reduction chunk, any schedule,
-// no streaming stores; else out_bytes stays 4. With in16 (the same kind),
-// depthwise tiles that read the 16-bit inputs themselves (ConvTable::dw16)
-// where the table has them: in_bytes 2; else in_bytes stays 4.
+// The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM,
+// depthwise or dot tiles round it themselves: one reduction chunk, any
+// schedule, no streaming stores; else out_bytes stays 4. With in16 (the same
+// kind), depthwise and dot tiles that read the 16-bit inputs themselves
+// (ConvTable::dw16, dot16) where the table has them: in_bytes 2; else
+// in_bytes stays 4.
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
                         int nthreads, int out16, bool in16 = false) {
   const ConvTable* tab = table_for(isa);
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
-  if ((c.route == Route::Gemm || c.route == Route::Depthwise) && c.nchunks == 1) {
+  const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
+                      c.route == Route::Dot;
+  if (rounds && c.nchunks == 1) {
     c.out_bytes = 2;
     c.out16 = out16;
     c.stream = false;
-    if (in16 && c.route == Route::Depthwise && tab->dw16[out16]) {
+    const ConvTileFn reads16 = !in16                          ? nullptr
+                               : c.route == Route::Depthwise ? tab->dw16[out16]
+                               : c.route == Route::Dot       ? tab->dot16[out16][c.NR]
+                                                             : nullptr;
+    if (reads16) {
       c.in_bytes = 2;
-      c.fn = tab->dw16[out16];
+      c.fn = reads16;
       c.tile += out16 == 2 ? "_f16in" : "_bf16in";
     }
   }

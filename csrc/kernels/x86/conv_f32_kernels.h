@@ -45,7 +45,7 @@ struct ConvTileArgs {
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
-  // GEMM and depthwise tiles: when not 0, out's rows hold 16-bit values (uint16_t),
+  // GEMM, depthwise and dot tiles: when not 0, out's rows hold 16-bit values (uint16_t),
   // accumulate and stream are 0, and each result (sum plus bias) is rounded
   // once, to nearest even: 1 = bf16 (NaN kept a NaN), 2 = f16 (2: not the
   // VNNI tiles, which are bf16 only).
@@ -105,6 +105,14 @@ void conv_f32_avx512_dot1(const ConvTileArgs* args);
 void conv_f32_avx512_dot2(const ConvTileArgs* args);
 void conv_f32_avx512_dot3(const ConvTileArgs* args);
 void conv_f32_avx512_dot4(const ConvTileArgs* args);
+void conv_f32_avx512_dot1_bf16(const ConvTileArgs* args);
+void conv_f32_avx512_dot2_bf16(const ConvTileArgs* args);
+void conv_f32_avx512_dot3_bf16(const ConvTileArgs* args);
+void conv_f32_avx512_dot4_bf16(const ConvTileArgs* args);
+void conv_f32_avx512_dot1_f16(const ConvTileArgs* args);
+void conv_f32_avx512_dot2_f16(const ConvTileArgs* args);
+void conv_f32_avx512_dot3_f16(const ConvTileArgs* args);
+void conv_f32_avx512_dot4_f16(const ConvTileArgs* args);
 
 // AVX-512 register tiles (rows x columns).
 void conv_f32_avx512_6x64(const ConvTileArgs* args);
@@ -129,6 +137,14 @@ void conv_f32_avx2_dot1(const ConvTileArgs* args);
 void conv_f32_avx2_dot2(const ConvTileArgs* args);
 void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
+void conv_f32_avx2_dot1_bf16(const ConvTileArgs* args);
+void conv_f32_avx2_dot2_bf16(const ConvTileArgs* args);
+void conv_f32_avx2_dot3_bf16(const ConvTileArgs* args);
+void conv_f32_avx2_dot4_bf16(const ConvTileArgs* args);
+void conv_f32_avx2_dot1_f16(const ConvTileArgs* args);
+void conv_f32_avx2_dot2_f16(const ConvTileArgs* args);
+void conv_f32_avx2_dot3_f16(const ConvTileArgs* args);
+void conv_f32_avx2_dot4_f16(const ConvTileArgs* args);
 
 using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
 using ConvPairsTapsFn = void (*)(const uint16_t* s0, const uint16_t* s1, int64_t cs,
@@ -195,6 +211,8 @@ struct ConvTable {
   // the a / rows pointers point at 16-bit elements, widened as loaded (f32
   // weights and bias; out16 as dw). Null: the inputs are widened first.
   ConvTileFn dw16[3] = {nullptr, nullptr, nullptr};
+  // The dot tiles over 16-bit inputs, [1] bf16 / [2] f16, [ncols]: as dw16.
+  ConvTileFn dot16[3][kMaxDotColumns + 1] = {};
 };
 
 const ConvTable* conv_f32_table_avx512();

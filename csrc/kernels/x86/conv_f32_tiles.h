@@ -186,9 +186,13 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 // Dot-product tile: MR rows x NC columns, vectorized over the reduction;
 // the packed weights are [c/16][j][16] whatever the vector width (W = 8:
 // each 16-float unit as two vectors), the reduction tail under a mask.
-template <class V, int MR, int NC>
+// IN: the inputs' storage as in dw_tile (0 f32; 1 bf16, 2 f16: the a pointers
+// point at 16-bit elements, widened as loaded: one conversion per vector
+// load, shared by the NC columns' FMAs). out16 as the GEMM tiles'.
+template <class V, int MR, int NC, int IN = 0>
 inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   using Reg = typename V::Reg;
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
   constexpr int W = V::W;
   static_assert((MR * NC) % 4 == 0, "whole groups of 4 sums");
   Reg acc[MR][NC];
@@ -196,11 +200,19 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 4
     for (int j = 0; j < NC; ++j) acc[m][j] = V::zero();
-  const float* const* a = args->a;
+  const auto* const* a = reinterpret_cast<const T* const*>(args->a);
   const int64_t cred = args->cred, a_off = args->a_off;
   const int64_t cfull = cred / W * W, credp = (cred + 15) / 16 * 16;
   const typename V::Mask kt = V::first(cred - cfull);
   const int32_t* wtap = args->wtap;
+  auto load = [](const T* x) __attribute__((always_inline)) {
+    if constexpr (IN == 0) return V::loadu(x);
+    else return V::template load16<IN>(x);
+  };
+  auto load_tail = [&](const T* x) __attribute__((always_inline)) {
+    if constexpr (IN == 0) return V::load_part(kt, x);
+    else return V::template load16_part<IN>(kt, x, cred - cfull);
+  };
   auto fma_row = [&](const float* wc, auto load_x) __attribute__((always_inline)) {
     Reg wv[NC];
 #pragma GCC unroll 4
@@ -214,7 +226,7 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   };
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * credp * NC;
-    const float* p[MR];
+    const T* p[MR];
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) p[m] = a[m] + a_off;
     // Element c of column j: w[(c / 16) * 16 * NC + 16 * j + c % 16]; with
@@ -222,13 +234,13 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
     // extra address arithmetic in the loop).
     int64_t c = 0;
     if constexpr (W == 16) {
-      for (; c < cfull; c += W, w += 16 * NC) fma_row(w, [&](int m) { return V::loadu(p[m] + c); });
+      for (; c < cfull; c += W, w += 16 * NC) fma_row(w, [&](int m) { return load(p[m] + c); });
     } else {
       for (; c < cfull; c += W)
-        fma_row(w + (c / 16) * 16 * NC + c % 16, [&](int m) { return V::loadu(p[m] + c); });
+        fma_row(w + (c / 16) * 16 * NC + c % 16, [&](int m) { return load(p[m] + c); });
       w += (c / 16) * 16 * NC + c % 16;
     }
-    if (c < cred) fma_row(w, [&](int m) { return V::load_part(kt, p[m] + c); });
+    if (c < cred) fma_row(w, [&](int m) { return load_tail(p[m] + c); });
   }
   float res[MR * NC];
 #pragma GCC unroll 16
@@ -238,9 +250,16 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   const float* bias = args->bias;
   const int64_t col_off = args->col_off;
   for (int m = 0; m < MR; ++m) {
-    float* o = args->out[m] + col_off;
 #pragma GCC unroll 4
-    for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j] + bias[j];
+    for (int j = 0; j < NC; ++j) res[m * NC + j] += bias[j];
+    if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
+      uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off;
+      V::store16(o, V::load_part(V::first(NC), res + m * NC), NC, args->out16);
+    } else {
+      float* o = args->out[m] + col_off;
+#pragma GCC unroll 4
+      for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j];
+    }
   }
 }
 

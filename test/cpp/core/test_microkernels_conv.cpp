@@ -487,6 +487,97 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
   EXPECT_GT(checked, 0);
 }
 
+// Dot tiles with a 16-bit side (kind 1 bf16, 2 f16): the 16-bit input tiles
+// (ConvTable::dot16) and the f32 ones, each writing 16-bit results (out16)
+// or f32. Each row / tap input is cred values followed by NaN poison (a value
+// past cred reaching a result fails); every sum exact; guards after each
+// output row's columns.
+TEST_P(ConvMicrokernels, Dot16TilesMatchScalar) {
+  if (!tab->dot[1]) GTEST_SKIP() << "no dot tiles";
+  Rng rng(19);
+  int checked = 0;
+  for (int kind : {1, 2})
+    for (int NC = 1; NC <= x86::kMaxDotColumns; ++NC) {
+      const int MR = tab->dot_rows[NC];
+      ASSERT_NE(tab->dot16[kind][NC], nullptr) << "kind " << kind << " NC " << NC;
+      const uint16_t poison = kind == 1 ? 0x7FC1 : 0x7E01;
+      for (int64_t cred : {1, 7, 8, 9, 15, 16, 17, 31, 33, 50}) {
+        for (int f = 0; f < 8; ++f) {
+          const bool in16 = f & 1, out16 = (f & 2) == 0, use_wtap = f & 4;
+          const int64_t T = rng.uni(1, 3), a_off = rng.uni(0, 5), col_off = rng.uni(0, 6);
+          const int64_t credp = round_up(cred, 16), wt_n = use_wtap ? T + 1 : T;
+          std::vector<int32_t> wtap(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) wtap[t] = static_cast<int32_t>(use_wtap ? wt_n - 1 - t : t);
+          // Packed weights [tap][c/16][j][16], zero past cred; 64-byte aligned.
+          Buf w = Buf::input(wt_n * credp * NC);
+          w.fill(0.f);
+          for (int64_t i = 0; i < w.size(); ++i) {
+            const int64_t u = i % (credp * NC);
+            if ((u / (16 * NC)) * 16 + u % 16 < cred) w[i] = static_cast<float>(rng.uni(-3, 3));
+          }
+          std::vector<float> bias(static_cast<size_t>(NC));
+          for (float& v : bias) v = static_cast<float>(rng.uni(-3, 3));
+          // Inputs: row m, tap t: a_off values, then cred values, then poison.
+          const int64_t run = a_off + cred + 16;
+          std::vector<std::vector<uint16_t>> b16(static_cast<size_t>(MR),
+                                                 std::vector<uint16_t>(T * run, poison));
+          std::vector<std::vector<float>> b32(
+              static_cast<size_t>(MR), std::vector<float>(T * run, std::nanf("")));
+          std::vector<float> val(static_cast<size_t>(MR * T * cred));
+          std::vector<const float*> a(static_cast<size_t>(T * MR));
+          for (int m = 0; m < MR; ++m)
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t c = 0; c < cred; ++c) {
+                const float v = static_cast<float>(rng.uni(-3, 3));
+                val[(m * T + t) * cred + c] = v;
+                b16[m][t * run + a_off + c] = int_to16(v, kind);
+                b32[m][t * run + a_off + c] = v;
+              }
+              a[t * MR + m] = in16 ? reinterpret_cast<const float*>(b16[m].data() + t * run)
+                                   : b32[m].data() + t * run;
+            }
+          const int64_t OW = col_off + NC + 8;
+          std::vector<uint16_t> o16(static_cast<size_t>(MR * OW), 0xBEEF);
+          std::vector<float> o32(static_cast<size_t>(MR * OW), -777.f);
+          std::vector<float*> outp(static_cast<size_t>(MR));
+          for (int m = 0; m < MR; ++m)
+            outp[m] = out16 ? reinterpret_cast<float*>(o16.data() + m * OW) : o32.data() + m * OW;
+          ConvTileArgs args;
+          args.a = a.data();
+          args.w = w.data();
+          args.wtap = use_wtap ? wtap.data() : nullptr;
+          args.bias = bias.data();
+          args.out = outp.data();
+          args.ntaps = T;
+          args.cred = cred;
+          args.a_off = a_off;
+          args.col_off = col_off;
+          args.ncols = NC;
+          args.out16 = out16 ? kind : 0;
+          (in16 ? tab->dot16[kind][NC] : tab->dot[NC])(&args);
+          for (int m = 0; m < MR; ++m)
+            for (int64_t c = 0; c < OW; ++c) {
+              float want = out16 ? from16(0xBEEF, kind) : -777.f;
+              if (c >= col_off && c < col_off + NC) {
+                const int64_t j = c - col_off;
+                want = bias[j];
+                for (int64_t t = 0; t < T; ++t)
+                  for (int64_t r = 0; r < cred; ++r)
+                    want += val[(m * T + t) * cred + r] *
+                            w[(wtap[t] * credp + r / 16 * 16) * NC + 16 * j + r % 16];
+              }
+              const float got = out16 ? from16(o16[m * OW + c], kind) : o32[m * OW + c];
+              ASSERT_EQ(got, want) << "kind " << kind << " NC " << NC << " cred " << cred
+                                   << " in16 " << in16 << " out16 " << out16 << " wtap "
+                                   << use_wtap << " m " << m << " c " << c;
+              ++checked;
+            }
+        }
+      }
+    }
+  EXPECT_GT(checked, 0);
+}
+
 // Small groups: per 16-channel block v, lane l's input for reduction index c
 // is channel base[v] + idx[(v*cred + c)*16 + l] (read below in_c only).
 TEST_P(ConvMicrokernels, GroupedTileMatchesScalar) {
