@@ -769,6 +769,43 @@ def test_direct16_depthwise_and_lines(case, dtype, isa):
     _assert_equal_nonfinite(got, want)
 
 
+# The GEMM packing widens 16-bit weights as it reads them (heuristics A15:
+# forward in the Channels order, backward-data in the Columns order on one
+# chunk); other weights layouts and orders are widened first. Exact for every
+# weights format, a NaN in the weights where the oracle has it.
+def _weights_as(w, wf, S):
+    perm = {"IOX": [0, 1], "OIX": [1, 0], "XIO": None, "XOI": None}[wf]
+    sp = list(range(2, S + 2))
+    order = perm + sp if perm else sp + ([0, 1] if wf == "XIO" else [1, 0])
+    return w.permute(order).contiguous()
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("wf", ["IOX", "OIX", "XIO", "XOI"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_direct16_weights_widened_by_packing(op, wf, dtype, isa):
+    S, s, p = 2, 2, 1
+    x = _ints((2, 40, 5, 6), dtype, 71, 1, 4)
+    w = _ints((40, 48, 3, 3), dtype, 72, 1, 4)
+    w[7, 9, 1, 2] = float("nan")
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 73, 1, 4)
+    want = _oracle(op, x, w, S, s, p, 1, dy).to(dtype)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
+    wl = _weights_as(w, wf, S)
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), wl, None, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), wl, src_shape=list(_nxc(x, S).shape), **a)
+    ln = lines[0]
+    assert "direct16={" in ln, ln[:400]
+    if wf == "IOX":  # (the plan line describes IOX weights)
+        assert ":w16 " in ln, ln[:700]
+    _assert_equal_nonfinite(_ncx(got, S), want)
+
+
 # --- channels-last backward-weights on the f32 GEMM tiles reading the 16-bit
 # src and diff_dst themselves (route convert16 with bww16={...}: the driver's
 # packing widens the rows; one f32 gradient rounded once; no f32 copies).

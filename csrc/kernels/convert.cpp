@@ -32,7 +32,7 @@ void check_dtype(DType dt) {
     throw ProblemError("16-bit conversion: dtype must be bf16 or f16");
 }
 
-Fn16To32 widen_fn(Isa isa, DType dt) {
+Fn16To32 widen_impl(Isa isa, DType dt) {
   const bool bf = dt == DType::BF16;
   switch (vector_isa(isa)) {
     case Isa::Avx512: return bf ? x86::bf16_to_f32_avx512 : x86::f16_to_f32_avx512;
@@ -82,10 +82,15 @@ void rows_in_parallel(int64_t rows, int64_t len, int nthreads, F f) {
 
 }  // namespace
 
+WidenFn widen_fn(Isa isa, DType dt) {
+  check_dtype(dt);
+  return widen_impl(isa, dt);
+}
+
 void widen_rows_to_f32(Isa isa, DType dt, const void* src, int64_t ld_src, float* dst,
                        int64_t ld_dst, int64_t rows, int64_t len, int nthreads) {
   check_dtype(dt);
-  const Fn16To32 fn = widen_fn(isa, dt);
+  const Fn16To32 fn = widen_impl(isa, dt);
   const auto* s = static_cast<const uint16_t*>(src);
   rows_in_parallel(rows, len, nthreads, [&](int64_t r, int64_t b, int64_t n) {
     fn(s + r * ld_src + b, dst + r * ld_dst + b, n);
@@ -104,7 +109,7 @@ void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, v
 
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads) {
   check_dtype(dt);
-  const Fn16To32 fn = widen_fn(isa, dt);
+  const Fn16To32 fn = widen_impl(isa, dt);
   const auto* s = static_cast<const uint16_t*>(src);
   in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(s + b, dst + b, len); });
 }

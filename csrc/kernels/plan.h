@@ -107,7 +107,9 @@ inline int kind16(DType dt) { return dt == DType::F16 ? 2 : 1; }
 // an f32 buffer of the same layout, the f32 plan of the chunk runs on it, and
 // its result is rounded once to the 16-bit output (forward, backward-data).
 // Backward-weights sums the chunks' f32 gradients in chunk order and rounds
-// the total once. Weights (and bias) are widened once per call.
+// the total once. Weights (and bias) are widened once per call, except with
+// direct16 where the GEMM packing widens the 16-bit weights as it reads them
+// (x86::conv_f32_out16's w16, heuristics A15).
 //
 // With spec.bf16 (bf16 forward / backward-data, channels-last activations,
 // a problem the pair tiles of that ISA take: x86::conv_bf16_pairs_info), a
@@ -123,7 +125,7 @@ struct Convert16Plan {
   // Not the pair tiles: the f32 GEMM tiles round a channels-last result into b themselves
   // (x86::conv_f32_out16; no f32 plans kept).
   bool direct16 = false;
-  // direct16 on depthwise tiles that also read a's 16-bit channels-last
+  // direct16 on depthwise or dot tiles that also read a's 16-bit channels-last
   // elements themselves, widening as they load: the whole call at once
   // (images = N), no f32 copies of the activations.
   bool in16 = false;

@@ -499,7 +499,17 @@ bool run_convert16(const Ctx& c) {
       c.ws.buffer(kWideW, std::max<int64_t>(1, (bww && !cv.pairs ? 2 * wn : wn) + bias_n));
   CallArgs in;
   in.w = with_data(c.args.w, wbuf);
-  if (!bww && !cv.pairs) widen(c.args.w.data, wbuf, wn);
+  // direct16 (not in slabs): the GEMM packing may widen the 16-bit weights as
+  // it reads them (heuristics A15); the f32 copy is made only where a chunk's
+  // plan asks for it.
+  const bool defer_w = cv.direct16 && !cv.slabs && !cv.pairs && !bww;
+  bool widened = false;
+  auto f32_weights = [&]() -> const void* {
+    if (!widened) widen(c.args.w.data, wbuf, wn);
+    widened = true;
+    return wbuf;
+  };
+  if (!bww && !cv.pairs && !defer_w) f32_weights();
   if (c.args.bias) {
     widen(c.args.bias, wbuf + wn, bias_n);
     in.bias = wbuf + wn;
@@ -537,9 +547,10 @@ bool run_convert16(const Ctx& c) {
         widen(a, abuf, n * a_img);
         a = abuf;
       }
-      if (!x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, in.w, static_cast<const float*>(in.bias),
-                               bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype),
-                               s.nthreads))
+      if (!x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, c.args.w,
+                               static_cast<const float*>(in.bias),
+                               bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype), s.nthreads,
+                               widen_fn(s.isa, s.dtype), f32_weights))
         throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");
     } else {
       // The f32 buffers in the layouts the chunks' f32 plans were made for.

@@ -612,6 +612,12 @@ struct ConvPlan {
   PackOrder pack_order = PackOrder::Channels;
   PackMove pack_move = PackMove::Slab;
   std::vector<int64_t> koff, ptap, pkoff, tap_of_koff;
+  // 16-bit weights (route convert16, direct16): widened by w16 as the
+  // packing reads them (null: f32), in spans of w16_span elements: the
+  // Channels order a channel's run per column (its taps), the Columns order
+  // a column's every channel and tap.
+  Widen16Fn w16 = nullptr;
+  int64_t w16_span = 0;
   int64_t w_si = 0, group_stride = 0, col_stride = 0, red_stride = 0;
   int64_t block_floats = 0;  // packed floats of one (group, column block)
   int64_t nc16 = 0;
@@ -1355,6 +1361,7 @@ std::string describe(const ConvPlan& c) {
     << " pack=" << pack_order_name(c.pack_order);
   if (c.pack_order == PackOrder::Blocks16 || c.pack_order == PackOrder::Channels)
     o << ":" << pack_move_name(c.pack_move);
+  if (c.w16) o << ":w16";
   o << " stream_pack=" << c.stream_pack << " schedule=" << schedule_name(c.schedule);
   if (c.schedule == Schedule::Rows) {
     o << " tb=" << c.TB << " cg=" << c.CG << " blocks=" << c.blocks_per_img
@@ -1461,20 +1468,22 @@ constexpr size_t kPackTapsAhead = 2;
 
 // Packs channels [c_begin, c_end), within one block of 16 (so within one
 // chunk), of column block nb of group g into dst_block, the block's
-// [chunk][tap][c][NR] weights, the plan's way (PackMove).
-void pack_block(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64_t c_begin,
-                int64_t c_end, float* dst_block, ConvTransposeRowsFn tr) {
+// [chunk][tap][c][NR] weights, the plan's way (PackMove). src: the weights
+// of (g, column nb * NR, channel c_begin), with the plan's strides (in W, or
+// in a widened copy of 16-bit weights: ahead false, no prefetch past it).
+void pack_block(const ConvPlan& pl, const float* src, int64_t nb, int64_t c_begin,
+                int64_t c_end, float* dst_block, ConvTransposeRowsFn tr, bool ahead = true) {
   const int64_t NR = pl.NR, CB = pl.CB, T = pl.T, cred = pl.cred;
   const int64_t col_stride = pl.col_stride, red_stride = pl.red_stride;
   const std::vector<int64_t>& ptap = pl.ptap;
   const std::vector<int64_t>& pkoff = pl.pkoff;
   const int64_t c0 = c_begin / CB * CB;                  // its chunk
   const int64_t c_lo = c_begin - c0, c_hi = c_end - c0;  // in the chunk
-  const float* src = W + g * pl.group_stride + nb * NR * col_stride + c0 * red_stride;
   const int64_t jn = std::min<int64_t>(NR, pl.ncol - nb * NR);
   const size_t nt = ptap.size();
-  // Packed row of tap t, channel c0 + c of the chunk.
+  // Packed row of tap t, channel c0 + c of the chunk; channel c0 + c's weights.
   auto row = [&](int64_t t, int64_t c) { return dst_block + chunk_offset(pl, c0, t, c0 + c); };
+  auto chan = [&](int64_t c) { return src + (c - c_lo) * red_stride; };
   auto zero_tail = [&](float* d) {  // columns jn..NR of the rows packed here
     for (int64_t c = c_lo; c < c_hi; ++c) std::fill(d + c * NR + jn, d + c * NR + NR, 0.f);
   };
@@ -1483,17 +1492,17 @@ void pack_block(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64
       for (size_t i = 0; i < nt; ++i) {
         float* d = row(ptap[i], 0);
         for (int64_t c = c_lo; c < c_hi; ++c) {
-          const float* sp = src + pkoff[i] + c * red_stride;
+          const float* sp = chan(c) + pkoff[i];
           std::copy(sp, sp + jn, d + c * NR);
         }
         zero_tail(d);
       }
       break;
-    case PackMove::Transpose:
+    case PackMove::Transpose:  // (red_stride 1)
       for (size_t i = 0; i < nt; ++i) {
-        if (i + kPackTapsAhead < nt) prefetch_rows(src + pkoff[i + kPackTapsAhead] + c_lo, jn, col_stride);
+        if (ahead && i + kPackTapsAhead < nt) prefetch_rows(src + pkoff[i + kPackTapsAhead], jn, col_stride);
         float* d = row(ptap[i], 0);
-        transpose(tr, src + pkoff[i] + c_lo, col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
+        transpose(tr, src + pkoff[i], col_stride, jn, c_hi - c_lo, d + c_lo * NR, NR);
         zero_tail(d);
       }
       break;
@@ -1508,9 +1517,9 @@ void pack_block(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64
             for (int k = 0; k < nk; ++k)
               rows[k] = row(pl.tap_of_koff[k0 + k], c) + j0;
             const int64_t nj = std::min<int64_t>(16, jn - j0);
-            if (c0 + c + kPackAhead < cred)
-              prefetch_rows(src + (c + kPackAhead) * red_stride + j0 * col_stride + k0, nj, col_stride);
-            tr(src + c * red_stride + j0 * col_stride + k0, col_stride, static_cast<int>(nj), nk, rows);
+            if (ahead && c0 + c + kPackAhead < cred)
+              prefetch_rows(chan(c + kPackAhead) + j0 * col_stride + k0, nj, col_stride);
+            tr(chan(c) + j0 * col_stride + k0, col_stride, static_cast<int>(nj), nk, rows);
           }
         }
       }
@@ -1519,29 +1528,58 @@ void pack_block(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64
     }
     case PackMove::Slab:
       for (size_t i = 0; i < nt; ++i)
-        pack_slab(src + pkoff[i], red_stride, col_stride, c_lo, c_hi, jn, NR,
-                  row(ptap[i], 0));
+        pack_slab(src + pkoff[i], red_stride, col_stride, 0, c_hi - c_lo, jn, NR,
+                  row(ptap[i], 0) + c_lo * NR);
       break;
   }
 }
 
+// The f32 weights of (g, column nb * NR, channel c) in W.
+inline const float* weights_at(const ConvPlan& pl, const void* W, int64_t g, int64_t nb,
+                               int64_t c) {
+  return static_cast<const float*>(W) + g * pl.group_stride + nb * pl.NR * pl.col_stride +
+         c * pl.red_stride;
+}
+
+// 16-bit weights (pl.w16): channel c of group g, columns from nb * NR on
+// (ncols of them, every tap), widened into stage; returns the stage.
+inline const float* widen_channel(const ConvPlan& pl, const void* W, int64_t g, int64_t nb,
+                                  int64_t c, int64_t ncols, float* stage) {
+  const int64_t off = g * pl.group_stride + nb * pl.NR * pl.col_stride + c * pl.red_stride;
+  pl.w16(static_cast<const uint16_t*>(W) + off, stage, (ncols - 1) * pl.col_stride + pl.w16_span);
+  return stage;
+}
+
 // Packs columns [j0, j0 + 16) (within NR) of column block nb of group g,
 // every channel and tap, into dst_block ([chunk][tap][c][NR]; zeros past
-// the block's columns).
-void pack_columns(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int64_t j0,
-                  float* dst_block, ConvTransposeRowsFn tr) {
+// the block's columns). W: the f32 weights, or with pl.w16 the 16-bit ones,
+// the strip's columns widened first into stage (one span of w16_span floats
+// per column: its every channel and tap), read from there.
+void pack_columns(const ConvPlan& pl, const void* W, int64_t g, int64_t nb, int64_t j0,
+                  float* dst_block, ConvTransposeRowsFn tr, std::vector<float>& stage) {
   const int64_t NR = pl.NR, CB = pl.CB, T = pl.T, cred = pl.cred;
-  const int64_t col_stride = pl.col_stride, red_stride = pl.red_stride;
+  const int64_t red_stride = pl.red_stride;
   const int64_t jw = std::min<int64_t>(16, NR - j0);                      // strip width
   const int64_t nj = std::clamp<int64_t>(pl.ncol - nb * NR - j0, 0, jw);  // real columns
-  const float* const src = W + g * pl.group_stride + (nb * NR + j0) * col_stride;
+  const int64_t off = g * pl.group_stride + (nb * NR + j0) * pl.col_stride;
+  const float* src = static_cast<const float*>(W) + off;
+  int64_t col_stride = pl.col_stride;
+  if (pl.w16) {
+    stage.resize(static_cast<size_t>(std::max<int64_t>(1, nj * pl.w16_span)));
+    for (int64_t j = 0; j < nj; ++j)
+      pl.w16(static_cast<const uint16_t*>(W) + off + j * pl.col_stride,
+             stage.data() + j * pl.w16_span, pl.w16_span);
+    src = stage.data();
+    col_stride = pl.w16_span;
+  }
   float* rows[16];
   int64_t c0 = 0;  // the chunk of channel c
   for (int64_t c = 0; c < cred; ++c) {
     if (c == c0 + CB) c0 = c;
     for (int64_t t = 0; t < T; ++t)
       rows[t] = dst_block + chunk_offset(pl, c0, pl.tap_of_koff[t], c) + j0;
-    if (c + kPackAhead < cred) prefetch_rows(src + (c + kPackAhead) * red_stride, nj, col_stride);
+    if (!pl.w16 && c + kPackAhead < cred)
+      prefetch_rows(src + (c + kPackAhead) * red_stride, nj, col_stride);
     if (nj > 0)
       tr(src + c * red_stride, col_stride, static_cast<int>(nj), static_cast<int>(T), rows);
     for (int64_t t = 0; t < T; ++t) std::fill(rows[t] + nj, rows[t] + jw, 0.f);
@@ -1549,16 +1587,25 @@ void pack_columns(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, int
 }
 
 // Packs all of column block (g, nb) into dst (lazy: the item's own block).
-void pack_whole(const ConvPlan& pl, const float* W, int64_t g, int64_t nb, float* dst,
-                ConvTransposeRowsFn tr) {
+// 16-bit weights: channel by channel through stage (w16_span floats per column).
+void pack_whole(const ConvPlan& pl, const void* W, int64_t g, int64_t nb, float* dst,
+                ConvTransposeRowsFn tr, std::vector<float>& stage) {
   const int64_t cred = pl.cred;
-  if (pl.pack_order == PackOrder::Blocks16) {
+  if (pl.w16 && pl.pack_order == PackOrder::Channels) {
+    const int64_t jn = std::min<int64_t>(pl.NR, pl.ncol - nb * pl.NR);
+    stage.resize(static_cast<size_t>((jn - 1) * pl.col_stride + pl.w16_span));
+    for (int64_t c = 0; c < cred; ++c)
+      pack_block(pl, widen_channel(pl, W, g, nb, c, jn, stage.data()), nb, c, c + 1, dst, tr,
+                 false);
+  } else if (pl.pack_order == PackOrder::Blocks16) {
     for (int64_t c16 = 0; c16 < pl.nc16; ++c16)
-      pack_block(pl, W, g, nb, c16 * 16, std::min(cred, c16 * 16 + 16), dst, tr);
+      pack_block(pl, weights_at(pl, W, g, nb, c16 * 16), nb, c16 * 16,
+                 std::min(cred, c16 * 16 + 16), dst, tr);
   } else if (pl.pack_order == PackOrder::Columns) {
-    for (int64_t j0 = 0; j0 < pl.NR; j0 += 16) pack_columns(pl, W, g, nb, j0, dst, tr);
+    for (int64_t j0 = 0; j0 < pl.NR; j0 += 16) pack_columns(pl, W, g, nb, j0, dst, tr, stage);
   } else {
-    for (int64_t c = 0; c < cred; ++c) pack_block(pl, W, g, nb, c, c + 1, dst, tr);
+    for (int64_t c = 0; c < cred; ++c)
+      pack_block(pl, weights_at(pl, W, g, nb, c), nb, c, c + 1, dst, tr);
   }
 }
 
@@ -1714,26 +1761,43 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t c16 = 0; c16 < pl.nc16; ++c16)
-            pack_block(pl, W, g, nb, c16 * 16, std::min(cred, c16 * 16 + 16),
-                       wp + (g * NB + nb) * bf, tr);
+            pack_block(pl, weights_at(pl, W, g, nb, c16 * 16), nb, c16 * 16,
+                       std::min(cred, c16 * 16 + 16), wp + (g * NB + nb) * bf, tr);
       break;
-    case PackOrder::Columns:
+    case PackOrder::Columns: {
+      std::vector<float> stage;  // 16-bit weights: the strip's widened columns
 #pragma omp for collapse(3) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t nb = 0; nb < NB; ++nb)
           for (int64_t j0 = 0; j0 < NR; j0 += 16)
-            pack_columns(pl, W, g, nb, j0, wp + (g * NB + nb) * bf, tr);
+            pack_columns(pl, call.W, g, nb, j0, wp + (g * NB + nb) * bf, tr, stage);
       break;
+    }
     case PackOrder::Channels:
       // A channel's columns (or columns x taps) are contiguous or regularly
       // spaced in W: channel by channel, every column block, so that each
       // thread reads W in order (IOX, 512 x 512 x 9 from memory: 2x faster
       // than column block by column block, whose rows lie 18 KiB apart).
+      // 16-bit weights: each channel's run widened once into a stage (in L1 /
+      // L2), packed from there.
+      if (pl.w16) {
+        std::vector<float> stage(static_cast<size_t>((pl.ncol - 1) * pl.col_stride + pl.w16_span));
+#pragma omp for collapse(2) schedule(static) nowait
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t c = 0; c < cred; ++c) {
+            const float* s = widen_channel(pl, call.W, g, 0, c, pl.ncol, stage.data());
+            for (int64_t nb = 0; nb < NB; ++nb)
+              pack_block(pl, s + nb * NR * pl.col_stride, nb, c, c + 1, wp + (g * NB + nb) * bf,
+                         tr, false);
+          }
+        break;
+      }
 #pragma omp for collapse(2) schedule(static) nowait
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < cred; ++c)
           for (int64_t nb = 0; nb < NB; ++nb)
-            pack_block(pl, W, g, nb, c, c + 1, wp + (g * NB + nb) * bf, tr);
+            pack_block(pl, weights_at(pl, W, g, nb, c), nb, c, c + 1, wp + (g * NB + nb) * bf,
+                       tr);
       break;
   }
 }
@@ -2483,6 +2547,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
 template <class TA, class TO>
 void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bufs) {
   const int64_t rsplit = pl.rsplit, NB = pl.NB, all_blocks = pl.all_blocks;
+  std::vector<float> stage;  // 16-bit weights: a channel's widened run
 #pragma omp for schedule(dynamic, 1) nowait
   for (int64_t item = 0; item < pl.ncolblocks * rsplit; ++item) {
     const int64_t it = item / rsplit, part = item % rsplit;
@@ -2493,7 +2558,7 @@ void run_by_columns(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& b
       if (pl.fused_copy) pack_pairs_fused(pl, static_cast<const uint16_t*>(call.W), it / NB, it % NB, wblock);
     }
     else if (pl.lazy)
-      pack_whole(pl, static_cast<const float*>(call.W), it / NB, it % NB, wblock, pl.tr_lazy);
+      pack_whole(pl, call.W, it / NB, it % NB, wblock, pl.tr_lazy, stage);
     int64_t k = 0;
     const int64_t k0 = all_blocks * part / rsplit, k1 = all_blocks * (part + 1) / rsplit;
     for (int64_t n = 0; n < pl.NI; ++n)
@@ -2648,7 +2713,7 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 // (ConvTable::dw16, dot16) where the table has them: in_bytes 2; else
 // in_bytes stays 4.
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
-                        int nthreads, int out16, bool in16 = false) {
+                        int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr) {
   const ConvTable* tab = table_for(isa);
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
@@ -2665,6 +2730,24 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
       c.in_bytes = 2;
       c.fn = reads16;
       c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+    }
+    // 16-bit weights packed as read: the Channels order (a thread packs a
+    // channel's every column block) where a channel's columns and taps are
+    // one dense run (the taps fill at least half of each column's stride:
+    // IOX forward), widened once into a stage.
+    // Or the Columns order (taps contiguous) where each column's channels and
+    // taps lie in a span of their own: a strip's 16 spans widened at once.
+    const int64_t max_koff =
+        c.pkoff.empty() ? -1 : *std::max_element(c.pkoff.begin(), c.pkoff.end());
+    const int64_t col_span = (c.cred - 1) * c.red_stride + c.T;
+    if (w16 && c.route == Route::Gemm && c.pack_order == PackOrder::Channels && max_koff >= 0 &&
+        max_koff < c.col_stride && c.col_stride <= 2 * (max_koff + 1)) {
+      c.w16 = w16;
+      c.w16_span = max_koff + 1;
+    } else if (w16 && c.route == Route::Gemm && c.pack_order == PackOrder::Columns &&
+               c.red_stride >= c.T && col_span <= c.col_stride) {
+      c.w16 = w16;
+      c.w16_span = col_span;
     }
   }
   return c;
@@ -2736,11 +2819,16 @@ bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthrea
   return c.out_bytes == 2 && (in16 == 0 || c.in_bytes == 2);
 }
 
+// (The description's stand-in for the call's widening.)
+static void no_widen(const uint16_t*, float*, int64_t) {}
+
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
-                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads) {
-  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16);
+                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
+                    Widen16Fn w16, const std::function<const void*()>& f32_weights) {
+  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16);
   if (plan.out_bytes != 2 || (plan.in_bytes == 2) != in16) return false;
-  return run_conv(plan, in, w.data, pass == Pass::Forward ? bias : nullptr, out);
+  const void* W = plan.w16 ? w.data : f32_weights ? f32_weights() : w.data;
+  return run_conv(plan, in, W, pass == Pass::Forward ? bias : nullptr, out);
 }
 
 struct PreparedConv {
@@ -2766,7 +2854,7 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                                     int in16) {
   return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
-                                 in16 ? in16 : 1, in16 != 0));
+                                 in16 ? in16 : 1, in16 != 0, no_widen));
 }
 
 }  // namespace x86

@@ -5,6 +5,7 @@
 // the reference). Activations are dense channels-last unless stated.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,18 +35,27 @@ bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, Weig
 bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
                               WeightsView w, void* diff_src, bool out16, int nthreads);
 std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+// The widening of n 16-bit elements to f32 (bf16 or f16; an ISA's vector code).
+using Widen16Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
 // The f32 forward / backward-data kernels writing a 16-bit result (route
 // convert16, direct): in f32 dense channels-last, w f32, out dense
 // channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum
-// rounded once by the GEMM or depthwise tiles. Applies where the plan is
-// those tiles with one reduction chunk; false otherwise. With in16 (the
+// rounded once by the GEMM, depthwise or dot tiles. Applies where the plan
+// is those tiles with one reduction chunk; false otherwise. With in16 (the
 // applies check: the kind, 1 or 2; the call: true, the kind being out16)
 // the input is the dense channels-last 16-bit tensor itself, read by the
-// depthwise tiles that widen as they load (depthwise problems only).
+// depthwise or dot tiles that widen as they load. With w16 (the widening of
+// out16's kind; heuristics A15), w's data is the 16-bit weights: the GEMM
+// packing widens them as it reads them where its order allows, else the
+// call runs on f32_weights() (the same strides, widened by the caller).
 bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                             int in16 = 0);
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
-                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads);
+                    WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
+                    Widen16Fn w16 = nullptr,
+                    const std::function<const void*()>& f32_weights = nullptr);
+// (The description assumes dense IOX weights: ":w16" in its pack field where
+// those would be packed from 16 bits.)
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                                     int in16 = 0);
 // The channels-last f32 forward / backward-data planned once and run on
