@@ -23,30 +23,6 @@ void conv_f32_avx2_dot1(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[1],
 void conv_f32_avx2_dot2(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[2], 2>(args); }
 void conv_f32_avx2_dot3(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[3], 3>(args); }
 void conv_f32_avx2_dot4(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[4], 4>(args); }
-void conv_f32_avx2_dot1_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[1], 1, 1>(args);
-}
-void conv_f32_avx2_dot2_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[2], 2, 1>(args);
-}
-void conv_f32_avx2_dot3_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[3], 3, 1>(args);
-}
-void conv_f32_avx2_dot4_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[4], 4, 1>(args);
-}
-void conv_f32_avx2_dot1_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[1], 1, 2>(args);
-}
-void conv_f32_avx2_dot2_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[2], 2, 2>(args);
-}
-void conv_f32_avx2_dot3_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[3], 3, 2>(args);
-}
-void conv_f32_avx2_dot4_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRowsAvx2[4], 4, 2>(args);
-}
 
 void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<V, 6, 2>(args); }
 void conv_f32_avx2_12x8(const ConvTileArgs* args) { gemm_tile<V, 12, 1>(args); }
@@ -102,14 +78,8 @@ const ConvTable* avx2_table(bool zen3) {
     };
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
-    t.dot16[1][1] = conv_f32_avx2_dot1_bf16;
-    t.dot16[1][2] = conv_f32_avx2_dot2_bf16;
-    t.dot16[1][3] = conv_f32_avx2_dot3_bf16;
-    t.dot16[1][4] = conv_f32_avx2_dot4_bf16;
-    t.dot16[2][1] = conv_f32_avx2_dot1_f16;
-    t.dot16[2][2] = conv_f32_avx2_dot2_f16;
-    t.dot16[2][3] = conv_f32_avx2_dot3_f16;
-    t.dot16[2][4] = conv_f32_avx2_dot4_f16;
+    fill_dot16<V, kDotRowsAvx2, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
+    fill_dot16<V, kDotRowsAvx2, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
     return t;
   };
   static const ConvTable table = make(0.85), zen3_table = make(0.72);

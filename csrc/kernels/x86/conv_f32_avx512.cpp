@@ -24,30 +24,6 @@ void conv_f32_avx512_dot1(const ConvTileArgs* args) { dot_tile<V, kDotRows[1], 1
 void conv_f32_avx512_dot2(const ConvTileArgs* args) { dot_tile<V, kDotRows[2], 2>(args); }
 void conv_f32_avx512_dot3(const ConvTileArgs* args) { dot_tile<V, kDotRows[3], 3>(args); }
 void conv_f32_avx512_dot4(const ConvTileArgs* args) { dot_tile<V, kDotRows[4], 4>(args); }
-void conv_f32_avx512_dot1_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[1], 1, 1>(args);
-}
-void conv_f32_avx512_dot2_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[2], 2, 1>(args);
-}
-void conv_f32_avx512_dot3_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[3], 3, 1>(args);
-}
-void conv_f32_avx512_dot4_bf16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[4], 4, 1>(args);
-}
-void conv_f32_avx512_dot1_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[1], 1, 2>(args);
-}
-void conv_f32_avx512_dot2_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[2], 2, 2>(args);
-}
-void conv_f32_avx512_dot3_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[3], 3, 2>(args);
-}
-void conv_f32_avx512_dot4_f16(const ConvTileArgs* args) {
-  dot_tile<V, kDotRows[4], 4, 2>(args);
-}
 
 void conv_f32_avx512_6x64(const ConvTileArgs* args) { gemm_tile<V, 6, 4>(args); }
 void conv_f32_avx512_8x48(const ConvTileArgs* args) { gemm_tile<V, 8, 3>(args); }
@@ -153,14 +129,8 @@ const ConvTable* avx512_table(bool intel) {
     };
     t.dw16[1] = conv_f32_avx512_dw_bf16;
     t.dw16[2] = conv_f32_avx512_dw_f16;
-    t.dot16[1][1] = conv_f32_avx512_dot1_bf16;
-    t.dot16[1][2] = conv_f32_avx512_dot2_bf16;
-    t.dot16[1][3] = conv_f32_avx512_dot3_bf16;
-    t.dot16[1][4] = conv_f32_avx512_dot4_bf16;
-    t.dot16[2][1] = conv_f32_avx512_dot1_f16;
-    t.dot16[2][2] = conv_f32_avx512_dot2_f16;
-    t.dot16[2][3] = conv_f32_avx512_dot3_f16;
-    t.dot16[2][4] = conv_f32_avx512_dot4_f16;
+    fill_dot16<V, kDotRows, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
+    fill_dot16<V, kDotRows, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
     return t;
   };
   static const ConvTable table =

@@ -105,14 +105,6 @@ void conv_f32_avx512_dot1(const ConvTileArgs* args);
 void conv_f32_avx512_dot2(const ConvTileArgs* args);
 void conv_f32_avx512_dot3(const ConvTileArgs* args);
 void conv_f32_avx512_dot4(const ConvTileArgs* args);
-void conv_f32_avx512_dot1_bf16(const ConvTileArgs* args);
-void conv_f32_avx512_dot2_bf16(const ConvTileArgs* args);
-void conv_f32_avx512_dot3_bf16(const ConvTileArgs* args);
-void conv_f32_avx512_dot4_bf16(const ConvTileArgs* args);
-void conv_f32_avx512_dot1_f16(const ConvTileArgs* args);
-void conv_f32_avx512_dot2_f16(const ConvTileArgs* args);
-void conv_f32_avx512_dot3_f16(const ConvTileArgs* args);
-void conv_f32_avx512_dot4_f16(const ConvTileArgs* args);
 
 // AVX-512 register tiles (rows x columns).
 void conv_f32_avx512_6x64(const ConvTileArgs* args);
@@ -137,14 +129,6 @@ void conv_f32_avx2_dot1(const ConvTileArgs* args);
 void conv_f32_avx2_dot2(const ConvTileArgs* args);
 void conv_f32_avx2_dot3(const ConvTileArgs* args);
 void conv_f32_avx2_dot4(const ConvTileArgs* args);
-void conv_f32_avx2_dot1_bf16(const ConvTileArgs* args);
-void conv_f32_avx2_dot2_bf16(const ConvTileArgs* args);
-void conv_f32_avx2_dot3_bf16(const ConvTileArgs* args);
-void conv_f32_avx2_dot4_bf16(const ConvTileArgs* args);
-void conv_f32_avx2_dot1_f16(const ConvTileArgs* args);
-void conv_f32_avx2_dot2_f16(const ConvTileArgs* args);
-void conv_f32_avx2_dot3_f16(const ConvTileArgs* args);
-void conv_f32_avx2_dot4_f16(const ConvTileArgs* args);
 
 using ConvGroupedFn = void (*)(const ConvGroupedArgs* args);
 using ConvPairsTapsFn = void (*)(const uint16_t* s0, const uint16_t* s1, int64_t cs,

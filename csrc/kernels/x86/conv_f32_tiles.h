@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "conv_f32_kernels.h"
 
@@ -261,6 +262,17 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
       for (int j = 0; j < NC; ++j) o[j] = res[m * NC + j];
     }
   }
+}
+
+// An ISA table's 16-bit input dot tiles: dot16[n] = dot_tile<V, ROWS[n], n, KIND>
+// for n = 1..kMaxDotColumns (ROWS: the ISA's rows per column count).
+template <class V, int MR, int NC, int IN>
+void dot_tile_fn(const ConvTileArgs* args) {
+  dot_tile<V, MR, NC, IN>(args);
+}
+template <class V, const int* ROWS, int KIND, int... I>
+void fill_dot16(ConvTileFn* dot16, std::integer_sequence<int, I...>) {
+  ((dot16[I + 1] = dot_tile_fn<V, ROWS[I + 1], I + 1, KIND>), ...);
 }
 
 // Depthwise: elementwise multiply-adds over the channels. The R rows share
