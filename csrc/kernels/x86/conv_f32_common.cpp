@@ -625,6 +625,8 @@ struct ConvPlan {
   ConvTransposeRowsFn tr_pack = nullptr, tr_lazy = nullptr;
   // The reduction in chunks of CB channels; fused innermost taps (K2 > 1).
   int64_t CB = 0, nchunks = 0, K2 = 1;
+  // The f32 tiles' budget for a chunk's packed weights per column block (bytes).
+  int64_t chunk_bytes = 512 << 10;
   bool fuse = false;
   // Schedule.
   Schedule schedule = Schedule::Rows;
@@ -920,7 +922,7 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   // channels by columns ran 2.x faster than 4 chunks of 128 by rows). The
   // VDPBF16PS tiles take the same, not measured (Zen 4 / 5: 1 MiB of L2).
   const int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
-                                : (512 << 10) / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) /
+                                : c.chunk_bytes / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) /
                                       16 * 16;
   c.CB = c.dot ? std::max<int64_t>(cred, 1)
                : std::max<int64_t>(16, std::min<int64_t>((cred + 15) / 16 * 16, cb_cap));
@@ -1281,8 +1283,9 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
 ConvPlan plan_conv(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
-                   const WeightsView& wv, int nthreads) {
+                   const WeightsView& wv, int nthreads, int64_t chunk_bytes = 512 << 10) {
   ConvPlan c;
+  c.chunk_bytes = chunk_bytes;
   c.isa = isa;
   c.pass = pass;
   c.fwd = pass == Pass::Forward;
@@ -2716,6 +2719,14 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
                         int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr) {
   const ConvTable* tab = table_for(isa);
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
+  // A 16-bit result needs one reduction chunk: where 512 KiB chunks take
+  // several, chunks of up to 1 MiB (the VNNI tiles' budget, heuristics A16)
+  // when that makes one; the f32 result and its narrowing pass are the price
+  // otherwise.
+  if (c.route == Route::Gemm && c.nchunks > 1) {
+    ConvPlan one = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
+    if (one.route == Route::Gemm && one.nchunks == 1) c = std::move(one);
+  }
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
                       c.route == Route::Dot;
   if (rounds && c.nchunks == 1) {
