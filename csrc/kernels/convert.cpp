@@ -11,8 +11,6 @@
 namespace tct {
 namespace {
 
-using Fn16To32 = void (*)(const uint16_t*, float*, int64_t);
-using Fn32To16 = void (*)(const float*, uint16_t*, int64_t);
 
 void bf16_to_f32_scalar(const uint16_t* s, float* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = to_float(bf16{s[i]});
@@ -32,7 +30,7 @@ void check_dtype(DType dt) {
     throw ProblemError("16-bit conversion: dtype must be bf16 or f16");
 }
 
-Fn16To32 widen_impl(Isa isa, DType dt) {
+x86::Widen16Fn widen_impl(Isa isa, DType dt) {
   const bool bf = dt == DType::BF16;
   switch (vector_isa(isa)) {
     case Isa::Avx512: return bf ? x86::bf16_to_f32_avx512 : x86::f16_to_f32_avx512;
@@ -42,7 +40,7 @@ Fn16To32 widen_impl(Isa isa, DType dt) {
   return bf ? bf16_to_f32_scalar : f16_to_f32_scalar;
 }
 
-Fn32To16 narrow_fn(Isa isa, DType dt) {
+x86::Narrow16Fn narrow_fn(Isa isa, DType dt) {
   const bool bf = dt == DType::BF16;
   switch (vector_isa(isa)) {
     case Isa::Avx512: return bf ? x86::f32_to_bf16_avx512 : x86::f32_to_f16_avx512;
@@ -82,7 +80,7 @@ void rows_in_parallel(int64_t rows, int64_t len, int nthreads, F f) {
 
 }  // namespace
 
-WidenFn widen_fn(Isa isa, DType dt) {
+x86::Widen16Fn widen_fn(Isa isa, DType dt) {
   check_dtype(dt);
   return widen_impl(isa, dt);
 }
@@ -90,7 +88,7 @@ WidenFn widen_fn(Isa isa, DType dt) {
 void widen_rows_to_f32(Isa isa, DType dt, const void* src, int64_t ld_src, float* dst,
                        int64_t ld_dst, int64_t rows, int64_t len, int nthreads) {
   check_dtype(dt);
-  const Fn16To32 fn = widen_impl(isa, dt);
+  const x86::Widen16Fn fn = widen_impl(isa, dt);
   const auto* s = static_cast<const uint16_t*>(src);
   rows_in_parallel(rows, len, nthreads, [&](int64_t r, int64_t b, int64_t n) {
     fn(s + r * ld_src + b, dst + r * ld_dst + b, n);
@@ -100,7 +98,7 @@ void widen_rows_to_f32(Isa isa, DType dt, const void* src, int64_t ld_src, float
 void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, void* dst,
                           int64_t ld_dst, int64_t rows, int64_t len, int nthreads) {
   check_dtype(dt);
-  const Fn32To16 fn = narrow_fn(isa, dt);
+  const x86::Narrow16Fn fn = narrow_fn(isa, dt);
   auto* d = static_cast<uint16_t*>(dst);
   rows_in_parallel(rows, len, nthreads, [&](int64_t r, int64_t b, int64_t n) {
     fn(src + r * ld_src + b, d + r * ld_dst + b, n);
@@ -109,14 +107,14 @@ void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, v
 
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads) {
   check_dtype(dt);
-  const Fn16To32 fn = widen_impl(isa, dt);
+  const x86::Widen16Fn fn = widen_impl(isa, dt);
   const auto* s = static_cast<const uint16_t*>(src);
   in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(s + b, dst + b, len); });
 }
 
 void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads) {
   check_dtype(dt);
-  const Fn32To16 fn = narrow_fn(isa, dt);
+  const x86::Narrow16Fn fn = narrow_fn(isa, dt);
   auto* d = static_cast<uint16_t*>(dst);
   in_parallel(n, nthreads, [&](int64_t b, int64_t len) { fn(src + b, d + b, len); });
 }

@@ -9,14 +9,14 @@
 
 #include "dispatch.h"
 #include "kernels.h"
+#include "x86/convert.h"
 
 namespace tct {
 
 // dst[i] = src[i] as f32, i < n; dt is DType::BF16 or DType::F16.
 void widen_to_f32(Isa isa, DType dt, const void* src, float* dst, int64_t n, int nthreads);
 // The same on the calling thread, for code that widens short runs as it copies them.
-using WidenFn = void (*)(const uint16_t* src, float* dst, int64_t n);
-WidenFn widen_fn(Isa isa, DType dt);
+x86::Widen16Fn widen_fn(Isa isa, DType dt);
 // dst[i] = src[i] rounded to dt (DType::BF16 or DType::F16), i < n.
 void narrow_from_f32(Isa isa, DType dt, const float* src, void* dst, int64_t n, int nthreads);
 // The same for rows of len elements: row r at src + r*ld_src, dst + r*ld_dst

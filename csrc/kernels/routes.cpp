@@ -502,7 +502,7 @@ bool run_convert16(const Ctx& c) {
   // direct16 (not in slabs): the GEMM packing may widen the 16-bit weights as
   // it reads them (heuristics A15); the f32 copy is made only where a chunk's
   // plan asks for it.
-  const bool defer_w = cv.direct16 && !cv.slabs && !cv.pairs && !bww;
+  const bool defer_w = cv.direct16 && !cv.slabs;
   bool widened = false;
   auto f32_weights = [&]() -> const void* {
     if (!widened) widen(c.args.w.data, wbuf, wn);

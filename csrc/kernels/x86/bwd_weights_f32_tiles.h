@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "bwd_weights_f32.h"
+#include "vec_in.h"
 
 namespace tct {
 namespace x86 {
@@ -159,16 +160,12 @@ void pack_rows(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
     }
     int64_t j = 0;
     for (; j + W <= width; j += W) {
-      if constexpr (IN == 0) V::storeu(d + j, V::loadu(s + j));
-      else V::storeu(d + j, V::template load16<IN>(s + j));
+      V::storeu(d + j, load_in<V, IN>(s + j));
     }
     for (; j < ld; j += W) {  // tail of the row, then zeros up to ld
       const int64_t left = width - j, room = ld - j < W ? ld - j : W;
       typename V::Reg v = V::zero();
-      if (left > 0) {
-        if constexpr (IN == 0) v = V::load_part(V::first(left), s + j);
-        else v = V::template load16_part<IN>(V::first(left), s + j, left);
-      }
+      if (left > 0) v = load_in_part<V, IN>(V::first(left), s + j, left);
       V::store_part(d + j, v, V::first(room), room);
     }
   }

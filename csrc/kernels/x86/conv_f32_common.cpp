@@ -625,8 +625,11 @@ struct ConvPlan {
   ConvTransposeRowsFn tr_pack = nullptr, tr_lazy = nullptr;
   // The reduction in chunks of CB channels; fused innermost taps (K2 > 1).
   int64_t CB = 0, nchunks = 0, K2 = 1;
-  // The f32 tiles' budget for a chunk's packed weights per column block (bytes).
-  int64_t chunk_bytes = 512 << 10;
+  // A 16-bit result (plan_f32_out16) needs one reduction chunk: the f32
+  // tiles' chunks may then hold up to this many bytes of packed weights per
+  // column block where that makes one chunk (heuristics A16); 0: C12's
+  // 512 KiB chunks only.
+  int64_t one_chunk_bytes = 0;
   bool fuse = false;
   // Schedule.
   Schedule schedule = Schedule::Rows;
@@ -921,9 +924,11 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   // L2; SPR VM, 3D U-Net k3 512 -> 256 bf16 forward: one chunk of 512
   // channels by columns ran 2.x faster than 4 chunks of 128 by rows). The
   // VDPBF16PS tiles take the same, not measured (Zen 4 / 5: 1 MiB of L2).
-  const int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
-                                : c.chunk_bytes / (std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes) /
-                                      16 * 16;
+  const int64_t f32_row = std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes;
+  int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
+                          : (512 << 10) / f32_row / 16 * 16;
+  if (!c.vnni && c.one_chunk_bytes / f32_row / 16 * 16 >= (cred + 15) / 16 * 16)
+    cb_cap = c.one_chunk_bytes / f32_row / 16 * 16;
   c.CB = c.dot ? std::max<int64_t>(cred, 1)
                : std::max<int64_t>(16, std::min<int64_t>((cred + 15) / 16 * 16, cb_cap));
   // VNNI tiles reduce 32 channels per step: whole steps per chunk.
@@ -1283,9 +1288,9 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
 ConvPlan plan_conv(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
-                   const WeightsView& wv, int nthreads, int64_t chunk_bytes = 512 << 10) {
+                   const WeightsView& wv, int nthreads, int64_t one_chunk_bytes = 0) {
   ConvPlan c;
-  c.chunk_bytes = chunk_bytes;
+  c.one_chunk_bytes = one_chunk_bytes;
   c.isa = isa;
   c.pass = pass;
   c.fwd = pass == Pass::Forward;
@@ -2718,15 +2723,10 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
                         int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr) {
   const ConvTable* tab = table_for(isa);
-  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
-  // A 16-bit result needs one reduction chunk: where 512 KiB chunks take
-  // several, chunks of up to 1 MiB (the VNNI tiles' budget, heuristics A16)
-  // when that makes one; the f32 result and its narrowing pass are the price
-  // otherwise.
-  if (c.route == Route::Gemm && c.nchunks > 1) {
-    ConvPlan one = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
-    if (one.route == Route::Gemm && one.nchunks == 1) c = std::move(one);
-  }
+  // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
+  // A16) where 512 KiB chunks would take several; the f32 result and its
+  // narrowing pass are the price where even that takes several.
+  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
                       c.route == Route::Dot;
   if (rounds && c.nchunks == 1) {
@@ -2838,7 +2838,8 @@ bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bo
                     Widen16Fn w16, const std::function<const void*()>& f32_weights) {
   const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16);
   if (plan.out_bytes != 2 || (plan.in_bytes == 2) != in16) return false;
-  const void* W = plan.w16 ? w.data : f32_weights ? f32_weights() : w.data;
+  if (w16 && !plan.w16 && !f32_weights) return false;  // 16-bit weights, no f32 copy to run on
+  const void* W = w16 && !plan.w16 ? f32_weights() : w.data;
   return run_conv(plan, in, W, pass == Pass::Forward ? bias : nullptr, out);
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "conv_f32_kernels.h"
+#include "vec_in.h"
 
 namespace tct {
 namespace x86 {
@@ -206,14 +207,6 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
   const int64_t cfull = cred / W * W, credp = (cred + 15) / 16 * 16;
   const typename V::Mask kt = V::first(cred - cfull);
   const int32_t* wtap = args->wtap;
-  auto load = [](const T* x) __attribute__((always_inline)) {
-    if constexpr (IN == 0) return V::loadu(x);
-    else return V::template load16<IN>(x);
-  };
-  auto load_tail = [&](const T* x) __attribute__((always_inline)) {
-    if constexpr (IN == 0) return V::load_part(kt, x);
-    else return V::template load16_part<IN>(kt, x, cred - cfull);
-  };
   auto fma_row = [&](const float* wc, auto load_x) __attribute__((always_inline)) {
     Reg wv[NC];
 #pragma GCC unroll 4
@@ -235,13 +228,13 @@ inline __attribute__((always_inline)) void dot_tile(const ConvTileArgs* args) {
     // extra address arithmetic in the loop).
     int64_t c = 0;
     if constexpr (W == 16) {
-      for (; c < cfull; c += W, w += 16 * NC) fma_row(w, [&](int m) { return load(p[m] + c); });
+      for (; c < cfull; c += W, w += 16 * NC) fma_row(w, [&](int m) { return load_in<V, IN>(p[m] + c); });
     } else {
       for (; c < cfull; c += W)
-        fma_row(w + (c / 16) * 16 * NC + c % 16, [&](int m) { return load(p[m] + c); });
+        fma_row(w + (c / 16) * 16 * NC + c % 16, [&](int m) { return load_in<V, IN>(p[m] + c); });
       w += (c / 16) * 16 * NC + c % 16;
     }
-    if (c < cred) fma_row(w, [&](int m) { return load_tail(p[m] + c); });
+    if (c < cred) fma_row(w, [&](int m) { return load_in_part<V, IN>(kt, p[m] + c, cred - cfull); });
   }
   float res[MR * NC];
 #pragma GCC unroll 16
@@ -290,14 +283,6 @@ void dw_tile(const ConvTileArgs* args) {
   const auto* const* rows = reinterpret_cast<const T16* const*>(args->rows);  // rows[m] + tapoff[t]
   const int64_t* tapoff = args->tapoff;
   auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
-  auto load = [](const T16* x) __attribute__((always_inline)) {
-    if constexpr (IN == 0) return V::loadu(x);
-    else return V::template load16<IN>(x);
-  };
-  auto load_part = [](typename V::Mask k, const T16* x, int64_t n) __attribute__((always_inline)) {
-    if constexpr (IN == 0) return V::load_part(k, x);
-    else return V::template load16_part<IN>(k, x, n);
-  };
   const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
   auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
   int64_t c = 0;
@@ -315,8 +300,8 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
         const T16* x = in(t, m) + c;
-        acc[m][0] = V::fmadd(load(x), w0, acc[m][0]);
-        acc[m][1] = V::fmadd(load(x + W), w1, acc[m][1]);
+        acc[m][0] = V::fmadd(load_in<V, IN>(x), w0, acc[m][0]);
+        acc[m][1] = V::fmadd(load_in<V, IN>(x + W), w1, acc[m][1]);
       }
     }
     if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
@@ -349,7 +334,7 @@ void dw_tile(const ConvTileArgs* args) {
     for (int64_t t = 0; t < T; ++t) {
       const Reg w = V::load_part(k, wrow(t) + c);
 #pragma GCC unroll 16
-      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(load_part(k, in(t, m) + c, C - c), w, acc[m]);
+      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(load_in_part<V, IN>(k, in(t, m) + c, C - c), w, acc[m]);
     }
     if (args->out16) {
 #pragma GCC unroll 16

@@ -11,6 +11,11 @@
 namespace tct {
 namespace x86 {
 
+// The widening of n 16-bit elements to f32 and the rounding of n floats to
+// 16 bits (the *_to_f32 and f32_to_* below).
+using Widen16Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
+using Narrow16Fn = void (*)(const float* src, uint16_t* dst, int64_t n);
+
 void bf16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
 void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n);

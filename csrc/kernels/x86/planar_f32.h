@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "convert.h"
+
 namespace tct {
 namespace x86 {
 
@@ -111,8 +113,8 @@ using PlanarTranspose16Fn = void (*)(const float* src, int64_t src_stride, float
                                      int64_t dst_stride);
 // 16-bit storage (convert on copy): dst[i] = src[i] widened to f32, or
 // rounded from f32 (nearest even), i < n (x86/convert.h).
-using PlanarWiden16Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
-using PlanarNarrow16Fn = void (*)(const float* src, uint16_t* dst, int64_t n);
+using PlanarWiden16Fn = Widen16Fn;
+using PlanarNarrow16Fn = Narrow16Fn;
 
 // The thresholds of the planar rules that were measured per ISA
 // (planar_f32_common.cpp: gemm_preferred and planar_preferred, where each

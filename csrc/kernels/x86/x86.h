@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../dispatch.h"
+#include "convert.h"
 
 namespace tct {
 namespace x86 {
@@ -35,8 +36,6 @@ bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, Weig
 bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
                               WeightsView w, void* diff_src, bool out16, int nthreads);
 std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
-// The widening of n 16-bit elements to f32 (bf16 or f16; an ISA's vector code).
-using Widen16Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
 // The f32 forward / backward-data kernels writing a 16-bit result (route
 // convert16, direct): in f32 dense channels-last, w f32, out dense
 // channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum

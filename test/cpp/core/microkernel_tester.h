@@ -134,6 +134,34 @@ inline float from16(uint16_t h, int kind) {
   return (h & 0x8000) ? -v : v;
 }
 
+// The output rows of a tile writing a 16-bit (ConvTileArgs::out16) or an f32
+// result: `rows` rows of `width` cells, each a guard at first (0xBEEF as 16
+// bits, -777 as f32), so that a cell the tile must not write keeps it.
+class GuardedRows {
+ public:
+  GuardedRows(int rows, int64_t width, bool out16)
+      : width_(width), out16_(out16),
+        o16_(static_cast<size_t>(rows * width), 0xBEEF),
+        o32_(static_cast<size_t>(rows * width), -777.f),
+        ptrs_(static_cast<size_t>(rows)) {
+    for (int m = 0; m < rows; ++m)
+      ptrs_[m] = out16 ? reinterpret_cast<float*>(o16_.data() + m * width) : o32_.data() + m * width;
+  }
+  float* const* ptrs() const { return ptrs_.data(); }
+  // Cell c of row m as float (16-bit cells read as `kind`), and a guard's value.
+  float at(int m, int64_t c, int kind) const {
+    return out16_ ? from16(o16_[m * width_ + c], kind) : o32_[m * width_ + c];
+  }
+  float guard(int kind) const { return out16_ ? from16(0xBEEF, kind) : -777.f; }
+
+ private:
+  int64_t width_;
+  bool out16_;
+  std::vector<uint16_t> o16_;
+  std::vector<float> o32_;
+  std::vector<float*> ptrs_;
+};
+
 class Rng {
  public:
   explicit Rng(uint32_t seed) : gen_(seed) {}

@@ -450,11 +450,7 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
         }
         // Outputs with guards after each row.
         const int64_t OW = C + 8;
-        std::vector<uint16_t> o16(static_cast<size_t>(R * OW), 0xBEEF);
-        std::vector<float> o32(static_cast<size_t>(R * OW), -777.f);
-        std::vector<float*> outp(static_cast<size_t>(R));
-        for (int m = 0; m < R; ++m)
-          outp[m] = out16 ? reinterpret_cast<float*>(o16.data() + m * OW) : o32.data() + m * OW;
+        const GuardedRows o(R, OW, out16);
         ConvTileArgs args;
         args.a = row_mode ? nullptr : a.data();
         args.rows = row_mode ? rows.data() : nullptr;
@@ -462,19 +458,19 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
         args.w = w.data();
         args.wtap = use_wtap ? wtap.data() : nullptr;
         args.bias = bias.data();
-        args.out = outp.data();
+        args.out = o.ptrs();
         args.ntaps = T;
         args.ncols = C;
         args.out16 = out16 ? kind : 0;
         tab->dw16[kind](&args);
         for (int m = 0; m < R; ++m)
           for (int64_t c = 0; c < OW; ++c) {
-            float want = out16 ? from16(0xBEEF, kind) : -777.f;
+            float want = o.guard(kind);
             if (c < C) {
               want = bias[c];
               for (int64_t t = 0; t < T; ++t) want += val[(m * T + t) * C + c] * w[wtap[t] * C + c];
             }
-            const float got = out16 ? from16(o16[m * OW + c], kind) : o32[m * OW + c];
+            const float got = o.at(m, c, kind);
             const bool same = got == want || (std::isnan(got) && std::isnan(want));
             ASSERT_TRUE(same) << "kind " << kind << " C " << C << " T " << T << " row_mode "
                               << row_mode << " wtap " << use_wtap << " out16 " << out16 << " m "
@@ -537,17 +533,13 @@ TEST_P(ConvMicrokernels, Dot16TilesMatchScalar) {
                                    : b32[m].data() + t * run;
             }
           const int64_t OW = col_off + NC + 8;
-          std::vector<uint16_t> o16(static_cast<size_t>(MR * OW), 0xBEEF);
-          std::vector<float> o32(static_cast<size_t>(MR * OW), -777.f);
-          std::vector<float*> outp(static_cast<size_t>(MR));
-          for (int m = 0; m < MR; ++m)
-            outp[m] = out16 ? reinterpret_cast<float*>(o16.data() + m * OW) : o32.data() + m * OW;
+          const GuardedRows o(MR, OW, out16);
           ConvTileArgs args;
           args.a = a.data();
           args.w = w.data();
           args.wtap = use_wtap ? wtap.data() : nullptr;
           args.bias = bias.data();
-          args.out = outp.data();
+          args.out = o.ptrs();
           args.ntaps = T;
           args.cred = cred;
           args.a_off = a_off;
@@ -557,7 +549,7 @@ TEST_P(ConvMicrokernels, Dot16TilesMatchScalar) {
           (in16 ? tab->dot16[kind][NC] : tab->dot[NC])(&args);
           for (int m = 0; m < MR; ++m)
             for (int64_t c = 0; c < OW; ++c) {
-              float want = out16 ? from16(0xBEEF, kind) : -777.f;
+              float want = o.guard(kind);
               if (c >= col_off && c < col_off + NC) {
                 const int64_t j = c - col_off;
                 want = bias[j];
@@ -566,7 +558,7 @@ TEST_P(ConvMicrokernels, Dot16TilesMatchScalar) {
                     want += val[(m * T + t) * cred + r] *
                             w[(wtap[t] * credp + r / 16 * 16) * NC + 16 * j + r % 16];
               }
-              const float got = out16 ? from16(o16[m * OW + c], kind) : o32[m * OW + c];
+              const float got = o.at(m, c, kind);
               ASSERT_EQ(got, want) << "kind " << kind << " NC " << NC << " cred " << cred
                                    << " in16 " << in16 << " out16 " << out16 << " wtap "
                                    << use_wtap << " m " << m << " c " << c;

@@ -1,0 +1,30 @@
+// Vector loads of activations in any of their storages, for the tiles written
+// over the vector traits V (vec_avx512.h, vec_avx2.h): IN 0 f32 (T float), 1
+// bf16 or 2 f16 (T uint16_t, widened as loaded: a shift or vcvtph2ps).
+// Internal linkage (an unnamed namespace), as the traits.
+#pragma once
+
+#include <cstdint>
+
+namespace tct {
+namespace x86 {
+namespace {
+
+// V::W elements at p as floats.
+template <class V, int IN, class T>
+inline __attribute__((always_inline)) typename V::Reg load_in(const T* p) {
+  if constexpr (IN == 0) return V::loadu(p);
+  else return V::template load16<IN>(p);
+}
+
+// The first n elements at p (1 <= n <= V::W, k = V::first(n)), reading no further.
+template <class V, int IN, class T>
+inline __attribute__((always_inline)) typename V::Reg load_in_part(typename V::Mask k, const T* p,
+                                                                   int64_t n) {
+  if constexpr (IN == 0) return V::load_part(k, p);
+  else return V::template load16_part<IN>(k, p, n);
+}
+
+}  // namespace
+}  // namespace x86
+}  // namespace tct
