@@ -259,6 +259,41 @@ def test_pairs_bf16_exact(case, op, layout, isa):
         assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split(KEY[isa])[1]
 
 
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
+@pytest.mark.parametrize("op,N,IC,OC", [
+    ("fwd", 8, 32, 64),     # 4 MiB of results: rows of two whole 64-byte lines
+    ("fwd", 16, 32, 40),    # 5 MiB: 80-byte rows (a fifth aligned), a 16-column tail
+    ("bwd_d", 16, 136, 48),  # diff_src of 4.25 MiB: 272-byte rows, an 8-column tail
+    ("fwd", 4, 32, 64),     # 2 MiB: below the rule, not streamed
+])
+def test_amx_bf16_large_results_streamed(op, N, IC, OC, layout):
+    # bf16 results of 4 MiB and more that the AMX tiles write into the caller's
+    # tensor go out with streaming stores (stream=1 in the plan; whole aligned
+    # lines only, the rest stored as before); NCX results, written to a
+    # workspace that is transposed right after, are not streamed.
+    isa = "avx512_amx"
+    P.require_isa(isa)
+    S, s, p, dt = 2, 2, 1, torch.bfloat16
+    x = _ints((N, IC, 32, 32), dt, 41)
+    w = _ints((IC, OC, 4, 4), dt, 42)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 43)
+    b = _ints((OC,), dt, 44)
+    want = _oracle(op, x, w, S, s, p, 1, dy, b=b if op == "fwd" else None).to(dt)
+    nxc = layout == "nxc"
+    streamed = nxc and want.numel() * 2 >= 4 << 20
+    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
+    a = dict(_attrs(S, s, p), groups=1, data_format=layout.upper(), weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                to(dy), w, src_shape=list(to(x).shape), **a)
+    assert KEY[isa] in lines[0] and "out16=1" in lines[0], lines[0][:400]
+    assert f"stream={int(streamed)} " in lines[0].split(KEY[isa])[1], lines[0][:600]
+    assert torch.equal(_ncx(got, S) if nxc else got, want)
+
+
 @pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("wf", P.WEIGHTS_FORMATS)
 @pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])

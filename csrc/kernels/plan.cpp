@@ -524,7 +524,8 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         q.N = c.images;
         os << " out16=" << c.pairs_out16 << " ncx=" << c.pairs_ncx << " " << pairs_key(plan.spec)
            << "={" << x86::describe_conv_bf16_pairs(plan.spec.bf16, plan.spec.pass, q,
-                                                   plan.spec.nthreads)
+                                                   plan.spec.nthreads,
+                                                   c.pairs_out16 && !c.pairs_ncx)
            << "}";
         return;
       }
@@ -851,6 +852,16 @@ static bool plan_pairs16(const CallSpec& spec, CallPlan* plan, const ConvProblem
   c.pairs = true;
   c.pairs_out16 = info.out16;
   c.pairs_ncx = pairs_ncx;
+  // Channels-last with a 16-bit result copies nothing: the whole batch in one
+  // call (batch chunks sized for copies would only add parallel regions, and
+  // split 8 images 7 + 1).
+  if (pairs_nxc && info.out16 && chunk.N < p.N) {
+    const x86::PairsConvInfo whole = x86::conv_bf16_pairs_info(spec.bf16, spec.pass, p, spec.nthreads);
+    if (whole.applies && whole.out16) {
+      c.images = p.N;
+      c.chunks = 1;
+    }
+  }
   // Copying whole images (dense NCX, or a chunked reduction's f32 result) of
   // one image beyond the copies' budget: slabs, on the pair tiles where they
   // take every slab alike, else through the f32 copies' slabs.

@@ -311,12 +311,14 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
   }
   // The tiles' result: bf16 straight into b (channels-last, pairs_out16), else
   // into bbuf (f32, or NCX's channels-last bf16).
-  void* const y = cv.pairs_out16 && !cv.pairs_ncx ? static_cast<void*>(b) : static_cast<void*>(bbuf);
+  const bool to_b = cv.pairs_out16 && !cv.pairs_ncx;
+  void* const y = to_b ? static_cast<void*>(b) : static_cast<void*>(bbuf);
   const bool ok =
       c.forward()
           ? x86::forward_bf16_pairs(s.bf16, q, a, c.args.w, static_cast<const float*>(in.bias), y,
-                                    cv.pairs_out16, s.nthreads)
-          : x86::backward_data_bf16_pairs(s.bf16, q, a, c.args.w, y, cv.pairs_out16, s.nthreads);
+                                    cv.pairs_out16, s.nthreads, to_b)
+          : x86::backward_data_bf16_pairs(s.bf16, q, a, c.args.w, y, cv.pairs_out16, s.nthreads,
+                                          to_b);
   if (!ok) throw std::logic_error("convert16: the pairs plan declined a problem it applied to");
   const int64_t nb = n * sd.b_image();
   if (!cv.pairs_ncx) {

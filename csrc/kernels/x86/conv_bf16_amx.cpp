@@ -12,7 +12,8 @@
 //   bf16 pair (W[2i][j], W[2i+1][j]) in one 32-bit slot (0 for 2i + 1 =
 //   cred); the rows after them are not read;
 // - MR = 32 rows, NR = 16 * NT columns; init (bias or the current outputs)
-//   is added after the reduction; stream and prefetch are ignored; with
+//   is added after the reduction; prefetch is ignored, stream applies to
+//   the 32x32 tile's bf16 rows (out16) that are whole aligned lines; with
 //   out16 the rows are bf16 and each result is rounded once (vcvtneps2bf16).
 // Accumulation is in f32 (the tile's dot products of pairs: inputs and
 // outputs denormals flushed to zero, as oneDNN's AMX kernels do).
@@ -128,7 +129,11 @@ inline void zero_accumulators() {
 }
 
 // The accumulators plus init (bias, or the outputs when accumulating) into
-// the rows' columns [col_off, col_off + ncols), f32 or rounded to bf16.
+// the rows' columns [col_off, col_off + ncols), f32 or rounded to bf16. A
+// bf16 row of 32 columns is one 64-byte store (one cache line when the row
+// is aligned): two 32-byte stores per row, written a column block apart,
+// left the bf16 forward waiting on its stores (SPR: the U-Net 2D k2 s2
+// forward spent a fifth of its time in them).
 template <int NT>
 void store_outputs(const ConvTileArgs* args, const float* bias, int64_t col_off, int64_t ncols) {
   constexpr int NR = 16 * NT;
@@ -139,23 +144,36 @@ void store_outputs(const ConvTileArgs* args, const float* bias, int64_t col_off,
     _tile_stored(1, cbuf + 16, NR * 4);
     _tile_stored(3, cbuf + 16 * NR + 16, NR * 4);
   }
+  __m512 b[NT];
+  __mmask16 k[NT];
   for (int j = 0; j < NT; ++j) {
     const int64_t n = ncols - 16 * j;
-    if (n <= 0) break;
-    const __mmask16 k = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
-    const __m512 b = args->accumulate ? _mm512_setzero_ps() : _mm512_loadu_ps(bias + 16 * j);
-    if (args->out16) {
-      for (int m = 0; m < kRows; ++m) {
-        uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off + 16 * j;
-        const __m512 v = _mm512_add_ps(b, _mm512_load_ps(cbuf + m * NR + 16 * j));
-        _mm256_mask_storeu_epi16(o, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-      }
-      continue;
-    }
+    k[j] = n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
+    b[j] = args->accumulate || n <= 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k[j], bias + 16 * j);
+  }
+  if (args->out16) {
+    const __mmask32 k32 = lanes32(ncols);
     for (int m = 0; m < kRows; ++m) {
-      float* o = args->out[m] + col_off + 16 * j;
-      const __m512 init = args->accumulate ? _mm512_maskz_loadu_ps(k, o) : b;
-      _mm512_mask_storeu_ps(o, k, _mm512_add_ps(init, _mm512_load_ps(cbuf + m * NR + 16 * j)));
+      uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off;
+      const __m512 v0 = _mm512_add_ps(b[0], _mm512_load_ps(cbuf + m * NR));
+      if (NT == 2) {
+        const __m512 v1 = _mm512_add_ps(b[NT - 1], _mm512_load_ps(cbuf + m * NR + 16));
+        const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0));
+        if (ncols < 32) _mm512_mask_storeu_epi16(o, k32, v);
+        else if (args->stream && (reinterpret_cast<uintptr_t>(o) & 63) == 0)
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(o), v);  // (fenced by the driver)
+        else _mm512_storeu_si512(o, v);
+      } else {
+        _mm256_mask_storeu_epi16(o, k[0], reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v0)));
+      }
+    }
+    return;
+  }
+  for (int m = 0; m < kRows; ++m) {
+    float* o = args->out[m] + col_off;
+    for (int j = 0; j < NT; ++j) {
+      const __m512 init = args->accumulate ? _mm512_maskz_loadu_ps(k[j], o + 16 * j) : b[j];
+      _mm512_mask_storeu_ps(o + 16 * j, k[j], _mm512_add_ps(init, _mm512_load_ps(cbuf + m * NR + 16 * j)));
     }
   }
 }
@@ -304,6 +322,22 @@ const ConvTable* conv_bf16_table_amx() {
       tiles_begin_amx,
       tiles_end_amx,
       true,
+      {nullptr, nullptr, nullptr},
+      {},
+      // Streaming from 4 MiB of bf16 results (heuristics A17; SPR VM, 2
+      // threads, forward: ResNet's 1x1 s2 (12 MiB) 1.2x; 4 MiB outputs 1.3x
+      // called back to back, within noise interleaved with torch; 2 MiB ones
+      // no faster, the U-Net 2D backward-data 10-20 % slower). The tiles do a
+      // fraction of the f32 tiles' work per output line, so the read for
+      // ownership of each line, which the f32 tiles hide below 16 MiB, shows.
+      4.0 * (1 << 20),
+      // Regrouped rows are not evenly spaced, so every tap of a tile is
+      // gathered instead of loaded in place: only where regrouping saves a
+      // fifth of the products (SPR VM, bf16 channels-last, 26 regrouped
+      // layer-passes: 1.03x geomean against 0.97; GoogLeNet's k7 s2 d2
+      // forward, 0.97 of the products, 5.2 -> 4.3 ms; DCGAN 256 -> 128
+      // backward-data 1.2x; DCGAN's z layer, 0.06 of them, keeps it).
+      0.8,
   };
   return &table;
 }

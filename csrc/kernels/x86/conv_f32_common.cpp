@@ -841,7 +841,7 @@ void plan_phases(ConvPlan& c, const ConvTable& tab) {
       }
   if (fwd && !c.whole_pixel)
     for (Phase& ph : c.phases)
-      group_rows_by_taps(ph, c.MR, !c.dot ? 0.97 : tab.regroup_dot_share);
+      group_rows_by_taps(ph, c.MR, !c.dot ? tab.regroup_gemm_share : tab.regroup_dot_share);
   // Backward-data likewise (its one phase: src pixels whose taps read padding),
   // unless taps may be fused (build_rows fuses in the natural row order).
   // Zen 5, rotated A/B against none, AVX-512 and AVX2 alike: GoogLeNet 4d's
@@ -849,7 +849,7 @@ void plan_phases(ConvPlan& c, const ConvTable& tab) {
   // AlexNet's 1D k3 p1 and DCGAN 256 -> 128 1.03-1.04x, the rest even
   // (0.9 of the natural estimate gained nothing).
   if (!fwd && !c.whole_pixel && !backward_data_fuses_taps(p))
-    for (Phase& ph : c.phases) group_rows_by_taps(ph, c.MR, 0.97);
+    for (Phase& ph : c.phases) group_rows_by_taps(ph, c.MR, tab.regroup_gemm_share);
   // Row mode for the GEMM and depthwise tiles (natural row order): tap
   // offsets of the interior rows, summed over the axes in the indirection's
   // tap order.
@@ -2705,10 +2705,19 @@ const ConvTable* bf16_table_for(Isa isa) {
   return nullptr;
 }
 
+// to_dst: the result goes to the caller's tensor (not a workspace read right
+// after), where the table's streaming stores may write it.
 ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
-                         int nthreads) {
-  ConvPlan c = plan_conv(bf16_table_for(isa), isa, pass, p, wv, nthreads);
-  if (c.route == Route::Gemm && c.nchunks == 1) c.out_bytes = 2, c.out16 = 1;
+                         int nthreads, bool to_dst = false) {
+  const ConvTable* tab = bf16_table_for(isa);
+  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
+  c.stream = false;
+  if (c.route == Route::Gemm && c.nchunks == 1) {
+    c.out_bytes = 2, c.out16 = 1;
+    const double out_bytes = 2.0 * static_cast<double>(c.N) * c.out_pix * c.out_c;
+    c.stream = to_dst && tab->stream16_bytes > 0 && c.NR == 32 && c.ncol >= 32 && !c.whole_pixel &&
+               out_bytes >= tab->stream16_bytes;
+  }
   return c;
 }
 
@@ -2805,21 +2814,23 @@ PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int
 }
 
 bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, WeightsView w,
-                        const float* bias, void* dst, bool out16, int nthreads) {
-  const ConvPlan plan = plan_bf16_pairs(isa, Pass::Forward, p, w, nthreads);
+                        const float* bias, void* dst, bool out16, int nthreads, bool to_dst) {
+  const ConvPlan plan = plan_bf16_pairs(isa, Pass::Forward, p, w, nthreads, to_dst);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, src, w.data, bias, dst);
 }
 
 bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
-                              WeightsView w, void* diff_src, bool out16, int nthreads) {
-  const ConvPlan plan = plan_bf16_pairs(isa, Pass::BackwardData, p, w, nthreads);
+                              WeightsView w, void* diff_src, bool out16, int nthreads,
+                              bool to_dst) {
+  const ConvPlan plan = plan_bf16_pairs(isa, Pass::BackwardData, p, w, nthreads, to_dst);
   if (plan.route != Route::Gemm || out16 != (plan.out_bytes == 2)) return false;
   return run_conv(plan, diff_dst, w.data, nullptr, diff_src);
 }
 
-std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
-  return describe(plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads));
+std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                     bool to_dst) {
+  return describe(plan_bf16_pairs(isa, pass, p, dense_iox_strides(p), nthreads, to_dst));
 }
 
 bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,

@@ -197,6 +197,13 @@ struct ConvTable {
   ConvTileFn dw16[3] = {nullptr, nullptr, nullptr};
   // The dot tiles over 16-bit inputs, [1] bf16 / [2] f16, [ncols]: as dw16.
   ConvTileFn dot16[3][kMaxDotColumns + 1] = {};
+  // VNNI tiles: 16-bit results of at least this many bytes, written to the
+  // caller's tensor, go out with streaming stores (whole rows of NR = 32
+  // columns, one 64-byte line each); 0: never.
+  double stream16_bytes = 0;
+  // GEMM tiles regroup a phase's rows by valid taps when that leaves less
+  // than this share of the natural multiply-adds (group_rows_by_taps).
+  double regroup_gemm_share = 0.97;
 };
 
 const ConvTable* conv_f32_table_avx512();

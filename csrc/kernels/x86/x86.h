@@ -27,15 +27,21 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
 // info.out16 (a reduction in one chunk), else f32 (the caller rounds it
 // once); out16 must be info.out16. False where the tiles do not take the
 // problem (info.applies: not depthwise, small groups or few output columns).
+// to_dst: dst / diff_src is the caller's tensor rather than a workspace read
+// right after, so that large 16-bit results may be written with streaming
+// stores (ConvTable::stream16_bytes).
 struct PairsConvInfo {
   bool applies = false, out16 = false;
 };
 PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
 bool forward_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src, WeightsView w,
-                        const float* bias, void* dst, bool out16, int nthreads);
+                        const float* bias, void* dst, bool out16, int nthreads,
+                        bool to_dst = false);
 bool backward_data_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* diff_dst,
-                              WeightsView w, void* diff_src, bool out16, int nthreads);
-std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+                              WeightsView w, void* diff_src, bool out16, int nthreads,
+                              bool to_dst = false);
+std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
+                                     bool to_dst = false);
 // The f32 forward / backward-data kernels writing a 16-bit result (route
 // convert16, direct): in f32 dense channels-last, w f32, out dense
 // channels-last bf16 (out16 = 1) or f16 (2), each element the f32 sum
