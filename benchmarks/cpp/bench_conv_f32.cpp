@@ -1,8 +1,10 @@
 // f32 forward / backward-data kernels: in-cache micro-kernel GFLOP/s and
 // layer GFLOP/s, per ISA, against the FMA peak measured in the same run.
-// Usage: bench_conv_f32 [nthreads] [layer-name-substring] [avx512|avx2|avx512_bf16]
+// Usage: bench_conv_f32 [nthreads] [layer-name-substring] [avx512|avx2|avx512_bf16|avx512_amx]
 // (micro-kernels run only without a layer filter; avx512_bf16: the bf16
-// VDPBF16PS tiles in cache, against the f32 FMA peak, no layers)
+// VDPBF16PS tiles in cache, against the f32 FMA peak, no layers; avx512_amx:
+// the AMX tiles, against 16x that peak (TDPBF16PS's rate on two FMA units),
+// no layers)
 #include <immintrin.h>
 #include <omp.h>
 
@@ -107,6 +109,8 @@ struct Tile {
   Isa isa;
   x86::ConvTileFn fn;
   int mr, nr;
+  void (*begin)() = nullptr;  // per-thread set-up (AMX: the tile configuration)
+  void (*end)() = nullptr;
 };
 
 // One tile over cred input channels x ntaps. `sets` distinct groups of input
@@ -121,10 +125,16 @@ void bench_micro(const Tile& k, double peak1, int64_t cred, int64_t ntaps, int s
   std::vector<const float*> a(static_cast<size_t>(k.mr * ntaps * sets));
   std::vector<float*> outp(static_cast<size_t>(k.mr * sets));
   std::vector<x86::ConvTileArgs> args(sets);
+  // (16-bit tiles: rows of cred bf16 elements, dense as in a channels-last tensor)
+  const bool amx = k.isa == Isa::Avx512Amx;
+  const auto* rows16 = reinterpret_cast<const uint16_t*>(rows.data());
   for (int s = 0; s < sets; ++s) {
     for (int t = 0; t < ntaps; ++t)
-      for (int m = 0; m < k.mr; ++m)
-        a[(s * ntaps + t) * k.mr + m] = rows.data() + s * per_set + (t * k.mr + m) * cred;
+      for (int m = 0; m < k.mr; ++m) {
+        const int64_t off = s * per_set + (t * k.mr + m) * cred;
+        a[(s * ntaps + t) * k.mr + m] =
+            amx ? reinterpret_cast<const float*>(rows16 + off) : rows.data() + off;
+      }
     for (int m = 0; m < k.mr; ++m) outp[s * k.mr + m] = out.data() + (s * k.mr + m) * k.nr;
     x86::ConvTileArgs& g = args[s];
     g.a = a.data() + s * ntaps * k.mr;
@@ -140,15 +150,20 @@ void bench_micro(const Tile& k, double peak1, int64_t cred, int64_t ntaps, int s
     g.accumulate = 0;
   }
   const int calls = std::max(sets, static_cast<int>(2000 * 256 / (cred * ntaps)));
+  if (k.begin) k.begin();
   const double t = best_time(
       [&] {
         for (int i = 0; i < calls; ++i) k.fn(&args[i % sets]);
       },
       0.3);
+  if (k.end) k.end();
   const double gf = 2.0 * k.mr * k.nr * cred * ntaps * calls / t * 1e-9;
-  std::printf("  micro %-13s cred=%3lld taps=%lld %-6s %7.1f GFLOP/s  %5.1f%% of 1-thread peak\n",
+  // (The bf16 tiles read the same bytes as 16-bit rows and pairs: twice the
+  // products per byte, so in L1 / L2 alike they see half an f32 tile's data.)
+  std::printf("  micro %-13s cred=%3lld taps=%lld %-6s %7.1f GFLOP/s  %5.1f%% of 1-thread peak%s\n",
               k.name, static_cast<long long>(cred), static_cast<long long>(ntaps),
-              sets == 1 ? "L1" : "L2", gf, 100 * gf / peak1);
+              sets == 1 ? "L1" : "L2", gf, 100 * gf / peak1,
+              k.isa == Isa::Avx512Amx ? " (AMX: 16x the f32 FMA peak, TDPBF16PS at 1/16 cycles)" : "");
   std::free(w);
 }
 
@@ -245,8 +260,13 @@ int main(int argc, char** argv) {
       {"bf16 8x48", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_8x48, 8, 48},
       {"bf16 12x32", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_12x32, 12, 32},
       {"bf16 12x16", Isa::Avx512Bf16, x86::conv_bf16_avx512bf16_12x16, 12, 16},
+      // AMX (rows read in place: evenly spaced; TDPBF16PS: 1024 flops a cycle)
+      {"amx 32x32", Isa::Avx512Amx, x86::conv_bf16_amx_32x32, 32, 32, x86::tiles_begin_amx,
+       x86::tiles_end_amx},
+      {"amx 32x16", Isa::Avx512Amx, x86::conv_bf16_amx_32x16, 32, 16, x86::tiles_begin_amx,
+       x86::tiles_end_amx},
   };
-  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Avx512Bf16}) {
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Avx512Bf16, Isa::Avx512Amx}) {
     if (!only_isa.empty() && only_isa != isa_name(isa)) continue;
     if (!isa_supported(isa)) {
       std::printf("%s: not supported by this CPU\n", isa_name(isa));
@@ -254,19 +274,20 @@ int main(int argc, char** argv) {
     }
     // Percentages use this file's own 1-thread loop (x nthreads for layers);
     // the shared peak routine is printed alongside.
-    const double peak1 = own_peak(isa);
+    const double peak1 = own_peak(isa) * (isa == Isa::Avx512Amx ? 16 : 1);
     const double peak = peak1 * nthreads;
     std::printf("%s: FMA peak %.1f GFLOP/s per thread (x%d = %.1f); shared peak routine: %.1f (1 thread), %.1f (%d threads)\n",
-                isa_name(isa), peak1, nthreads, peak, x86::fma_peak_gflops(isa, 1, 0.2),
-                x86::fma_peak_gflops(isa, nthreads, 0.2), nthreads);
+                isa_name(isa), peak1, nthreads, peak, x86::fma_peak_gflops(vector_isa(isa), 1, 0.2),
+                x86::fma_peak_gflops(vector_isa(isa), nthreads, 0.2), nthreads);
     for (const Tile& t : tiles)
       if (t.isa == isa && filter.empty()) {
         bench_micro(t, peak1, 128, 2, 1);
         bench_micro(t, peak1, 64, 4, 1);
         bench_micro(t, peak1, 64, 4, 64);
         bench_micro(t, peak1, 256, 9, 8);  // weights in L2 (about 600 KB at NR=64)
+        if (isa == Isa::Avx512Amx) bench_micro(t, peak1, 256, 4, 8);  // a DCGAN k4 s2 phase
       }
-    if (isa == Isa::Avx512Bf16) continue;  // (the layers: bench.py --dtype bf16)
+    if (isa == Isa::Avx512Bf16 || isa == Isa::Avx512Amx) continue;  // (layers: bench.py --dtype bf16)
     for (const Layer& L : layers)
       if (filter.empty() || std::strstr(L.name, filter.c_str())) bench_layer(L, isa, nthreads, peak);
   }
