@@ -841,6 +841,47 @@ def test_direct16_weights_widened_by_packing(op, wf, dtype, isa):
     _assert_equal_nonfinite(_ncx(got, S), want)
 
 
+GEMM16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, d, reads16)
+    ("bwd_d", 2, 3, 13, 20, (9, 11), 1, 2, 0, 1, True),  # 1x1 s2: 1/4 of diff_dst read
+    ("bwd_d", 3, 2, 19, 17, (3, 4, 5), 1, 2, 0, 1, True),  # 3D: 1/8; column tails
+    ("fwd", 1, 5, 8, 9, (7,), 3, 2, 1, 2, True),  # tiny (dilated, 1D)
+    ("bwd_d", 1, 4, 8, 9, (7,), 3, 2, 1, 2, True),
+    ("fwd", 2, 2, 48, 40, (8, 8), 3, 1, 1, 1, False),  # every element read 9x 3 blocks: widened
+]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", GEMM16_CASES, ids=lambda c: f"{c[0]}_{c[1]}d_{c[3]}to{c[4]}")
+def test_gemm16_reads_16bit_inputs(case, dtype, isa):
+    # The GEMM tiles read the 16-bit inputs themselves (tile ..._f16in / _bf16in,
+    # heuristics A19) where they broadcast few of them: no f32 copy; exact on
+    # integer data with tails, NaN in the inputs propagated; layers that read
+    # each element many times keep the widened copy.
+    op, S, N, IC, OC, sp, K, s, p, d, reads16 = case
+    x = _ints((N, IC) + sp, dtype, 81)
+    w = _ints((IC, OC) + (K,) * S, dtype, 82)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, d=d).shape, dtype, 83)
+    if op == "fwd":
+        x.view(-1)[5] = float("nan")
+    else:
+        dy.view(-1)[0] = float("nan")  # (read: position 0 of every stride phase)
+    b = _ints((OC,), dtype, 84)
+    want = _oracle(op, x, w, S, s, p, 1, dy, d=d, b=b if op == "fwd" else None).to(dtype)
+    a = dict(_attrs(S, s, p, d), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    ln = lines[0]
+    tag = "_bf16in" if dtype == torch.bfloat16 else "_f16in"
+    assert "direct16={" in ln and "route=gemm" in ln, ln[:400]
+    assert (tag + " " in ln) == reads16, ln[:500]
+    _assert_equal_nonfinite(_ncx(got, S), want)
+
+
 # --- channels-last backward-weights on the f32 GEMM tiles reading the 16-bit
 # src and diff_dst themselves (route convert16 with bww16={...}: the driver's
 # packing widens the rows; one f32 gradient rounded once; no f32 copies).

@@ -78,6 +78,12 @@ const ConvTable* avx2_table(bool zen3) {
     };
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
+    fill_gemm16<V, 6, 2, 1>(t.gemm16[1][0]);
+    fill_gemm16<V, 6, 2, 2>(t.gemm16[2][0]);
+    fill_gemm16<V, 4, 3, 1>(t.gemm16[1][1]);
+    fill_gemm16<V, 4, 3, 2>(t.gemm16[2][1]);
+    fill_gemm16<V, 12, 1, 1>(t.gemm16[1][2]);
+    fill_gemm16<V, 12, 1, 2>(t.gemm16[2][2]);
     fill_dot16<V, kDotRowsAvx2, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
     fill_dot16<V, kDotRowsAvx2, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
     return t;

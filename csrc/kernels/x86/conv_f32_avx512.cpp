@@ -131,6 +131,15 @@ const ConvTable* avx512_table(bool intel) {
     t.dw16[2] = conv_f32_avx512_dw_f16;
     fill_dot16<V, kDotRows, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
     fill_dot16<V, kDotRows, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
+    fill_gemm16<V, 6, 4, 1>(t.gemm16[1][0]);
+    fill_gemm16<V, 6, 4, 2>(t.gemm16[2][0]);
+    fill_gemm16<V, 8, 3, 1>(t.gemm16[1][1]);
+    fill_gemm16<V, 8, 3, 2>(t.gemm16[2][1]);
+    fill_gemm16<V, 12, 2, 1>(t.gemm16[1][2]);
+    fill_gemm16<V, 12, 2, 2>(t.gemm16[2][2]);
+    // (16-bit inputs take no permute rows: the one-vector forms are alike.)
+    fill_gemm16<VecAvx512Loads, 12, 1, 1>(t.gemm16[1][3]);
+    fill_gemm16<VecAvx512Loads, 12, 1, 2>(t.gemm16[2][3]);
     return t;
   };
   static const ConvTable table =

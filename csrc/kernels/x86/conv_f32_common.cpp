@@ -2723,6 +2723,23 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 
 // --- f32 kernels writing a 16-bit result (route convert16, direct) ---
 
+// Whether the GEMM tiles should read the 16-bit inputs themselves (each
+// broadcast widened as loaded, heuristics A19) rather than an f32 copy made
+// first: where the tiles broadcast at most half as many elements as the copy
+// would widen, plus about 32K elements, the copy's fixed cost (its own pass
+// and parallel region). That is where they read a fraction of the input (1x1
+// stride-2 backward-data reads 1/8 of diff_dst) or the input is tiny. A
+// broadcast costs one or two more instructions per multiply-add row, so the
+// layers that broadcast each element many times (every column block, tap and
+// phase) keep the copy: there the tiles ran 0.65-0.9x (SPR VM, f16).
+bool gemm16_pays(const ConvPlan& c) {
+  double bcasts = 0;
+  for (const Phase& ph : c.phases) bcasts += static_cast<double>(ph.rows) * ph.taps;
+  bcasts *= static_cast<double>(c.NI) * c.cred * c.NB * c.G;
+  const double in = static_cast<double>(c.N) * c.in_pix * c.in_c;
+  return bcasts <= in / 2 + 32768;
+}
+
 // The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM,
 // depthwise or dot tiles round it themselves: one reduction chunk, any
 // schedule, no streaming stores; else out_bytes stays 4. With in16 (the same
@@ -2742,13 +2759,22 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
     c.out_bytes = 2;
     c.out16 = out16;
     c.stream = false;
-    const ConvTileFn reads16 = !in16                          ? nullptr
-                               : c.route == Route::Depthwise ? tab->dw16[out16]
-                               : c.route == Route::Dot       ? tab->dot16[out16][c.NR]
-                                                             : nullptr;
+    ConvTileFn reads16 = !in16                          ? nullptr
+                         : c.route == Route::Depthwise ? tab->dw16[out16]
+                         : c.route == Route::Dot       ? tab->dot16[out16][c.NR]
+                                                       : nullptr;
+    const ConvTileFn* partial16 = nullptr;
+    if (in16 && c.route == Route::Gemm && gemm16_pays(c)) {
+      for (int i = 0; i < tab->ngemm; ++i)
+        if (tab->gemm[i].fn == c.fn && tab->gemm16[out16][i][0]) {
+          reads16 = tab->gemm16[out16][i][0];
+          partial16 = tab->gemm16[out16][i];
+        }
+    }
     if (reads16) {
       c.in_bytes = 2;
       c.fn = reads16;
+      if (partial16) c.partial = partial16;
       c.tile += out16 == 2 ? "_f16in" : "_bf16in";
     }
     // 16-bit weights packed as read: the Channels order (a thread packs a

@@ -153,6 +153,7 @@ struct ConvGemmTile {
 };
 
 constexpr int kMaxConvGemmTiles = 4;
+constexpr int kMaxGemmRows = 12;  // the f32 GEMM tiles' largest MR
 constexpr int kMaxDotColumns = 4;
 
 // The forward / backward-data micro-kernels of one (ISA, dtype) and the
@@ -204,6 +205,11 @@ struct ConvTable {
   // GEMM tiles regroup a phase's rows by valid taps when that leaves less
   // than this share of the natural multiply-adds (group_rows_by_taps).
   double regroup_gemm_share = 0.97;
+  // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
+  // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
+  // pointers point at 16-bit elements, each broadcast widened as loaded
+  // (f32 weights and bias; out16 as dw16). Null: the inputs are widened first.
+  ConvTileFn gemm16[3][kMaxConvGemmTiles][kMaxGemmRows] = {};
 };
 
 const ConvTable* conv_f32_table_avx512();

@@ -57,10 +57,14 @@ inline __attribute__((always_inline)) void store_tile_streaming(
   }
 }
 
-// MR x (W*NV) GEMM register tile computing its first M rows.
-template <class V, int MR, int NV, int M = MR>
+// MR x (W*NV) GEMM register tile computing its first M rows. IN: the
+// inputs' storage as in dw_tile (0 f32; 1 bf16, 2 f16: the a / rows pointers
+// point at 16-bit elements, each broadcast widened as loaded, no in-lane
+// permute rows).
+template <class V, int MR, int NV, int M = MR, int IN = 0>
 inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   using Reg = typename V::Reg;
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
   constexpr int W = V::W, NR = W * NV;
   Reg acc[M][NV];
   const int64_t col_off = args->col_off;
@@ -82,14 +86,14 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       for (int m = 0; m < M; ++m) acc[m][v] = b;
     }
   }
-  const float* const* a = args->a;
+  const T* const* a = reinterpret_cast<const T* const*>(args->a);
   const int64_t cred = args->cred, a_off = args->a_off;
   const int32_t* wtap = args->wtap;
-  const float* const* rows = args->rows;
+  const T* const* rows = reinterpret_cast<const T* const*>(args->rows);
   const int64_t* tapoff = args->tapoff;
   for (int64_t t = 0; t < args->ntaps; ++t, a += MR) {
     const float* w = args->w + (wtap ? wtap[t] : t) * cred * NR;
-    const float* p[M];
+    const T* p[M];
     if (rows) {
       const int64_t o = tapoff[t] + a_off;
 #pragma GCC unroll 32
@@ -110,7 +114,7 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       w += NR;
 #pragma GCC unroll 32
       for (int m = 0; m < M; ++m) {
-        const Reg x = V::bcast(p[m] + c);
+        const Reg x = bcast_in<V, IN>(p[m] + c);
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[m][v] = V::fmadd(x, wv[v], acc[m][v]);
       }
@@ -124,17 +128,18 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       // the peak in cache; 12 rows this way 86-89 % with AVX-512, 85-87 %
       // with AVX2 where 8 rows gave 81-84 %). The first S rows take their
       // inputs 4 at a time, broadcast by in-lane permutes (V::permute_rows).
-      constexpr int S = V::kPermuteBcast ? V::permute_rows(M) : 0;
+      constexpr int S = V::kPermuteBcast && IN == 0 ? V::permute_rows(M) : 0;
       auto step4 = [&](int64_t c) __attribute__((always_inline)) {
         Reg q[S > 0 ? S : 1];
 #pragma GCC unroll 32
-        for (int m = 0; m < S; ++m) q[m] = V::bcast4(p[m] + c);
+        for (int m = 0; m < S; ++m) q[m] = V::bcast4(reinterpret_cast<const float*>(p[m] + c));
         auto fma_k = [&](auto kc) __attribute__((always_inline)) {
           constexpr int kk = decltype(kc)::value;
           const Reg wv = V::load(w + W * kk);
 #pragma GCC unroll 32
           for (int m = 0; m < M; ++m) {
-            const Reg x = m < S ? V::template lane<kk>(q[m < S ? m : 0]) : V::bcast(p[m] + c + kk);
+            const Reg x = m < S ? V::template lane<kk>(q[m < S ? m : 0])
+                                : bcast_in<V, IN>(p[m] + c + kk);
             acc[m][0] = V::fmadd(x, wv, acc[m][0]);
           }
         };
@@ -348,18 +353,26 @@ void dw_tile(const ConvTileArgs* args) {
 }
 
 // The first M rows of an MR-row GEMM tile (row pointers still MR apart per tap).
-template <class V, int MR, int NV, int M>
+template <class V, int MR, int NV, int M, int IN = 0>
 void partial_tile(const ConvTileArgs* args) {
-  gemm_tile<V, MR, NV, M>(args);
+  gemm_tile<V, MR, NV, M, IN>(args);
 }
 
 // t[m] = the tile computing the first m rows, for 1 <= m < MR.
-template <class V, int MR, int NV, int M = 1>
+template <class V, int MR, int NV, int M = 1, int IN = 0>
 void fill_partial(ConvTileFn* t) {
   if constexpr (M < MR) {
-    t[M] = &partial_tile<V, MR, NV, M>;
-    fill_partial<V, MR, NV, M + 1>(t);
+    t[M] = &partial_tile<V, MR, NV, M, IN>;
+    fill_partial<V, MR, NV, M + 1, IN>(t);
   }
+}
+
+// The 16-bit input (IN 1 bf16, 2 f16) form of an MR x (W*NV) GEMM tile and
+// its partials: t[0] the whole tile, t[m] its first m rows.
+template <class V, int MR, int NV, int IN>
+void fill_gemm16(ConvTileFn* t) {
+  t[0] = &partial_tile<V, MR, NV, MR, IN>;
+  fill_partial<V, MR, NV, 1, IN>(t);
 }
 
 }  // namespace

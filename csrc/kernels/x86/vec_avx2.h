@@ -76,6 +76,12 @@ struct VecAvx2 {
   static inline Reg load16(const uint16_t* p) {
     return widen16<KIND>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  // The bf16 / f16 value at p as a float in every lane.
+  template <int KIND>
+  static inline Reg bcast16(const uint16_t* p) {
+    if constexpr (KIND == 2) return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(*p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi16(static_cast<short>(*p)), 16));
+  }
   template <int KIND>
   static inline Reg load16_part(Mask, const uint16_t* p, int64_t n) {
     alignas(16) uint16_t t[8] = {};

@@ -90,6 +90,13 @@ struct VecAvx512 {
   static inline Reg load16_part(Mask k, const uint16_t* p, int64_t) {
     return widen16<KIND>(_mm256_maskz_loadu_epi16(k, p));
   }
+  // The bf16 / f16 value at p as a float in every lane (a 16-bit broadcast
+  // load, then a shift or vcvtph2ps).
+  template <int KIND>
+  static inline Reg bcast16(const uint16_t* p) {
+    if constexpr (KIND == 2) return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16(static_cast<short>(*p)), 16));
+  }
   // The first min(n, 16) lanes of v rounded to bf16 (kind 1) or f16 (kind 2) at p.
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n <= 0) return;

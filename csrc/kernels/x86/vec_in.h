@@ -17,6 +17,13 @@ inline __attribute__((always_inline)) typename V::Reg load_in(const T* p) {
   else return V::template load16<IN>(p);
 }
 
+// The element at p as a float in every lane.
+template <class V, int IN, class T>
+inline __attribute__((always_inline)) typename V::Reg bcast_in(const T* p) {
+  if constexpr (IN == 0) return V::bcast(p);
+  else return V::template bcast16<IN>(p);
+}
+
 // The first n elements at p (1 <= n <= V::W, k = V::first(n)), reading no further.
 template <class V, int IN, class T>
 inline __attribute__((always_inline)) typename V::Reg load_in_part(typename V::Mask k, const T* p,

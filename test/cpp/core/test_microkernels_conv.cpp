@@ -570,6 +570,95 @@ TEST_P(ConvMicrokernels, Dot16TilesMatchScalar) {
   EXPECT_GT(checked, 0);
 }
 
+// The GEMM tiles over 16-bit inputs (ConvTable::gemm16: bf16 and f16, each
+// tile whole and partial): integer data, exact against the scalar sum; the
+// inputs past the reduction are NaN (a tile reading one element too far
+// fails), as are the columns past ncols in the weights and bias; f32 and
+// 16-bit results; the a-pointer and row (rows + tapoff) forms; wtap.
+TEST_P(ConvMicrokernels, Gemm16TilesMatchScalar) {
+  Rng rng(23);
+  int checked = 0;
+  for (int i = 0; i < tab->ngemm; ++i) {
+    const x86::ConvGemmTile& g = tab->gemm[i];
+    for (int kind : {1, 2}) {
+      const uint16_t poison = kind == 1 ? 0x7FC1 : 0x7E01;
+      for (int M = 1; M <= g.mr; ++M) {
+        const ConvTileFn fn = tab->gemm16[kind][i][M == g.mr ? 0 : M];
+        ASSERT_NE(fn, nullptr) << g.name << " kind " << kind << " M " << M;
+        for (int f = 0; f < 8; ++f) {
+          const bool out16 = f & 1, row_mode = f & 2, use_wtap = f & 4;
+          const int64_t T = rng.uni(1, 3), cred = rng.pick(std::vector<int64_t>{1, 3, 4, 5, 9, 17}),
+                        a_off = rng.uni(0, 5), col_off = rng.uni(0, 6);
+          const int64_t ncols = rng.pick(std::vector<int64_t>{g.nr, 1, g.nr - 1, rng.uni(1, g.nr)});
+          const int64_t nw = use_wtap ? T + 1 : T;
+          std::vector<int32_t> wtap(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) wtap[t] = static_cast<int32_t>(use_wtap ? nw - 1 - t : t);
+          Buf w = Buf::input(nw * cred * g.nr);
+          for (int64_t e = 0; e < w.size(); ++e)
+            w[e] = e % g.nr < ncols ? static_cast<float>(rng.uni(-2, 2)) : std::nanf("");
+          Buf bias = Buf::input(g.nr);
+          for (int64_t j = 0; j < g.nr; ++j)
+            bias[j] = j < ncols ? static_cast<float>(rng.uni(-3, 3)) : std::nanf("");
+          // Row m, tap t: a_off values, then cred values, then poison.
+          const int64_t run = a_off + cred + 8;
+          std::vector<std::vector<uint16_t>> b16(static_cast<size_t>(g.mr),
+                                                 std::vector<uint16_t>(T * run, poison));
+          std::vector<float> val(static_cast<size_t>(g.mr * T * cred));
+          std::vector<const float*> a(static_cast<size_t>(T * g.mr)), rows(static_cast<size_t>(g.mr));
+          std::vector<int64_t> tapoff(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) tapoff[t] = t * run;
+          for (int m = 0; m < g.mr; ++m) {
+            rows[m] = reinterpret_cast<const float*>(b16[m].data());
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t c = 0; c < cred; ++c) {
+                // (|sum| <= 3 + 51 * 2: exact in bf16 and f16 too)
+                const float v = static_cast<float>(rng.uni(-1, 1));
+                val[(m * T + t) * cred + c] = v;
+                b16[m][t * run + a_off + c] = int_to16(v, kind);
+              }
+              a[t * g.mr + m] = reinterpret_cast<const float*>(b16[m].data() + t * run);
+            }
+          }
+          const int64_t OW = col_off + g.nr + 8;
+          const GuardedRows o(g.mr, OW, out16);
+          ConvTileArgs args;
+          args.a = row_mode ? nullptr : a.data();
+          args.rows = row_mode ? rows.data() : nullptr;
+          args.tapoff = row_mode ? tapoff.data() : nullptr;
+          args.w = w.data();
+          args.wtap = use_wtap ? wtap.data() : nullptr;
+          args.bias = bias.data();
+          args.out = o.ptrs();
+          args.ntaps = T;
+          args.cred = cred;
+          args.a_off = a_off;
+          args.col_off = col_off;
+          args.ncols = ncols;
+          args.out16 = out16 ? kind : 0;
+          fn(&args);
+          for (int m = 0; m < g.mr; ++m)
+            for (int64_t c = 0; c < OW; ++c) {
+              float want = o.guard(kind);
+              if (m < M && c >= col_off && c < col_off + ncols) {
+                const int64_t j = c - col_off;
+                want = bias[j];
+                for (int64_t t = 0; t < T; ++t)
+                  for (int64_t r = 0; r < cred; ++r)
+                    want += val[(m * T + t) * cred + r] * w[(wtap[t] * cred + r) * g.nr + j];
+              }
+              ASSERT_EQ(o.at(m, c, kind), want)
+                  << g.name << " kind " << kind << " M " << M << " cred " << cred << " ncols "
+                  << ncols << " out16 " << out16 << " row_mode " << row_mode << " wtap "
+                  << use_wtap << " m " << m << " c " << c;
+              ++checked;
+            }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // Small groups: per 16-channel block v, lane l's input for reduction index c
 // is channel base[v] + idx[(v*cred + c)*16 + l] (read below in_c only).
 TEST_P(ConvMicrokernels, GroupedTileMatchesScalar) {
