@@ -8,6 +8,8 @@ chunk, per piece) differs from it. test_random_oracle.py runs the random
 problems in bf16 / f16 on every ISA as well; here: the route is the one
 expected, chunked backward-weights sums, NaN / Inf, layouts and tails."""
 
+import re
+
 import problems as P
 import pytest
 import torch
@@ -880,6 +882,62 @@ def test_gemm16_reads_16bit_inputs(case, dtype, isa):
     assert "direct16={" in ln and "route=gemm" in ln, ln[:400]
     assert (tag + " " in ln) == reads16, ln[:500]
     _assert_equal_nonfinite(_ncx(got, S), want)
+
+
+PATCH16_CASES = [  # (S, N, IC, OC, spatial, K): forwards whose kernel tiles the output
+    (2, 2, 13, 4, (5, 7), 3),  # k3 s3, 4 channels: 36 columns
+    (1, 3, 9, 5, (11,), 4),  # 1D k4 s4
+    (2, 3, 10, 20, (1, 1), 4),  # a one-pixel src (generator's z): 320 columns
+    (2, 1, 2800, 3, (2, 2), 2),  # reduction in two chunks, summed before rounding
+]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", PATCH16_CASES, ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_k{c[5]}")
+def test_patch16_exact(case, dtype, isa):
+    # The patch route (stride = kernel, few output channels or a one-pixel
+    # src) with 16-bit inputs and result: each tile's input rows widened into
+    # a stage, each tile buffer rounded once as it is scattered (heuristics
+    # A20); no slabs, no f32 copies of the activations.
+    S, N, IC, OC, sp, K = case
+    x = _ints((N, IC) + sp, dtype, 91, -2, 3)
+    w = _ints((IC, OC) + (K,) * S, dtype, 92, -2, 3)
+    b = _ints((OC,), dtype, 93)
+    x.view(-1)[3] = float("nan")
+    want = _oracle("fwd", x, w, S, K, 0, b=b)
+    if IC > 2048:
+        assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    a = dict(_attrs(S, K, 0), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+    ln = lines[0]
+    tag = "_bf16in" if dtype == torch.bfloat16 else "_f16in"
+    assert "direct16={" in ln and "route=patch" in ln and tag + " " in ln, ln[:500]
+    assert " stream=0 " in ln  # (the streamed form: test_patch16_streamed)
+    _assert_equal_nonfinite(_ncx(got, S), want.to(dtype))
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_patch16_streamed(dtype, isa):
+    # 16-bit results of 8 MiB and more on the patch route: whole tiles of
+    # consecutive pixels written as 64-byte lines with streaming stores, the
+    # tiles at the image rows' ends and the partial last tile scattered.
+    S, N, IC, OC, sp, K = 2, 1, 5, 4, (342, 406), 3  # 5M outputs; 406 = 50 tiles of 8 + 6
+    x = _ints((N, IC) + sp, dtype, 95, -2, 3)
+    w = _ints((IC, OC) + (K,) * S, dtype, 96, -2, 3)
+    want = _oracle("fwd", x, w, S, K, 0).to(dtype)
+    a = dict(_attrs(S, K, 0), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose(_nxc(x, S), w, None, **a)
+    # (whole lines: a tile's run of MR * K * OC 16-bit results a multiple of 64
+    # bytes; AVX2's 12-row tiles make 288 bytes, so they scatter)
+    mr = int(re.search(r" mr=(\d+) ", lines[0]).group(1))
+    streamed = (mr * K * OC * 2) % 64 == 0
+    assert "route=patch" in lines[0] and f" stream={int(streamed)} " in lines[0], lines[0][:500]
+    assert streamed or isa == "avx2"
+    assert torch.equal(_ncx(got, S), want)
 
 
 # --- channels-last backward-weights on the f32 GEMM tiles reading the 16-bit

@@ -78,6 +78,10 @@ const ConvTable* avx2_table(bool zen3) {
     };
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
+    t.widen16[1] = bf16_to_f32_avx2;
+    t.widen16[2] = f16_to_f32_avx2;
+    t.narrow16[1] = f32_to_bf16_avx2;
+    t.narrow16[2] = f32_to_f16_avx2;
     fill_gemm16<V, 6, 2, 1>(t.gemm16[1][0]);
     fill_gemm16<V, 6, 2, 2>(t.gemm16[2][0]);
     fill_gemm16<V, 4, 3, 1>(t.gemm16[1][1]);

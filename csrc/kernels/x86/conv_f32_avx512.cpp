@@ -131,6 +131,10 @@ const ConvTable* avx512_table(bool intel) {
     t.dw16[2] = conv_f32_avx512_dw_f16;
     fill_dot16<V, kDotRows, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
     fill_dot16<V, kDotRows, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
+    t.widen16[1] = bf16_to_f32_avx512;
+    t.widen16[2] = f16_to_f32_avx512;
+    t.narrow16[1] = f32_to_bf16_avx512;
+    t.narrow16[2] = f32_to_f16_avx512;
     fill_gemm16<V, 6, 4, 1>(t.gemm16[1][0]);
     fill_gemm16<V, 6, 4, 2>(t.gemm16[2][0]);
     fill_gemm16<V, 8, 3, 1>(t.gemm16[1][1]);

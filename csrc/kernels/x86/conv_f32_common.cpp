@@ -55,11 +55,13 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "buffers.h"
@@ -617,6 +619,10 @@ struct ConvPlan {
   // Channels order a channel's run per column (its taps), the Columns order
   // a column's every channel and tap.
   Widen16Fn w16 = nullptr;
+  // Route Patch with a 16-bit input / result: a tile's input rows widened
+  // into a stage, its buffer rounded.
+  Widen16Fn widen16 = nullptr;
+  Narrow16Fn narrow16 = nullptr;
   int64_t w16_span = 0;
   int64_t w_si = 0, group_stride = 0, col_stride = 0, red_stride = 0;
   int64_t block_floats = 0;  // packed floats of one (group, column block)
@@ -1810,6 +1816,9 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
   }
 }
 
+// The longest run (K2 * OCg) of a 16-bit patch row that is streamed.
+constexpr int64_t kMaxPatchRun16 = 64;
+
 // Route Patch (see patch_applies): per input pixel one GEMM row over taps x
 // OCg columns into a per-thread tile buffer, each tap's outputs then copied
 // to their pixel.
@@ -1865,14 +1874,15 @@ void pack_patch_weights(const ConvPlan& pl, const float* W, float* wp) {
   }
 }
 
-// The GEMM of the tile of rows [r0, r0 + nr) into the tile buffer (o).
-inline __attribute__((always_inline)) void patch_gemm(const ConvPlan& pl, const float* in,
+// The GEMM of a tile of nr rows (consecutive pixels: row m at rows + m*IC)
+// into the tile buffer (o).
+inline __attribute__((always_inline)) void patch_gemm(const ConvPlan& pl, const float* rows,
                                                       const float* wp, const float* biasp,
                                                       const float** a, float* const* o,
-                                                      int64_t r0, int64_t nr) {
+                                                      int64_t nr) {
   const int MR = pl.MR;
   const int64_t IC = pl.p.ICg, NR = pl.NR, NB = pl.NB, CB = pl.CB, ncol = pl.patch.ncol;
-  for (int m = 0; m < MR; ++m) a[m] = in + (r0 + std::min<int64_t>(m, nr - 1)) * IC;
+  for (int m = 0; m < MR; ++m) a[m] = rows + std::min<int64_t>(m, nr - 1) * IC;
   ConvTileArgs args;
   args.a = a;
   args.out = o;
@@ -1895,10 +1905,13 @@ inline __attribute__((always_inline)) void patch_gemm(const ConvPlan& pl, const 
 
 // Streamed: a full tile of consecutive pixels of one image row, every
 // axis-2 tap inside: per (k0, k1) its outputs are one contiguous run of
-// MR * K2 * OCg floats, written as whole 64-byte lines when each run starts
-// a line. False (nothing written) for the other tiles.
-inline __attribute__((always_inline)) bool patch_stream(const ConvPlan& pl, float* out,
-                                                        const float* tile, int64_t r0,
+// MR * K2 * OCg elements, written as whole 64-byte lines when each run starts
+// a line (16-bit: the run gathered from the tile's rows into an aligned
+// stage first, its rows' pieces not being whole 16-byte units). False
+// (nothing written) for the other tiles.
+template <class TO>
+inline __attribute__((always_inline)) bool patch_stream(const ConvPlan& pl, TO* out,
+                                                        const TO* tile, int64_t r0,
                                                         int64_t nr) {
 #if defined(__SSE2__)
   const ConvProblem& p = pl.p;
@@ -1907,17 +1920,26 @@ inline __attribute__((always_inline)) bool patch_stream(const ConvPlan& pl, floa
   const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
   bool whole = nr == pl.MR && q.i2 + nr <= p.I[2] && b2 >= 0 &&
                (q.i2 + nr - 1) * p.s[2] - p.pb[2] + p.K[2] <= p.O[2];
-  float* const obase = out + (q.n * pl.out_pix + b2) * OC;
+  TO* const obase = out + (q.n * pl.out_pix + b2) * OC;
   if (whole)
     for_each_tap01(p, q, [&](int64_t, int64_t orow) {
       whole = whole && (reinterpret_cast<uintptr_t>(obase + orow * OC) & 63) == 0;
     });
   if (!whole) return false;
   for_each_tap01(p, q, [&](int64_t t01, int64_t orow) {
-    float* const dp = obase + orow * OC;
-    for (int64_t m = 0; m < nr; ++m) {
-      const float* sp = tile + m * ldS + t01 * run;
-      for (int64_t e = 0; e < run; e += 4) _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
+    TO* const dp = obase + orow * OC;
+    if constexpr (std::is_same_v<TO, float>) {
+      for (int64_t m = 0; m < nr; ++m) {
+        const float* sp = tile + m * ldS + t01 * run;
+        for (int64_t e = 0; e < run; e += 4) _mm_stream_ps(dp + m * run + e, _mm_loadu_ps(sp + e));
+      }
+    } else {
+      alignas(64) TO buf[kMaxGemmRows * kMaxPatchRun16];
+      for (int64_t m = 0; m < nr; ++m)
+        std::memcpy(buf + m * run, tile + m * ldS + t01 * run, run * sizeof(TO));
+      for (int64_t e = 0; e < nr * run; e += 16 / sizeof(TO))
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dp + e),
+                         _mm_load_si128(reinterpret_cast<const __m128i*>(buf + e)));
     }
   });
   return true;
@@ -1926,35 +1948,50 @@ inline __attribute__((always_inline)) bool patch_stream(const ConvPlan& pl, floa
 #endif
 }
 
-// Scatter: row r = input pixel (n, i0, i1, i2), each tap's outputs copied.
-inline __attribute__((always_inline)) void patch_scatter(const ConvPlan& pl, float* out,
-                                                         const float* tile, int64_t r0,
+// Scatter: row r = input pixel (n, i0, i1, i2), each tap's outputs copied
+// (TO uint16_t: from the tile buffer already rounded to 16 bits).
+template <class TO>
+inline __attribute__((always_inline)) void patch_scatter(const ConvPlan& pl, TO* out,
+                                                         const TO* tile, int64_t r0,
                                                          int64_t nr) {
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OCg, ldS = pl.patch.ldS, run = pl.patch.run;
   for (int64_t m = 0; m < nr; ++m) {
     const Pixel q = patch_pixel(p, pl.in_pix, r0 + m);
-    const float* srow = tile + m * ldS;
+    const TO* srow = tile + m * ldS;
     // Axis 2: taps [k2a, k2b) land inside the output.
     const int64_t b2 = q.i2 * p.s[2] - p.pb[2];
     const int64_t k2a = std::max<int64_t>(0, -b2), k2b = std::min(p.K[2], p.O[2] - b2);
     if (k2a >= k2b) continue;
-    float* const obase = out + (q.n * pl.out_pix + b2 + k2a) * OC;
+    TO* const obase = out + (q.n * pl.out_pix + b2 + k2a) * OC;
     const int64_t len = (k2b - k2a) * OC;  // short: no memmove call
     for_each_tap01(p, q, [&](int64_t t01, int64_t orow) {
-      const float* sp = srow + t01 * run + k2a * OC;
-      float* dp = obase + orow * OC;
+      const TO* sp = srow + t01 * run + k2a * OC;
+      TO* dp = obase + orow * OC;
       int64_t e = 0;
 #if defined(__SSE2__)
-      for (; e + 4 <= len; e += 4) _mm_storeu_ps(dp + e, _mm_loadu_ps(sp + e));
+      constexpr int64_t kVec = 16 / sizeof(TO);  // elements per 16 bytes
+      auto copy16 = [&](int64_t i) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dp + i),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + i)));
+      };
+      for (; e + kVec <= len; e += kVec) copy16(e);
+      // A tail of a run of at least one vector: the run's last 16 bytes again.
+      if (e < len && len >= kVec) {
+        copy16(len - kVec);
+        e = len;
+      }
 #endif
       for (; e < len; ++e) dp[e] = sp[e];
     });
   }
 }
 
-void run_patch(const ConvPlan& pl, const float* in, const float* W, const float* bias,
-               float* out) {
+// TA, TO: the input's and result's storage (uint16_t: each tile's input rows,
+// one run of consecutive pixels, widened into a stage, pl.widen16; a 16-bit
+// result rounded from each tile buffer, pl.narrow16).
+template <class TA, class TO>
+void run_patch(const ConvPlan& pl, const TA* in, const float* W, const float* bias, TO* out) {
   const PatchPlan& pp = pl.patch;
   const int MR = pl.MR;
   const int64_t OC = pl.p.OCg, ldS = pp.ldS, tiles = pp.tiles, TB = pp.TB;
@@ -1965,6 +2002,9 @@ void run_patch(const ConvPlan& pl, const float* in, const float* W, const float*
   {
     pack_patch_weights(pl, W, wp.get());
     AlignedBuf<float> tile = aligned_buffer<float>(MR * ldS, 16);
+    std::vector<TO> tile16(std::is_same_v<TO, float> ? 0 : static_cast<size_t>(MR * ldS));
+    AlignedBuf<float> stage =
+        aligned_buffer<float>(std::is_same_v<TA, float> ? 0 : MR * pl.p.ICg, 16);
     std::vector<const float*> a(static_cast<size_t>(MR));
     std::vector<float*> o(static_cast<size_t>(MR));
     for (int m = 0; m < MR; ++m) o[m] = tile.get() + m * ldS;
@@ -1973,9 +2013,21 @@ void run_patch(const ConvPlan& pl, const float* in, const float* W, const float*
       const int64_t t_hi = std::min(tiles, (it + 1) * TB);
       for (int64_t ti = it * TB; ti < t_hi; ++ti) {
         const int64_t r0 = ti * MR, nr = std::min<int64_t>(MR, pp.rows - r0);
-        patch_gemm(pl, in, wp.get(), biasp.data(), a.data(), o.data(), r0, nr);
-        if (pp.stream && patch_stream(pl, out, tile.get(), r0, nr)) continue;
-        patch_scatter(pl, out, tile.get(), r0, nr);
+        const TA* const rows = in + r0 * pl.p.ICg;
+        if constexpr (std::is_same_v<TA, float>) {
+          patch_gemm(pl, rows, wp.get(), biasp.data(), a.data(), o.data(), nr);
+        } else {
+          pl.widen16(rows, stage.get(), nr * pl.p.ICg);
+          patch_gemm(pl, stage.get(), wp.get(), biasp.data(), a.data(), o.data(), nr);
+        }
+        if constexpr (std::is_same_v<TO, float>) {
+          if (pp.stream && patch_stream(pl, out, tile.get(), r0, nr)) continue;
+          patch_scatter(pl, out, tile.get(), r0, nr);
+        } else {  // each result rounded once, from its f32 sum
+          pl.narrow16(tile.get(), tile16.data(), nr * ldS);
+          if (pp.stream && patch_stream(pl, out, tile16.data(), r0, nr)) continue;
+          patch_scatter(pl, out, tile16.data(), r0, nr);
+        }
       }
     }
 #if defined(__SSE2__)
@@ -2618,10 +2670,17 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
       return false;
     case Route::Nothing:
       return true;
-    case Route::Patch:
-      run_patch(pl, static_cast<const float*>(in), static_cast<const float*>(W), bias,
-                static_cast<float*>(out));
+    case Route::Patch: {
+      const auto* w = static_cast<const float*>(W);
+      const bool in16 = pl.in_bytes == 2, out16 = pl.out_bytes == 2;
+      if (in16 && out16)
+        run_patch(pl, static_cast<const uint16_t*>(in), w, bias, static_cast<uint16_t*>(out));
+      else if (out16)
+        run_patch(pl, static_cast<const float*>(in), w, bias, static_cast<uint16_t*>(out));
+      else
+        run_patch(pl, static_cast<const float*>(in), w, bias, static_cast<float*>(out));
       return true;
+    }
     default:
       break;
   }
@@ -2755,6 +2814,27 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
                       c.route == Route::Dot;
+  // The patch route rounds its tile buffer (every chunk summed) as it scatters
+  // it, and widens each tile's input rows (consecutive pixels: one run) into
+  // a stage as it takes them, instead of a copy of the whole input
+  // (heuristics A20).
+  if (c.route == Route::Patch && tab->narrow16[out16]) {
+    c.out_bytes = 2;
+    c.out16 = out16;
+    c.narrow16 = tab->narrow16[out16];
+    // Streamed from the f32 rule's element count (4M: 8 MiB of 16-bit
+    // results), runs of whole 64-byte lines of at most kMaxPatchRun16
+    // elements a row.
+    const PatchPlan& pp = c.patch;
+    c.patch.stream = pp.run <= kMaxPatchRun16 && (c.MR * pp.run * 2) % 64 == 0 &&
+                     2.0 * static_cast<double>(c.N) * c.out_pix * p.OCg >= 8.0 * (1 << 20);
+    if (in16 && tab->widen16[out16]) {
+      c.in_bytes = 2;
+      c.widen16 = tab->widen16[out16];
+      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+    }
+    return c;
+  }
   if (rounds && c.nchunks == 1) {
     c.out_bytes = 2;
     c.out16 = out16;

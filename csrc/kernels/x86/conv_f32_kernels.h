@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "convert.h"
+
 namespace tct {
 namespace x86 {
 
@@ -210,6 +212,10 @@ struct ConvTable {
   // pointers point at 16-bit elements, each broadcast widened as loaded
   // (f32 weights and bias; out16 as dw16). Null: the inputs are widened first.
   ConvTileFn gemm16[3][kMaxConvGemmTiles][kMaxGemmRows] = {};
+  // Widening [1] bf16 / [2] f16 to f32 and rounding f32 to them (the patch
+  // route's input rows and tile buffers).
+  Widen16Fn widen16[3] = {};
+  Narrow16Fn narrow16[3] = {};
 };
 
 const ConvTable* conv_f32_table_avx512();
