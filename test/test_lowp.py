@@ -884,6 +884,40 @@ def test_gemm16_reads_16bit_inputs(case, dtype, isa):
     _assert_equal_nonfinite(_ncx(got, S), want)
 
 
+STAGE16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p)
+    ("fwd", 2, 3, 40, 24, (30, 31), 2, 2, 0),  # k2 s2: a tap per phase; partial tiles
+    ("bwd_d", 2, 4, 36, 48, (16, 16), 2, 2, 0),  # 4 taps a row, 36 columns
+    ("fwd", 1, 4, 64, 20, (300,), 4, 2, 1),  # 2 taps a phase, padded borders
+]
+
+
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", STAGE16_CASES, ids=lambda c: f"{c[0]}_{c[1]}d_{c[3]}to{c[4]}")
+def test_stage16_exact(case, dtype, isa):
+    # GEMM tiles over 16-bit inputs widened per tile into a stage (tile
+    # ..._f16stage / _bf16stage, heuristics A21) where each input element is
+    # widened at most 8 times: no f32 copy of the input; exact with tails,
+    # borders and NaN inputs.
+    op, S, N, IC, OC, sp, K, s, p = case
+    x = _ints((N, IC) + sp, dtype, 101)
+    w = _ints((IC, OC) + (K,) * S, dtype, 102)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 103)
+    (x if op == "fwd" else dy).view(-1)[7] = float("nan")
+    b = _ints((OC,), dtype, 104)
+    want = _oracle(op, x, w, S, s, p, 1, dy, b=b if op == "fwd" else None).to(dtype)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    tag = "_bf16stage " if dtype == torch.bfloat16 else "_f16stage "
+    assert "direct16={" in lines[0] and tag in lines[0], lines[0][:500]
+    _assert_equal_nonfinite(_ncx(got, S), want)
+
+
 PATCH16_CASES = [  # (S, N, IC, OC, spatial, K): forwards whose kernel tiles the output
     (2, 2, 13, 4, (5, 7), 3),  # k3 s3, 4 channels: 36 columns
     (1, 3, 9, 5, (11,), 4),  # 1D k4 s4

@@ -620,9 +620,12 @@ struct ConvPlan {
   // a column's every channel and tap.
   Widen16Fn w16 = nullptr;
   // Route Patch with a 16-bit input / result: a tile's input rows widened
-  // into a stage, its buffer rounded.
+  // into a stage, its buffer rounded. GEMM tiles with stage16: each tile's
+  // 16-bit rows (every tap) widened into the thread's stage (RowBufs::stage)
+  // before the f32 tile runs on them.
   Widen16Fn widen16 = nullptr;
   Narrow16Fn narrow16 = nullptr;
+  bool stage16 = false;
   int64_t w16_span = 0;
   int64_t w_si = 0, group_stride = 0, col_stride = 0, red_stride = 0;
   int64_t block_floats = 0;  // packed floats of one (group, column block)
@@ -2595,9 +2598,46 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
       if (pl.fused_copy) args.w = wblock + (fused ? pl.fused_copy : 0) + packed_offset(pl, ph.tap_off, c0);
       args.rows = tile_rowmode[tile] ? row_base + tile * MR : nullptr;
       args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
-      (partial && tile_real[tile] < MR ? partial[tile_real[tile]] : fn)(&args);
+      const ConvTileFn f = partial && tile_real[tile] < MR ? partial[tile_real[tile]] : fn;
+      if constexpr (std::is_same_v<TA, uint16_t>) {
+        if (pl.stage16) {
+          stage_tile16(pl, &args, partial && tile_real[tile] < MR ? tile_real[tile] : MR,
+                       bufs.stage.get());
+          f(&args);
+          continue;
+        }
+      }
+      f(&args);
     }
   }
+}
+
+// The pointer table at the head of a stage16 buffer, whole 64-byte lines.
+inline int64_t stage16_ptr_bytes(int64_t taps, int MR) {
+  return (taps * MR * static_cast<int64_t>(sizeof(float*)) + 63) / 64 * 64;
+}
+
+// Plan stage16: the rows of args's tile (the first `rows` of MR, every tap,
+// args->cred 16-bit elements from a_off) widened into stage, a pointer per
+// row and tap first, then the rows; args then points the f32 tile at them.
+inline void stage_tile16(const ConvPlan& pl, ConvTileArgs* args, int rows, char* stage) {
+  const int MR = pl.MR;
+  const int64_t T = args->ntaps, n = args->cred;
+  const float** sa = reinterpret_cast<const float**>(stage);
+  float* const data = reinterpret_cast<float*>(stage + stage16_ptr_bytes(T, MR));
+  const auto* const* a = reinterpret_cast<const uint16_t* const*>(args->a);
+  const auto* const* r = reinterpret_cast<const uint16_t* const*>(args->rows);
+  for (int64_t t = 0; t < T; ++t)
+    for (int m = 0; m < MR; ++m) {
+      float* const d = data + (t * MR + m) * n;
+      sa[t * MR + m] = d;
+      if (m >= rows) continue;  // (dummy rows of a partial tile: not read)
+      const uint16_t* src = (r ? r[m] + args->tapoff[t] : a[t * MR + m]) + args->a_off;
+      pl.widen16(src, d, n);
+    }
+  args->a = sa;
+  args->rows = nullptr;
+  args->a_off = 0;
 }
 
 // By columns: each item one column block (lazy: packed by the item into
@@ -2791,12 +2831,34 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 // broadcast costs one or two more instructions per multiply-add row, so the
 // layers that broadcast each element many times (every column block, tap and
 // phase) keep the copy: there the tiles ran 0.65-0.9x (SPR VM, f16).
-bool gemm16_pays(const ConvPlan& c) {
+// The input elements a GEMM plan's tiles broadcast (every row, tap, reduction
+// channel, column block and group), and the input's size.
+struct Reads {
+  double bcasts, in;
+};
+Reads gemm_reads(const ConvPlan& c) {
   double bcasts = 0;
   for (const Phase& ph : c.phases) bcasts += static_cast<double>(ph.rows) * ph.taps;
   bcasts *= static_cast<double>(c.NI) * c.cred * c.NB * c.G;
-  const double in = static_cast<double>(c.N) * c.in_pix * c.in_c;
-  return bcasts <= in / 2 + 32768;
+  return {bcasts, static_cast<double>(c.N) * c.in_pix * c.in_c};
+}
+
+bool gemm16_pays(const ConvPlan& c) {
+  const Reads r = gemm_reads(c);
+  return r.bcasts <= r.in / 2 + 32768;
+}
+
+// Whether GEMM tiles that do not read 16-bit inputs themselves (gemm16_pays)
+// should take them through a per-tile stage (stage16, heuristics A21) rather
+// than an f32 copy of the whole input: where the stage widens each input
+// element at most 8 times (taps x column blocks x phases that read it) in
+// runs of at least 32 (a widening call per row and tap). The k2 s2
+// upsamplers and 1x1 s2 backward-data, whose copy is one more pass over a
+// large input, ran 1.1-1.3x; layers that read each element 10-100 times
+// 0.9-0.97x, and 3-17 channels a tap 0.5-0.8x (SPR VM, f16).
+bool stage16_pays(const ConvPlan& c) {
+  const Reads r = gemm_reads(c);
+  return r.bcasts <= 8 * r.in && c.cred >= 32;
 }
 
 // The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM,
@@ -2856,6 +2918,15 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
       c.fn = reads16;
       if (partial16) c.partial = partial16;
       c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+    } else if (in16 && c.route == Route::Gemm && tab->widen16[out16] &&
+               c.schedule != Schedule::Lines && stage16_pays(c)) {
+      c.in_bytes = 2;
+      c.stage16 = true;
+      c.widen16 = tab->widen16[out16];
+      const int64_t Tm = std::max<int64_t>(c.Tmax, 1);
+      c.row_bufs.stage = std::max<int64_t>(
+          c.row_bufs.stage, stage16_ptr_bytes(Tm, c.MR) + Tm * c.MR * c.CB * c.K2 * kFloatBytes);
+      c.tile += out16 == 2 ? "_f16stage" : "_bf16stage";
     }
     // 16-bit weights packed as read: the Channels order (a thread packs a
     // channel's every column block) where a channel's columns and taps are
