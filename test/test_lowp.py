@@ -918,6 +918,34 @@ def test_stage16_exact(case, dtype, isa):
     _assert_equal_nonfinite(_ncx(got, S), want)
 
 
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("shape", [(2, 5, 3, 20, 15), (3, 4, 4, 24, 24)],
+                         ids=["2d_g5_4to3", "3d_g4_6to6"])  # (S, groups, K, IC, OC)
+def test_grouped16_exact(shape, op, dtype, isa):
+    # Small groups (AVX-512's permuting kernel) on the 16-bit tensors: rows
+    # widened as loaded, results rounded once (tile ..._f16in / _bf16in,
+    # heuristics A22); AVX2 runs the groups as GEMMs.
+    S, g, K, IC, OC = shape
+    x = _ints((2, IC) + (6,) * S, dtype, 111)
+    w = _ints((IC, OC // g) + (K,) * S, dtype, 112)
+    dy = _ints(_oracle("fwd", x, w, S, 1, 1, g).shape, dtype, 113)
+    (x if op == "fwd" else dy).view(-1)[9] = float("inf")
+    b = _ints((OC,), dtype, 114)
+    want = _oracle(op, x, w, S, 1, 1, g, dy, b=b if op == "fwd" else None).to(dtype)
+    a = dict(_attrs(S, 1, 1), groups=g, data_format="NXC", weights_format="IOX")
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    tag = "_grouped_bf16in " if dtype == torch.bfloat16 else "_grouped_f16in "
+    assert (tag in lines[0]) == (isa != "avx2"), lines[0][:500]
+    _assert_equal_nonfinite(_ncx(got, S), want)
+
+
 PATCH16_CASES = [  # (S, N, IC, OC, spatial, K): forwards whose kernel tiles the output
     (2, 2, 13, 4, (5, 7), 3),  # k3 s3, 4 channels: 36 columns
     (1, 3, 9, 5, (11,), 4),  # 1D k4 s4

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_f32_kernels.h"
 #include "conv_f32_tiles.h"
@@ -34,28 +35,36 @@ void conv_f32_avx512_dw(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512>(ar
 void conv_f32_avx512_dw_bf16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512, 1>(args); }
 void conv_f32_avx512_dw_f16(const ConvTileArgs* args) { dw_tile<V, kDwRowsAvx512, 2>(args); }
 
+namespace {
 // Small groups: per 16-channel block, the 32 input channels its lanes need
 // are loaded once per row and tap, and each reduction step permutes them into
 // place (vpermt2ps) before the FMA. Four rows in flight hide the latency.
-void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
+// IN: the inputs' storage (0 f32; 1 bf16, 2 f16: widened as loaded).
+template <int IN>
+void grouped_tile(const ConvGroupedArgs* args) {
   static_assert(kDwRows == 4, "four accumulator chains");
-  const int64_t T = args->ntaps, cred = args->cred, ncp = args->ncols_pad;
-  const float* const* a = args->a;
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
+  const int64_t T_ = args->ntaps, cred = args->cred, ncp = args->ncols_pad;
+  const auto* const* a = reinterpret_cast<const T* const*>(args->a);
+  auto load = [](__mmask16 k, const T* p) {
+    if constexpr (IN == 0) return _mm512_maskz_loadu_ps(k, p);
+    else return V::widen16<IN>(_mm256_maskz_loadu_epi16(k, p));
+  };
   for (int64_t v = 0; v * 16 < args->ncols; ++v) {
     const int64_t base = args->base[v];
     const __mmask16 klo = V::first(args->in_c - base), khi = V::first(args->in_c - base - 16);
     const __m512 b = _mm512_loadu_ps(args->bias + 16 * v);
     __m512 acc0 = b, acc1 = b, acc2 = b, acc3 = b;
     const int32_t* idx_v = args->idx + v * cred * 16;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* r0 = a[t * 4 + 0] + base;
-      const float* r1 = a[t * 4 + 1] + base;
-      const float* r2 = a[t * 4 + 2] + base;
-      const float* r3 = a[t * 4 + 3] + base;
-      const __m512 lo0 = _mm512_maskz_loadu_ps(klo, r0), hi0 = _mm512_maskz_loadu_ps(khi, r0 + 16);
-      const __m512 lo1 = _mm512_maskz_loadu_ps(klo, r1), hi1 = _mm512_maskz_loadu_ps(khi, r1 + 16);
-      const __m512 lo2 = _mm512_maskz_loadu_ps(klo, r2), hi2 = _mm512_maskz_loadu_ps(khi, r2 + 16);
-      const __m512 lo3 = _mm512_maskz_loadu_ps(klo, r3), hi3 = _mm512_maskz_loadu_ps(khi, r3 + 16);
+    for (int64_t t = 0; t < T_; ++t) {
+      const T* r0 = a[t * 4 + 0] + base;
+      const T* r1 = a[t * 4 + 1] + base;
+      const T* r2 = a[t * 4 + 2] + base;
+      const T* r3 = a[t * 4 + 3] + base;
+      const __m512 lo0 = load(klo, r0), hi0 = load(khi, r0 + 16);
+      const __m512 lo1 = load(klo, r1), hi1 = load(khi, r1 + 16);
+      const __m512 lo2 = load(klo, r2), hi2 = load(khi, r2 + 16);
+      const __m512 lo3 = load(klo, r3), hi3 = load(khi, r3 + 16);
       const float* w = args->w + t * cred * ncp + 16 * v;
       for (int64_t c = 0; c < cred; ++c, w += ncp) {
         const __m512i idx = _mm512_loadu_si512(idx_v + c * 16);
@@ -66,6 +75,14 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
         acc3 = _mm512_fmadd_ps(_mm512_permutex2var_ps(lo3, idx, hi3), wv, acc3);
       }
     }
+    if (args->out16) {  // rounded once, as the GEMM tiles' 16-bit results
+      const int64_t n = args->ncols - 16 * v;
+      V::store16(reinterpret_cast<uint16_t*>(args->out[0]) + 16 * v, acc0, n, args->out16);
+      V::store16(reinterpret_cast<uint16_t*>(args->out[1]) + 16 * v, acc1, n, args->out16);
+      V::store16(reinterpret_cast<uint16_t*>(args->out[2]) + 16 * v, acc2, n, args->out16);
+      V::store16(reinterpret_cast<uint16_t*>(args->out[3]) + 16 * v, acc3, n, args->out16);
+      continue;
+    }
     const __mmask16 ko = V::first(args->ncols - 16 * v);
     _mm512_mask_storeu_ps(args->out[0] + 16 * v, ko, acc0);
     _mm512_mask_storeu_ps(args->out[1] + 16 * v, ko, acc1);
@@ -73,6 +90,11 @@ void conv_f32_avx512_grouped(const ConvGroupedArgs* args) {
     _mm512_mask_storeu_ps(args->out[3] + 16 * v, ko, acc3);
   }
 }
+}  // namespace
+
+void conv_f32_avx512_grouped(const ConvGroupedArgs* args) { grouped_tile<0>(args); }
+void conv_f32_avx512_grouped_bf16(const ConvGroupedArgs* args) { grouped_tile<1>(args); }
+void conv_f32_avx512_grouped_f16(const ConvGroupedArgs* args) { grouped_tile<2>(args); }
 
 void conv_f32_avx512_12x16_loads(const ConvTileArgs* args) {
   gemm_tile<VecAvx512Loads, 12, 1>(args);
@@ -131,6 +153,8 @@ const ConvTable* avx512_table(bool intel) {
     t.dw16[2] = conv_f32_avx512_dw_f16;
     fill_dot16<V, kDotRows, 1>(t.dot16[1], std::make_integer_sequence<int, kMaxDotColumns>{});
     fill_dot16<V, kDotRows, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
+    t.grouped16[1] = conv_f32_avx512_grouped_bf16;
+    t.grouped16[2] = conv_f32_avx512_grouped_f16;
     t.widen16[1] = bf16_to_f32_avx512;
     t.widen16[2] = f16_to_f32_avx512;
     t.narrow16[1] = f32_to_bf16_avx512;

@@ -2570,7 +2570,7 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
   if (pl.vg) {
     ConvGroupedArgs ga{nullptr, call.wp + ph.tap_off * cred * pl.ncp, call.biasp, nullptr,
                        pl.vg_idx.data(), pl.vg_base.data(), ph.taps, cred, pl.out_c, pl.ncp,
-                       pl.in_c};
+                       pl.in_c, args.out16};
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       ga.a = ind + tile * ph.taps * MR;
       ga.out = outp + tile * MR;
@@ -2875,7 +2875,7 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   // narrowing pass are the price where even that takes several.
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
-                      c.route == Route::Dot;
+                      c.route == Route::Dot || c.route == Route::Grouped;
   // The patch route rounds its tile buffer (every chunk summed) as it scatters
   // it, and widens each tile's input rows (consecutive pixels: one run) into
   // a stage as it takes them, instead of a copy of the whole input
@@ -2905,6 +2905,12 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
                          : c.route == Route::Depthwise ? tab->dw16[out16]
                          : c.route == Route::Dot       ? tab->dot16[out16][c.NR]
                                                        : nullptr;
+    // Small groups: the kernel loads the 16-bit rows itself (heuristics A22).
+    if (in16 && c.route == Route::Grouped && tab->grouped16[out16]) {
+      c.in_bytes = 2;
+      c.grouped = tab->grouped16[out16];
+      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+    }
     const ConvTileFn* partial16 = nullptr;
     if (in16 && c.route == Route::Gemm && gemm16_pays(c)) {
       for (int i = 0; i < tab->ngemm; ++i)

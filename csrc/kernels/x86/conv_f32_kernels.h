@@ -84,6 +84,9 @@ using ConvTileFn = void (*)(const ConvTileArgs*);
 //   out[m][o] = bias[o] + sum_{t < ntaps, c < cred} a[t*kDwRows + m][base + idx] * w[(t*cred + c)*ncols_pad + o]
 // for o < ncols; the inputs are read only below channel in_c.
 constexpr int kDwRows = 4;
+// (The 16-bit forms, ConvTable::grouped16: the a pointers point at bf16 /
+// f16 elements, widened as loaded.) out16: 16-bit results (1 bf16, 2 f16),
+// each rounded once, as the GEMM tiles'.
 struct ConvGroupedArgs {
   const float* const* a;
   const float* w;
@@ -92,6 +95,7 @@ struct ConvGroupedArgs {
   const int32_t* idx;
   const int32_t* base;
   int64_t ntaps, cred, ncols, ncols_pad, in_c;
+  int64_t out16 = 0;
 };
 
 // Few output columns (ncols = NC <= 4), long reduction: vectorized over the
@@ -119,6 +123,8 @@ void conv_f32_avx512_dw(const ConvTileArgs* args);
 void conv_f32_avx512_dw_bf16(const ConvTileArgs* args);  // (ConvTable::dw16)
 void conv_f32_avx512_dw_f16(const ConvTileArgs* args);
 void conv_f32_avx512_grouped(const ConvGroupedArgs* args);
+void conv_f32_avx512_grouped_bf16(const ConvGroupedArgs* args);
+void conv_f32_avx512_grouped_f16(const ConvGroupedArgs* args);
 
 // AVX2 register tiles.
 void conv_f32_avx2_6x16(const ConvTileArgs* args);
@@ -212,6 +218,9 @@ struct ConvTable {
   // pointers point at 16-bit elements, each broadcast widened as loaded
   // (f32 weights and bias; out16 as dw16). Null: the inputs are widened first.
   ConvTileFn gemm16[3][kMaxConvGemmTiles][kMaxGemmRows] = {};
+  // The small-groups kernel over 16-bit inputs, [1] bf16 / [2] f16 (null:
+  // the inputs are widened first).
+  ConvGroupedFn grouped16[3] = {};
   // Widening [1] bf16 / [2] f16 to f32 and rounding f32 to them (the patch
   // route's input rows and tile buffers).
   Widen16Fn widen16[3] = {};
