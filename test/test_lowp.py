@@ -227,6 +227,18 @@ def _ncx(t, S):
     return t.permute([0, S + 1] + list(range(1, S + 1)))
 
 
+def _call_nxc(op, x, w, dy, S, a, isa, b=None):
+    """Our forward (bias b) or backward-data on channels-last copies of the NCX
+    tensors x / dy, attributes a, under isa: (the result as NCX, the call's plan line)."""
+    with P.use_isa(isa), tct.plans() as lines:
+        if op == "fwd":
+            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+        else:
+            got = torch.ops.graph.conv_transpose_backward_data(
+                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    return _ncx(got, S), lines[0]
+
+
 @pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d"])
@@ -829,18 +841,11 @@ def test_direct16_weights_widened_by_packing(op, wf, dtype, isa):
     dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 73, 1, 4)
     want = _oracle(op, x, w, S, s, p, 1, dy).to(dtype)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
-    wl = _weights_as(w, wf, S)
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), wl, None, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), wl, src_shape=list(_nxc(x, S).shape), **a)
-    ln = lines[0]
+    got, ln = _call_nxc(op, x, _weights_as(w, wf, S), dy, S, a, isa)
     assert "direct16={" in ln, ln[:400]
     if wf == "IOX":  # (the plan line describes IOX weights)
         assert ":w16 " in ln, ln[:700]
-    _assert_equal_nonfinite(_ncx(got, S), want)
+    _assert_equal_nonfinite(got, want)
 
 
 GEMM16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, d, reads16)
@@ -871,17 +876,11 @@ def test_gemm16_reads_16bit_inputs(case, dtype, isa):
     b = _ints((OC,), dtype, 84)
     want = _oracle(op, x, w, S, s, p, 1, dy, d=d, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, s, p, d), groups=1, data_format="NXC", weights_format="IOX")
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
-    ln = lines[0]
+    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
     tag = "_bf16in" if dtype == torch.bfloat16 else "_f16in"
     assert "direct16={" in ln and "route=gemm" in ln, ln[:400]
     assert (tag + " " in ln) == reads16, ln[:500]
-    _assert_equal_nonfinite(_ncx(got, S), want)
+    _assert_equal_nonfinite(got, want)
 
 
 STAGE16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p)
@@ -907,15 +906,10 @@ def test_stage16_exact(case, dtype, isa):
     b = _ints((OC,), dtype, 104)
     want = _oracle(op, x, w, S, s, p, 1, dy, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
     tag = "_bf16stage " if dtype == torch.bfloat16 else "_f16stage "
-    assert "direct16={" in lines[0] and tag in lines[0], lines[0][:500]
-    _assert_equal_nonfinite(_ncx(got, S), want)
+    assert "direct16={" in ln and tag in ln, ln[:500]
+    _assert_equal_nonfinite(got, want)
 
 
 @pytest.mark.parametrize("isa", VEC_ISAS)
@@ -935,15 +929,10 @@ def test_grouped16_exact(shape, op, dtype, isa):
     b = _ints((OC,), dtype, 114)
     want = _oracle(op, x, w, S, 1, 1, g, dy, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, 1, 1), groups=g, data_format="NXC", weights_format="IOX")
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
+    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
     tag = "_grouped_bf16in " if dtype == torch.bfloat16 else "_grouped_f16in "
-    assert (tag in lines[0]) == (isa != "avx2"), lines[0][:500]
-    _assert_equal_nonfinite(_ncx(got, S), want)
+    assert (tag in ln) == (isa != "avx2"), ln[:500]
+    _assert_equal_nonfinite(got, want)
 
 
 PATCH16_CASES = [  # (S, N, IC, OC, spatial, K): forwards whose kernel tiles the output
