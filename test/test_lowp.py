@@ -227,16 +227,19 @@ def _ncx(t, S):
     return t.permute([0, S + 1] + list(range(1, S + 1)))
 
 
-def _call_nxc(op, x, w, dy, S, a, isa, b=None):
-    """Our forward (bias b) or backward-data on channels-last copies of the NCX
-    tensors x / dy, attributes a, under isa: (the result as NCX, the call's plan line)."""
+def _call(op, x, w, dy, S, a, isa, b=None):
+    """Our forward (bias b) or backward-data on the NCX tensors x / dy laid out as
+    a["data_format"] says (NXC: channels-last copies), attributes a, under isa:
+    (the result as NCX, the call's plan line)."""
+    nxc = a["data_format"] == "NXC"
+    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
     with P.use_isa(isa), tct.plans() as lines:
         if op == "fwd":
-            got = torch.ops.graph.conv_transpose(_nxc(x, S), w, b, **a)
+            got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
         else:
             got = torch.ops.graph.conv_transpose_backward_data(
-                _nxc(dy, S), w, src_shape=list(_nxc(x, S).shape), **a)
-    return _ncx(got, S), lines[0]
+                to(dy), w, src_shape=list(to(x).shape), **a)
+    return (_ncx(got, S) if nxc else got), lines[0]
 
 
 @pytest.mark.parametrize("isa", PAIR_ISAS)
@@ -258,19 +261,13 @@ def test_pairs_bf16_exact(case, op, layout, isa):
         want = want + b.double().view([1, OC] + [1] * S)
     nxc = layout == "nxc"
     a = dict(_attrs(S, s, p), groups=g, data_format=layout.upper(), weights_format="IOX")
-    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                to(dy), w, src_shape=list(to(x).shape), **a)
-    assert torch.equal(_ncx(got, S) if nxc else got, want.to(dt))
-    assert (KEY[isa] in lines[0]) == amx, lines[0][:400]
+    got, ln = _call(op, x, w, dy, S, a, isa, b if op == "fwd" else None)
+    assert torch.equal(got, want.to(dt))
+    assert (KEY[isa] in ln) == amx, ln[:400]
     if amx:
-        assert f"ncx={int(not nxc)}" in lines[0], lines[0][:400]
+        assert f"ncx={int(not nxc)}" in ln, ln[:400]
     if OC == 1900 and op == "bwd_d":
-        assert "out16=0" in lines[0] and " chunks=1 " not in lines[0].split(KEY[isa])[1]
+        assert "out16=0" in ln and " chunks=1 " not in ln.split(KEY[isa])[1]
 
 
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
@@ -295,17 +292,11 @@ def test_amx_bf16_large_results_streamed(op, N, IC, OC, layout):
     want = _oracle(op, x, w, S, s, p, 1, dy, b=b if op == "fwd" else None).to(dt)
     nxc = layout == "nxc"
     streamed = nxc and want.numel() * 2 >= 4 << 20
-    to = (lambda t: _nxc(t, S)) if nxc else (lambda t: t)
     a = dict(_attrs(S, s, p), groups=1, data_format=layout.upper(), weights_format="IOX")
-    with P.use_isa(isa), tct.plans() as lines:
-        if op == "fwd":
-            got = torch.ops.graph.conv_transpose(to(x), w, b, **a)
-        else:
-            got = torch.ops.graph.conv_transpose_backward_data(
-                to(dy), w, src_shape=list(to(x).shape), **a)
-    assert KEY[isa] in lines[0] and "out16=1" in lines[0], lines[0][:400]
-    assert f"stream={int(streamed)} " in lines[0].split(KEY[isa])[1], lines[0][:600]
-    assert torch.equal(_ncx(got, S) if nxc else got, want)
+    got, ln = _call(op, x, w, dy, S, a, isa, b if op == "fwd" else None)
+    assert KEY[isa] in ln and "out16=1" in ln, ln[:400]
+    assert f"stream={int(streamed)} " in ln.split(KEY[isa])[1], ln[:600]
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("isa", PAIR_ISAS)
@@ -841,7 +832,7 @@ def test_direct16_weights_widened_by_packing(op, wf, dtype, isa):
     dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 73, 1, 4)
     want = _oracle(op, x, w, S, s, p, 1, dy).to(dtype)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
-    got, ln = _call_nxc(op, x, _weights_as(w, wf, S), dy, S, a, isa)
+    got, ln = _call(op, x, _weights_as(w, wf, S), dy, S, a, isa)
     assert "direct16={" in ln, ln[:400]
     if wf == "IOX":  # (the plan line describes IOX weights)
         assert ":w16 " in ln, ln[:700]
@@ -876,7 +867,7 @@ def test_gemm16_reads_16bit_inputs(case, dtype, isa):
     b = _ints((OC,), dtype, 84)
     want = _oracle(op, x, w, S, s, p, 1, dy, d=d, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, s, p, d), groups=1, data_format="NXC", weights_format="IOX")
-    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
+    got, ln = _call(op, x, w, dy, S, a, isa, b)
     tag = "_bf16in" if dtype == torch.bfloat16 else "_f16in"
     assert "direct16={" in ln and "route=gemm" in ln, ln[:400]
     assert (tag + " " in ln) == reads16, ln[:500]
@@ -906,7 +897,7 @@ def test_stage16_exact(case, dtype, isa):
     b = _ints((OC,), dtype, 104)
     want = _oracle(op, x, w, S, s, p, 1, dy, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX")
-    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
+    got, ln = _call(op, x, w, dy, S, a, isa, b)
     tag = "_bf16stage " if dtype == torch.bfloat16 else "_f16stage "
     assert "direct16={" in ln and tag in ln, ln[:500]
     _assert_equal_nonfinite(got, want)
@@ -929,7 +920,7 @@ def test_grouped16_exact(shape, op, dtype, isa):
     b = _ints((OC,), dtype, 114)
     want = _oracle(op, x, w, S, 1, 1, g, dy, b=b if op == "fwd" else None).to(dtype)
     a = dict(_attrs(S, 1, 1), groups=g, data_format="NXC", weights_format="IOX")
-    got, ln = _call_nxc(op, x, w, dy, S, a, isa, b)
+    got, ln = _call(op, x, w, dy, S, a, isa, b)
     tag = "_grouped_bf16in " if dtype == torch.bfloat16 else "_grouped_f16in "
     assert (tag in ln) == (isa != "avx2"), ln[:500]
     _assert_equal_nonfinite(got, want)

@@ -43,10 +43,12 @@ namespace {
 template <int IN>
 void grouped_tile(const ConvGroupedArgs* args) {
   static_assert(kDwRows == 4, "four accumulator chains");
-  using T = std::conditional_t<IN == 0, float, uint16_t>;
-  const int64_t T_ = args->ntaps, cred = args->cred, ncp = args->ncols_pad;
-  const auto* const* a = reinterpret_cast<const T* const*>(args->a);
-  auto load = [](__mmask16 k, const T* p) {
+  using In = std::conditional_t<IN == 0, float, uint16_t>;
+  const int64_t T = args->ntaps, cred = args->cred, ncp = args->ncols_pad;
+  const auto* const* a = reinterpret_cast<const In* const*>(args->a);
+  // (as load_in_part, with the mask alone bounding the read: the high half
+  // may hold no channel at all)
+  auto load = [](__mmask16 k, const In* p) {
     if constexpr (IN == 0) return _mm512_maskz_loadu_ps(k, p);
     else return V::widen16<IN>(_mm256_maskz_loadu_epi16(k, p));
   };
@@ -56,11 +58,11 @@ void grouped_tile(const ConvGroupedArgs* args) {
     const __m512 b = _mm512_loadu_ps(args->bias + 16 * v);
     __m512 acc0 = b, acc1 = b, acc2 = b, acc3 = b;
     const int32_t* idx_v = args->idx + v * cred * 16;
-    for (int64_t t = 0; t < T_; ++t) {
-      const T* r0 = a[t * 4 + 0] + base;
-      const T* r1 = a[t * 4 + 1] + base;
-      const T* r2 = a[t * 4 + 2] + base;
-      const T* r3 = a[t * 4 + 3] + base;
+    for (int64_t t = 0; t < T; ++t) {
+      const In* r0 = a[t * 4 + 0] + base;
+      const In* r1 = a[t * 4 + 1] + base;
+      const In* r2 = a[t * 4 + 2] + base;
+      const In* r3 = a[t * 4 + 3] + base;
       const __m512 lo0 = load(klo, r0), hi0 = load(khi, r0 + 16);
       const __m512 lo1 = load(klo, r1), hi1 = load(khi, r1 + 16);
       const __m512 lo2 = load(klo, r2), hi2 = load(khi, r2 + 16);

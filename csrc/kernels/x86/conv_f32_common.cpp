@@ -672,6 +672,24 @@ struct ConvPlan {
   PatchPlan patch;
 };
 
+// The longest run (K2 * OCg) of a 16-bit patch row that is streamed (the
+// run is gathered into a stage of MR rows of it, patch_stream).
+constexpr int64_t kMaxPatchRun16 = 64;
+
+// Whether the patch route writes whole tiles with streaming stores
+// (run_patch), for results of `bytes` each: 4M results and more (16 MiB of
+// f32, saving the read for ownership of every output line: 36 <- 4 k3 s3 to
+// 1080x1920, 33 MB, on Zen 5 6.1 -> 4.8 ms interleaved with torch; 16-bit
+// results from the same count, heuristics A20), where a tile's run of
+// results is whole 64-byte lines; f32 rows are streamed in 16-byte pieces,
+// 16-bit rows staged first.
+bool patch_streams(const ConvPlan& c, int64_t bytes) {
+  const PatchPlan& pp = c.patch;
+  const bool rows = bytes == kFloatBytes ? pp.run % 4 == 0 : pp.run <= kMaxPatchRun16;
+  return rows && (c.MR * pp.run * bytes) % 64 == 0 &&
+         static_cast<double>(c.N) * c.out_pix * c.p.OCg >= 4.0 * (1 << 20);
+}
+
 // Route Patch: the GEMM tile over taps x OCg columns, reduction chunks,
 // tiles per item, streaming.
 void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
@@ -705,11 +723,7 @@ void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   pp.TB = std::clamp<int64_t>(pp.tiles / (4 * static_cast<int64_t>(c.nthreads)), 1, 16);
   pp.items = (pp.tiles + pp.TB - 1) / pp.TB;
   pp.run = p.K[2] * OC;
-  // Outputs of 16 MiB and more: whole tiles written with streaming stores
-  // (run_patch), saving the read for ownership of every output line (36 <- 4
-  // k3 s3 to 1080x1920, 33 MB, on Zen 5: 6.1 -> 4.8 ms interleaved with torch).
-  pp.stream = pp.run % 4 == 0 && (c.MR * pp.run) % kLineFloats == 0 &&
-              kFloatBytes * static_cast<double>(c.N) * c.out_pix * OC >= 16.0 * (1 << 20);
+  pp.stream = patch_streams(c, kFloatBytes);
   c.wp_floats = c.NB * IC * c.NR;
   c.bias_floats = pp.ldS + 16;
 }
@@ -1819,8 +1833,6 @@ void pack_up_front(const ConvPlan& pl, const ConvCall& call) {
   }
 }
 
-// The longest run (K2 * OCg) of a 16-bit patch row that is streamed.
-constexpr int64_t kMaxPatchRun16 = 64;
 
 // Route Patch (see patch_applies): per input pixel one GEMM row over taps x
 // OCg columns into a per-thread tile buffer, each tap's outputs then copied
@@ -2598,16 +2610,12 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
       if (pl.fused_copy) args.w = wblock + (fused ? pl.fused_copy : 0) + packed_offset(pl, ph.tap_off, c0);
       args.rows = tile_rowmode[tile] ? row_base + tile * MR : nullptr;
       args.tapoff = fused ? ph.tapoff_fused.data() : ph.tapoff.data();
-      const ConvTileFn f = partial && tile_real[tile] < MR ? partial[tile_real[tile]] : fn;
+      // (partial tiles: the first `real` rows; the others are dummies)
+      const int real = partial && tile_real[tile] < MR ? tile_real[tile] : MR;
       if constexpr (std::is_same_v<TA, uint16_t>) {
-        if (pl.stage16) {
-          stage_tile16(pl, &args, partial && tile_real[tile] < MR ? tile_real[tile] : MR,
-                       bufs.stage.get());
-          f(&args);
-          continue;
-        }
+        if (pl.stage16) stage_tile16(pl, &args, real, bufs.stage.get());
       }
-      f(&args);
+      (real < MR ? partial[real] : fn)(&args);
     }
   }
 }
@@ -2822,15 +2830,6 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
 
 // --- f32 kernels writing a 16-bit result (route convert16, direct) ---
 
-// Whether the GEMM tiles should read the 16-bit inputs themselves (each
-// broadcast widened as loaded, heuristics A19) rather than an f32 copy made
-// first: where the tiles broadcast at most half as many elements as the copy
-// would widen, plus about 32K elements, the copy's fixed cost (its own pass
-// and parallel region). That is where they read a fraction of the input (1x1
-// stride-2 backward-data reads 1/8 of diff_dst) or the input is tiny. A
-// broadcast costs one or two more instructions per multiply-add row, so the
-// layers that broadcast each element many times (every column block, tap and
-// phase) keep the copy: there the tiles ran 0.65-0.9x (SPR VM, f16).
 // The input elements a GEMM plan's tiles broadcast (every row, tap, reduction
 // channel, column block and group), and the input's size.
 struct Reads {
@@ -2843,6 +2842,15 @@ Reads gemm_reads(const ConvPlan& c) {
   return {bcasts, static_cast<double>(c.N) * c.in_pix * c.in_c};
 }
 
+// Whether the GEMM tiles should read the 16-bit inputs themselves (each
+// broadcast widened as loaded, heuristics A19) rather than an f32 copy made
+// first: where the tiles broadcast at most half as many elements as the copy
+// would widen, plus about 32K elements, the copy's fixed cost (its own pass
+// and parallel region). That is where they read a fraction of the input (1x1
+// stride-2 backward-data reads 1/8 of diff_dst) or the input is tiny. A
+// broadcast costs one or two more instructions per multiply-add row, so the
+// layers that broadcast each element many times (every column block, tap and
+// phase) keep the copy: there the tiles ran 0.65-0.9x (SPR VM, f16).
 bool gemm16_pays(const ConvPlan& c) {
   const Reads r = gemm_reads(c);
   return r.bcasts <= r.in / 2 + 32768;
@@ -2874,6 +2882,8 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   // A16) where 512 KiB chunks would take several; the f32 result and its
   // narrowing pass are the price where even that takes several.
   ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
+  // (the tile name's mark of a plan that reads the 16-bit input itself)
+  const std::string in16_tag = out16 == 2 ? "_f16" : "_bf16";
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
                       c.route == Route::Dot || c.route == Route::Grouped;
   // The patch route rounds its tile buffer (every chunk summed) as it scatters
@@ -2884,16 +2894,11 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
     c.out_bytes = 2;
     c.out16 = out16;
     c.narrow16 = tab->narrow16[out16];
-    // Streamed from the f32 rule's element count (4M: 8 MiB of 16-bit
-    // results), runs of whole 64-byte lines of at most kMaxPatchRun16
-    // elements a row.
-    const PatchPlan& pp = c.patch;
-    c.patch.stream = pp.run <= kMaxPatchRun16 && (c.MR * pp.run * 2) % 64 == 0 &&
-                     2.0 * static_cast<double>(c.N) * c.out_pix * p.OCg >= 8.0 * (1 << 20);
+    c.patch.stream = patch_streams(c, 2);
     if (in16 && tab->widen16[out16]) {
       c.in_bytes = 2;
       c.widen16 = tab->widen16[out16];
-      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+      c.tile += in16_tag + "in";
     }
     return c;
   }
@@ -2909,7 +2914,7 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
     if (in16 && c.route == Route::Grouped && tab->grouped16[out16]) {
       c.in_bytes = 2;
       c.grouped = tab->grouped16[out16];
-      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+      c.tile += in16_tag + "in";
     }
     const ConvTileFn* partial16 = nullptr;
     if (in16 && c.route == Route::Gemm && gemm16_pays(c)) {
@@ -2923,7 +2928,7 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
       c.in_bytes = 2;
       c.fn = reads16;
       if (partial16) c.partial = partial16;
-      c.tile += out16 == 2 ? "_f16in" : "_bf16in";
+      c.tile += in16_tag + "in";
     } else if (in16 && c.route == Route::Gemm && tab->widen16[out16] &&
                c.schedule != Schedule::Lines && stage16_pays(c)) {
       c.in_bytes = 2;
@@ -2932,7 +2937,7 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
       const int64_t Tm = std::max<int64_t>(c.Tmax, 1);
       c.row_bufs.stage = std::max<int64_t>(
           c.row_bufs.stage, stage16_ptr_bytes(Tm, c.MR) + Tm * c.MR * c.CB * c.K2 * kFloatBytes);
-      c.tile += out16 == 2 ? "_f16stage" : "_bf16stage";
+      c.tile += in16_tag + "stage";
     }
     // 16-bit weights packed as read: the Channels order (a thread packs a
     // channel's every column block) where a channel's columns and taps are

@@ -134,6 +134,43 @@ inline float from16(uint16_t h, int kind) {
   return (h & 0x8000) ? -v : v;
 }
 
+// The 16-bit input rows of a tile test: R rows x T taps, each tap's run of
+// `run` elements holding `lead` poison elements, then n values (value(),
+// integers, stored as bf16 / f16 `kind`), then poison; reachable as a tile's
+// a pointers (a[t*R + m] at its run) and as its rows (rows[m] + tapoff[t]).
+struct Rows16 {
+  std::vector<std::vector<uint16_t>> buf;
+  std::vector<float> val;  // [m][t][c], the values as floats
+  std::vector<const float*> a, rows;
+  std::vector<int64_t> tapoff;
+  int64_t T, n;
+
+  template <class F>
+  Rows16(int R, int64_t taps, int64_t lead, int64_t count, int64_t run, int kind, uint16_t poison,
+         F&& value)
+      : buf(static_cast<size_t>(R), std::vector<uint16_t>(static_cast<size_t>(taps * run), poison)),
+        val(static_cast<size_t>(R * taps * count)),
+        a(static_cast<size_t>(taps * R)),
+        rows(static_cast<size_t>(R)),
+        tapoff(static_cast<size_t>(taps)),
+        T(taps),
+        n(count) {
+    for (int64_t t = 0; t < T; ++t) tapoff[t] = t * run;
+    for (int m = 0; m < R; ++m) {
+      rows[m] = reinterpret_cast<const float*>(buf[m].data());
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < n; ++c) {
+          const float v = value();
+          val[(m * T + t) * n + c] = v;
+          buf[m][t * run + lead + c] = int_to16(v, kind);
+        }
+        a[t * R + m] = reinterpret_cast<const float*>(buf[m].data() + t * run);
+      }
+    }
+  }
+  float at(int m, int64_t t, int64_t c) const { return val[(m * T + t) * n + c]; }
+};
+
 // The output rows of a tile writing a 16-bit (ConvTileArgs::out16) or an f32
 // result: `rows` rows of `width` cells, each a guard at first (0xBEEF as 16
 // bits, -777 as f32), so that a cell the tile must not write keeps it.

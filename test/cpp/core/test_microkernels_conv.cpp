@@ -429,32 +429,15 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
         for (float& v : w) v = static_cast<float>(rng.uni(-3, 3));
         for (float& v : bias) v = static_cast<float>(rng.uni(-3, 3));
         // Inputs: row m holds its T taps' runs, each C values + pad poison.
-        const int64_t run = C + pad;
-        std::vector<std::vector<uint16_t>> buf(static_cast<size_t>(R),
-                                               std::vector<uint16_t>(T * run, poison));
-        std::vector<float> val(static_cast<size_t>(R * T * C));
-        for (int m = 0; m < R; ++m)
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t c = 0; c < C; ++c) {
-              const float v = static_cast<float>(rng.uni(-3, 3));
-              val[(m * T + t) * C + c] = v;
-              buf[m][t * run + c] = int_to16(v, kind);
-            }
-        std::vector<const float*> a(static_cast<size_t>(T * R)), rows(static_cast<size_t>(R));
-        std::vector<int64_t> tapoff(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) tapoff[t] = t * run;
-        for (int m = 0; m < R; ++m) {
-          rows[m] = reinterpret_cast<const float*>(buf[m].data());
-          for (int64_t t = 0; t < T; ++t)
-            a[t * R + m] = reinterpret_cast<const float*>(buf[m].data() + t * run);
-        }
+        const Rows16 in(R, T, 0, C, C + pad, kind, poison,
+                        [&] { return static_cast<float>(rng.uni(-3, 3)); });
         // Outputs with guards after each row.
         const int64_t OW = C + 8;
         const GuardedRows o(R, OW, out16);
         ConvTileArgs args;
-        args.a = row_mode ? nullptr : a.data();
-        args.rows = row_mode ? rows.data() : nullptr;
-        args.tapoff = row_mode ? tapoff.data() : nullptr;
+        args.a = row_mode ? nullptr : in.a.data();
+        args.rows = row_mode ? in.rows.data() : nullptr;
+        args.tapoff = row_mode ? in.tapoff.data() : nullptr;
         args.w = w.data();
         args.wtap = use_wtap ? wtap.data() : nullptr;
         args.bias = bias.data();
@@ -468,7 +451,7 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
             float want = o.guard(kind);
             if (c < C) {
               want = bias[c];
-              for (int64_t t = 0; t < T; ++t) want += val[(m * T + t) * C + c] * w[wtap[t] * C + c];
+              for (int64_t t = 0; t < T; ++t) want += in.at(m, t, c) * w[wtap[t] * C + c];
             }
             const float got = o.at(m, c, kind);
             const bool same = got == want || (std::isnan(got) && std::isnan(want));
@@ -599,32 +582,16 @@ TEST_P(ConvMicrokernels, Gemm16TilesMatchScalar) {
           Buf bias = Buf::input(g.nr);
           for (int64_t j = 0; j < g.nr; ++j)
             bias[j] = j < ncols ? static_cast<float>(rng.uni(-3, 3)) : std::nanf("");
-          // Row m, tap t: a_off values, then cred values, then poison.
-          const int64_t run = a_off + cred + 8;
-          std::vector<std::vector<uint16_t>> b16(static_cast<size_t>(g.mr),
-                                                 std::vector<uint16_t>(T * run, poison));
-          std::vector<float> val(static_cast<size_t>(g.mr * T * cred));
-          std::vector<const float*> a(static_cast<size_t>(T * g.mr)), rows(static_cast<size_t>(g.mr));
-          std::vector<int64_t> tapoff(static_cast<size_t>(T));
-          for (int64_t t = 0; t < T; ++t) tapoff[t] = t * run;
-          for (int m = 0; m < g.mr; ++m) {
-            rows[m] = reinterpret_cast<const float*>(b16[m].data());
-            for (int64_t t = 0; t < T; ++t) {
-              for (int64_t c = 0; c < cred; ++c) {
-                // (|sum| <= 3 + 51 * 2: exact in bf16 and f16 too)
-                const float v = static_cast<float>(rng.uni(-1, 1));
-                val[(m * T + t) * cred + c] = v;
-                b16[m][t * run + a_off + c] = int_to16(v, kind);
-              }
-              a[t * g.mr + m] = reinterpret_cast<const float*>(b16[m].data() + t * run);
-            }
-          }
+          // Row m, tap t: a_off elements, then cred values, then poison
+          // (|sum| <= 3 + 51 * 2: exact in bf16 and f16 too).
+          const Rows16 in(g.mr, T, a_off, cred, a_off + cred + 8, kind, poison,
+                          [&] { return static_cast<float>(rng.uni(-1, 1)); });
           const int64_t OW = col_off + g.nr + 8;
           const GuardedRows o(g.mr, OW, out16);
           ConvTileArgs args;
-          args.a = row_mode ? nullptr : a.data();
-          args.rows = row_mode ? rows.data() : nullptr;
-          args.tapoff = row_mode ? tapoff.data() : nullptr;
+          args.a = row_mode ? nullptr : in.a.data();
+          args.rows = row_mode ? in.rows.data() : nullptr;
+          args.tapoff = row_mode ? in.tapoff.data() : nullptr;
           args.w = w.data();
           args.wtap = use_wtap ? wtap.data() : nullptr;
           args.bias = bias.data();
@@ -644,7 +611,7 @@ TEST_P(ConvMicrokernels, Gemm16TilesMatchScalar) {
                 want = bias[j];
                 for (int64_t t = 0; t < T; ++t)
                   for (int64_t r = 0; r < cred; ++r)
-                    want += val[(m * T + t) * cred + r] * w[(wtap[t] * cred + r) * g.nr + j];
+                    want += in.at(m, t, r) * w[(wtap[t] * cred + r) * g.nr + j];
               }
               ASSERT_EQ(o.at(m, c, kind), want)
                   << g.name << " kind " << kind << " M " << M << " cred " << cred << " ncols "
