@@ -101,37 +101,38 @@ def test_exact_and_routed(case, op, layout, dtype, isa):
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 def test_backward_weights_chunks_rounded_once(dtype, isa):
-    # 64 images of 4 x 32768 positions, depthwise (4 groups of one channel: the
-    # kernels that read f32 rows only, so the route widens the images in 8
-    # chunks of 8); every gradient element sums about 2**21 products of small
+    # 64 images of 4 x 32768 positions, 4 -> 4 channels, k7 (GEMM tiles on
+    # pixel lists that would load each element 7 times, more than
+    # kMaxListWiden: the route widens the images in 8 chunks of 8 instead);
+    # every gradient element sums about 2**21 products of small
     # signed integers (exact in f32), to values that need more bits than the
     # 16-bit types have, so rounding each chunk's partial sum before adding
     # differs from the f64 sum rounded once.
     # (Channels-last GEMM layers take no chunks: test_bww16_*; dense NCX takes
     # the planar kernels without chunks, test_planar16_backward_weights_*.)
-    N, C, L = 64, 4, 1 << 15
+    N, C, L, K = 64, 4, 1 << 15, 7
     x = _ints((N, C, L), dtype, 4)
     dy = _ints((N, C, L), dtype, 5)
-    w_shape = [C, 1, 3]
-    a = dict(strides=[1], pads_begin=[1], pads_end=[1], dilations=[1], groups=C,
+    w_shape = [C, C, K]
+    a = dict(strides=[1], pads_begin=[K // 2], pads_end=[K // 2], dilations=[1], groups=1,
              data_format="NXC", weights_format="IOX", weights_shape=w_shape)
     with P.use_isa(isa), tct.plans() as lines:
         got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, 1), _nxc(dy, 1), **a)
     assert "route=convert16 images=8 chunks=8" in lines[0], lines[0][:300]
     xd = x.double()
-    want = _chunk_grad(xd, dy.double(), w_shape, C)
+    want = _chunk_grad(xd, dy.double(), w_shape, padding=K // 2)
     assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
     assert torch.equal(got, want.to(dtype))
     # Rounding each chunk's sum first gives another result.
     per_chunk = sum(
-        _chunk_grad(xd[i:i + 8], dy.double()[i:i + 8], w_shape, C).to(dtype).double()
+        _chunk_grad(xd[i:i + 8], dy.double()[i:i + 8], w_shape, padding=K // 2).to(dtype).double()
         for i in range(0, N, 8))
     assert not torch.equal(per_chunk.to(dtype), got)
 
 
-def _chunk_grad(x, dy, w_shape, groups=1):
+def _chunk_grad(x, dy, w_shape, padding):
     w = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv_transpose1d(x, w, padding=1, groups=groups).backward(dy)
+    torch.nn.functional.conv_transpose1d(x, w, padding=padding).backward(dy)
     return w.grad
 
 
@@ -987,13 +988,16 @@ def test_patch16_streamed(dtype, isa):
 # packing widens the rows; one f32 gradient rounded once; no f32 copies).
 
 BWW16_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, bww16): wide layers (packed
-    # panels in f32 too) take it; narrow ones keep the chunked f32 route
+    # panels in f32 too) widen rows as they pack; narrow ones (tiles on pixel
+    # lists) as they load (test_bww16_lists_*), unless they would load each
+    # element more than kMaxListWiden times
     (2, 2, 130, 129, (5, 6), 4, 2, 1, 1, True),      # channel tails on both sides
     (2, 2, 160, 128, (9, 9), 1, 2, 0, 1, True),      # 1x1 s2: shared A panels
     (1, 1, 136, 128, (37,), 16, 8, 4, 1, True),      # 1D, batch 1 (AVX2: local n-blocks)
     (3, 2, 128, 130, (3, 4, 5), 2, 2, 0, 1, True),   # 3D
     (2, 2, 264, 256, (4, 4), 3, 2, 1, 2, True),      # groups
-    (2, 3, 64, 64, (7, 7), 3, 1, 1, 1, False),       # narrow: pixel lists, chunks
+    (2, 3, 64, 64, (7, 7), 3, 1, 1, 1, False),       # narrow, 9 taps: 64 + 64 loads per
+    # (tap, pixel), about 9 per element: the chunked f32 route
 ]
 
 
@@ -1033,6 +1037,72 @@ def test_bww16_long_sums_rounded_once_and_nonfinite(dtype, isa):
         got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
                    1, "NXC")
     assert "bww16={" in lines[0], lines[0][:300]
+    _assert_equal_nonfinite(got, want)
+
+
+# The tiles on pixel lists over 16-bit rows (BwdWeightsF32Table gemm16 /
+# dw16 / grouped16), forced per ISA and per table (AVX-512's Intel table has
+# no in-lane permutes, Zen 4's has): (S, N, IC, OC, spatial, K, s, p, groups,
+# the kernel in the plan's tile name).
+BWW16_LIST_CASES = [
+    (2, 2, 36, 4, (5, 7), 3, 3, 0, 1, "gemm"),       # fused taps (AVX-512), 36 <- 4 k3 s3
+    (2, 2, 64, 3, (6, 6), 2, 2, 0, 1, "gemm"),       # fused taps, RGB output layer
+    (2, 2, 16, 12, (6, 6), 3, 2, 1, 1, "gemm"),      # 12 rows x 1 vector (AVX-512: permutes)
+    (2, 2, 8, 12, (6, 6), 3, 2, 1, 1, "gemm"),       # 12 rows x 1 vector (AVX2: permutes)
+    (1, 2, 7, 5, (9,), 4, 2, 1, 1, "gemm"),          # 1D, tails on both sides
+    (3, 2, 5, 7, (3, 4, 3), 3, 2, 1, 1, "gemm"),     # 3D, tails
+    (2, 2, 3, 64, (6, 6), 4, 2, 1, 1, "gemm"),       # 3 rows x 4 vectors (AVX2 3)
+    (2, 2, 20, 20, (6, 5), 4, 2, 1, 20, "dw"),       # depthwise, channel tail
+    (2, 2, 32, 32, (6, 5), 3, 2, 1, 8, "grouped"),   # 4 channels per group
+    (2, 1, 16, 16, (6, 5), 3, 2, 1, 8, "grouped"),   # 2 per group, batch 1
+]
+LIST_TABLES = [(i, u) for i, u in (("avx2", "zen3"), ("avx512", "intel_amx"), ("avx512", "zen4"))
+               if i in VEC_ISAS]
+
+
+@pytest.mark.parametrize("isa_uarch", LIST_TABLES, ids=lambda t: f"{t[0]}-{t[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", BWW16_LIST_CASES,
+                         ids=lambda c: f"{c[0]}d_{c[2]}to{c[3]}_g{c[8]}")
+def test_bww16_lists_exact(case, dtype, isa_uarch):
+    S, N, IC, OC, sp, K, s, p, g, kernel = case
+    isa, uarch = isa_uarch
+    x = _ints((N, IC) + sp, dtype, 64, -3, 4)
+    w_shape = (IC, OC // g) + (K,) * S
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p, g).shape, dtype, 65, -3, 4)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, g, dy)
+    with P.use_isa(isa), tct.use_uarch(uarch), tct.plans() as lines:
+        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
+                   g, "NXC")
+    kind = "bf16" if dtype == torch.bfloat16 else "f16"
+    # AVX2 has no 16-bit grouped tiles: those layers go through f32 copies.
+    takes16 = not (isa == "avx2" and kernel == "grouped")
+    assert ("bww16={" in lines[0] and f" in16={kind} " in lines[0]) == takes16, lines[0][:500]
+    assert f"tile=bwd_weights_f32_{kernel}_" in lines[0], lines[0][:500]
+    assert " packed=0 " in lines[0], lines[0][:500]
+    assert torch.equal(got, want.to(dtype))
+
+
+@pytest.mark.parametrize("isa_uarch", LIST_TABLES, ids=lambda t: f"{t[0]}-{t[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_bww16_lists_long_sums_and_nonfinite(dtype, isa_uarch):
+    # A fused-taps layer (36 <- 4 k3 s3) on 40x40 ones: each gradient element
+    # sums 1600 products of 1..3 per image, exact in f32, rounded once; then a
+    # NaN in src and an Inf in diff_dst reach exactly the elements the oracle says.
+    isa, uarch = isa_uarch
+    S, s, p = 2, 3, 0
+    x = torch.ones(2, 36, 40, 40, dtype=dtype)
+    w_shape = (36, 4, 3, 3)
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p).shape, dtype, 66, 1, 3)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    x[1, 5, 7, 8] = float("nan")
+    dy[0, 2, 4, 4] = float("inf")
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy).to(dtype)
+    with P.use_isa(isa), tct.use_uarch(uarch), tct.plans() as lines:
+        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
+                   1, "NXC")
+    assert "bww16={" in lines[0] and " packed=0 " in lines[0], lines[0][:300]
     _assert_equal_nonfinite(got, want)
 
 

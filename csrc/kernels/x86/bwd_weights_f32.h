@@ -133,6 +133,15 @@ void store_fence_avx2();
 // Depthwise (ICg == OCg == 1): cols <= lanes*k*DwVecs channels.
 void dw_tile_avx512(const TileArgs& t);
 void dw_tile_avx2(const TileArgs& t);
+// The tiles on pixel lists over 16-bit rows (kind 1 bf16, 2 f16): the Pix
+// pointers point at 16-bit elements and a_off / b_off count them; each
+// element is widened as it is loaded (BwdWeightsF32Table::gemm16 ...).
+void gemm16_tile_avx512(const TileArgs& t, int kind);
+void gemm16_tile_avx512_loads(const TileArgs& t, int kind);
+void grouped16_tile_avx512(const TileArgs& t, int kind);
+void dw16_tile_avx512(const TileArgs& t, int kind);
+void gemm16_tile_avx2(const TileArgs& t, int kind);
+void dw16_tile_avx2(const TileArgs& t, int kind);
 
 // The micro-kernels of one ISA and the constants measured with them, filled
 // once in its ISA file; the plan reads every ISA-specific number from here.
@@ -166,6 +175,11 @@ struct BwdWeightsF32Table {
   void (*pack16)(const Pix*, int64_t, bool, int64_t, int, int64_t, float*, int) = nullptr;
   void (*pack_panels16)(const Pix*, int64_t, int64_t, int64_t, const int64_t*, int64_t, int64_t,
                         float*, int) = nullptr;
+  // gemm (on pixel lists), grouped and dw over 16-bit rows (kind 1 bf16, 2
+  // f16), widened as loaded; nullptr: that kernel takes f32 rows only.
+  void (*gemm16)(const TileArgs&, int) = nullptr;
+  void (*grouped16)(const TileArgs&, int) = nullptr;
+  void (*dw16)(const TileArgs&, int) = nullptr;
 };
 const BwdWeightsF32Table* bwd_weights_f32_table_avx512();
 // The same with the one-vector GEMM tiles' permute-free form, "avx512l" (for
@@ -204,6 +218,9 @@ struct BwdWeightsPlan {
   // packed GEMM tiles without fused taps; else Route::Reference, which the
   // caller replaces).
   int in16 = 0;
+  // in16 on pixel lists: the tiles' widening loads per element of src and
+  // diff_dst (list_widen_ratio); 0 otherwise.
+  double widen_ratio = 0;
   int nt = 1;
   ConvProblem p;
   // Output: strides of ic and oc, offset of each tap.

@@ -196,6 +196,16 @@ void grouped_tile_avx2(const TileArgs& t) {
 
 void dw_tile_avx2(const TileArgs& t) { dw_tile<V, Geometry>(t); }
 
+void dw16_tile_avx2(const TileArgs& t, int kind) {
+  if (kind == 2) dw_tile<V, Geometry, 2>(t);
+  else dw_tile<V, Geometry, 1>(t);
+}
+
+void gemm16_tile_avx2(const TileArgs& t, int kind) {
+  if (kind == 2) gemm_tile<V, Geometry, 2>(t);
+  else gemm_tile<V, Geometry, 1>(t);
+}
+
 const BwdWeightsF32Table* bwd_weights_f32_table_avx2() {
   static const BwdWeightsF32Table table = {
       "avx2",
@@ -216,6 +226,9 @@ const BwdWeightsF32Table* bwd_weights_f32_table_avx2() {
       store_fence_avx2,
       pack16_avx2,
       pack_panels16_avx2,
+      gemm16_tile_avx2,
+      nullptr,  // grouped tiles: f32 rows only (no masked 16-bit loads in AVX2)
+      dw16_tile_avx2,
   };
   return &table;
 }

@@ -4,10 +4,12 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bwd_weights_f32.h"
 #include "bwd_weights_f32_tiles.h"
 #include "vec_avx512.h"
+#include "vec_in.h"
 
 namespace tct {
 namespace x86 {
@@ -26,8 +28,10 @@ struct Geometry {
 // Lane l of vector v belongs to group v*gpv + l/ng; its A value for row j is
 // chunk_v[(l/ng)*MG + j], brought in by a permute. Accumulators g<j>_<v>.
 #define BWW_G_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-template <int MG, int NVG>
+// IN: the pixel rows' storage (vec_in.h; 16-bit rows widened as loaded).
+template <int MG, int NVG, int IN>
 void grouped_kernel(const TileArgs& t) {
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
   const int ng = t.cols, gpv = 16 / ng;
   const int shift = ng == 2 ? 1 : ng == 4 ? 2 : 3;
   __mmask16 am[4], bm[4];  // per vector of groups; read-only in the loop
@@ -50,13 +54,14 @@ void grouped_kernel(const TileArgs& t) {
   const int64_t a_step = static_cast<int64_t>(gpv) * MG;  // A floats per vector of groups
   const Pix* px = t.pix;
   for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.a_off;
-    const float* b = px[i].b + t.b_off;
-    const __m512 a0 = _mm512_maskz_loadu_ps(am0, a), b0 = _mm512_maskz_loadu_ps(bm0, b);
+    const T* a = reinterpret_cast<const T*>(px[i].a) + t.a_off;
+    const T* b = reinterpret_cast<const T*>(px[i].b) + t.b_off;
+    auto ld = [](__mmask16 k, const T* p) { return load_in_part<V, IN>(k, p, 16); };
+    const __m512 a0 = ld(am0, a), b0 = ld(bm0, b);
     __m512 a1, b1, a2, b2, a3, b3;
-    if constexpr (NVG > 1) a1 = _mm512_maskz_loadu_ps(am1, a + a_step), b1 = _mm512_maskz_loadu_ps(bm1, b + 16);
-    if constexpr (NVG > 2) a2 = _mm512_maskz_loadu_ps(am2, a + 2 * a_step), b2 = _mm512_maskz_loadu_ps(bm2, b + 32);
-    if constexpr (NVG > 3) a3 = _mm512_maskz_loadu_ps(am3, a + 3 * a_step), b3 = _mm512_maskz_loadu_ps(bm3, b + 48);
+    if constexpr (NVG > 1) a1 = ld(am1, a + a_step), b1 = ld(bm1, b + 16);
+    if constexpr (NVG > 2) a2 = ld(am2, a + 2 * a_step), b2 = ld(bm2, b + 32);
+    if constexpr (NVG > 3) a3 = ld(am3, a + 3 * a_step), b3 = ld(bm3, b + 48);
 #define BWW_G_FMA(j)                                                                           \
   if constexpr (j < MG) {                                                                      \
     g##j##_0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx##j, a0), b0, g##j##_0);               \
@@ -76,19 +81,30 @@ void grouped_kernel(const TileArgs& t) {
   BWW_G_ROWS(BWW_G_STORE)
 }
 
-template <int MG>
+template <int MG, int IN>
 void grouped_by_vectors(const TileArgs& t) {
   const int nvg = (t.groups * t.cols + 15) / 16;
   if constexpr (MG <= 4) {
     switch (nvg) {
-      case 1: grouped_kernel<MG, 1>(t); break;
-      case 2: grouped_kernel<MG, 2>(t); break;
-      case 3: grouped_kernel<MG, 3>(t); break;
-      default: grouped_kernel<MG, 4>(t); break;
+      case 1: grouped_kernel<MG, 1, IN>(t); break;
+      case 2: grouped_kernel<MG, 2, IN>(t); break;
+      case 3: grouped_kernel<MG, 3, IN>(t); break;
+      default: grouped_kernel<MG, 4, IN>(t); break;
     }
   } else {
-    if (nvg == 1) grouped_kernel<MG, 1>(t);
-    else grouped_kernel<MG, 2>(t);
+    if (nvg == 1) grouped_kernel<MG, 1, IN>(t);
+    else grouped_kernel<MG, 2, IN>(t);
+  }
+}
+
+template <int IN>
+void grouped_tile_in(const TileArgs& t) {
+  switch (t.rows) {
+#define BWW_G_CASE(j) \
+  case j + 1: grouped_by_vectors<j + 1, IN>(t); break;
+    BWW_G_ROWS(BWW_G_CASE)
+#undef BWW_G_CASE
+    default: break;
   }
 }
 
@@ -264,17 +280,24 @@ void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq,
 
 void store_fence_avx512() { _mm_sfence(); }
 
-void grouped_tile_avx512(const TileArgs& t) {
-  switch (t.rows) {
-#define BWW_G_CASE(j) \
-  case j + 1: grouped_by_vectors<j + 1>(t); break;
-    BWW_G_ROWS(BWW_G_CASE)
-#undef BWW_G_CASE
-    default: break;
-  }
+void grouped_tile_avx512(const TileArgs& t) { grouped_tile_in<0>(t); }
+
+void grouped16_tile_avx512(const TileArgs& t, int kind) {
+  if (kind == 2) grouped_tile_in<2>(t);
+  else grouped_tile_in<1>(t);
 }
 
 void dw_tile_avx512(const TileArgs& t) { dw_tile<V, Geometry>(t); }
+
+void dw16_tile_avx512(const TileArgs& t, int kind) {
+  if (kind == 2) dw_tile<V, Geometry, 2>(t);
+  else dw_tile<V, Geometry, 1>(t);
+}
+
+void gemm16_tile_avx512(const TileArgs& t, int kind) {
+  if (kind == 2) gemm_tile<V, Geometry, 2>(t);
+  else gemm_tile<V, Geometry, 1>(t);
+}
 
 // One column vector without in-lane permutes (VecAvx512Loads: Intel's
 // cores; SPR VM in cache, the 14x16 tile: see heuristics C28).
@@ -285,9 +308,16 @@ void gemm_tile_avx512_loads(const TileArgs& t) {
     gemm_tile_avx512(t);
 }
 
+void gemm16_tile_avx512_loads(const TileArgs& t, int kind) {
+  if (t.rows <= 0 || t.cols <= 0 || t.cols > 16) return gemm16_tile_avx512(t, kind);
+  if (kind == 2) gemm_by_rows<VecAvx512Loads, Geometry, 1, 2>(t, t.cols % 16 != 0);
+  else gemm_by_rows<VecAvx512Loads, Geometry, 1, 1>(t, t.cols % 16 != 0);
+}
+
 namespace {
 const BwdWeightsF32Table* avx512_table(bool intel) {
-  auto make = [](const char* name, void (*gemm)(const TileArgs&)) -> BwdWeightsF32Table {
+  auto make = [](const char* name, void (*gemm)(const TileArgs&),
+                 void (*gemm16)(const TileArgs&, int)) -> BwdWeightsF32Table {
     BwdWeightsF32Table t = {
         name,
         kAvx512Lanes,
@@ -307,10 +337,14 @@ const BwdWeightsF32Table* avx512_table(bool intel) {
         store_fence_avx512,
     };
     t.pack16 = pack16_avx512;
+    t.gemm16 = gemm16;
+    t.grouped16 = grouped16_tile_avx512;
+    t.dw16 = dw16_tile_avx512;
     return t;
   };
-  static const BwdWeightsF32Table table = make("avx512", gemm_tile_avx512);
-  static const BwdWeightsF32Table intel_table = make("avx512l", gemm_tile_avx512_loads);
+  static const BwdWeightsF32Table table = make("avx512", gemm_tile_avx512, gemm16_tile_avx512);
+  static const BwdWeightsF32Table intel_table =
+      make("avx512l", gemm_tile_avx512_loads, gemm16_tile_avx512_loads);
   return intel ? &intel_table : &table;
 }
 }  // namespace

@@ -318,6 +318,33 @@ void make_fused_items(BwdWeightsPlan& pl, const std::vector<double>& tap_pixels)
   }
 }
 
+// GEMM tiles on 16-bit pixel lists: at most this many widening loads per
+// element of src and diff_dst (SPR VM, bf16 and f16 against the widened
+// copies: 4.6 loads per element 1.13-1.44x, 6.8 0.92-1.07x, 7.6 0.90-1.02x,
+// 15-42 0.76-0.96x).
+constexpr double kMaxListWiden = 6.0;
+
+// The tiles on pixel lists over 16-bit rows widen every element they load:
+// those loads per element of src and diff_dst (what a widened copy of both
+// would convert once).
+double list_widen_ratio(const BwdWeightsPlan& pl, const std::vector<double>& tap_pixels) {
+  double loads = 0;
+  for (const Item& it : pl.items) {
+    double px = 0;  // (tap, src pixel) pairs of the item's taps
+    for (int j = 0; j < it.fk; ++j) px += tap_pixels[it.tap + j];
+    switch (pl.kernel) {
+      case Kernel::Depthwise: loads += px * 2.0 * it.cols; break;
+      case Kernel::Grouped: loads += px * it.groups * (it.rows + it.cols); break;
+      case Kernel::Gemm: loads += px / it.fk * (it.rows + it.cols); break;
+    }
+  }
+  const ConvProblem& p = pl.p;
+  const double elems = static_cast<double>(p.N) *
+                       (static_cast<double>(p.src_spatial()) * p.IC() +
+                        static_cast<double>(p.dst_spatial()) * p.OC());
+  return elems > 0 ? loads / elems : 0;
+}
+
 // Packed: runs of mper m-blocks per item, enough items for the threads'
 // chunks to balance and few enough to build them cheaply (one item per
 // tile made 22K items, 0.5 ms of a 9 ms layer, for hifigan 512->256 k16).
@@ -599,20 +626,38 @@ BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView
   plan_waste(pl);
   choose_sides(pl);
   choose_tiles(pl, diff_w);
-  // 16-bit rows where the f32 plan packs them anyway (its packing widens
-  // them): packed GEMM tiles, no fused taps. The tiles on pixel lists (few
-  // channels, depthwise, grouped) read f32 rows; forcing those layers to pack
-  // ran them 2-5x slower than through widened chunks (SPR, f16: AlexNet 96
-  // <- 3 k11 s4, DCGAN 64 <- 3, 36 <- 4 k3 s3), so they route to the
-  // reference, which the call plan replaces by the chunked f32 route.
-  if (in16 && !(pl.kernel == Kernel::Gemm && pl.packed && pl.kf == 1)) {
-    pl.route = Route::Reference;
-    return pl;
+  // 16-bit rows: the f32 plan's kernels, each reading them itself. Packed
+  // GEMM tiles widen them as they pack; the tiles on pixel lists (few
+  // channels, fused taps, depthwise, grouped) as they load (heuristics A14).
+  // A kernel the table has no 16-bit form of routes to the reference, which
+  // the call plan replaces by the chunked f32 route.
+  if (in16) {
+    const BwdWeightsF32Table& t = *pl.tab;
+    const bool has16 = pl.kernel == Kernel::Depthwise ? t.dw16 != nullptr
+                       : pl.kernel == Kernel::Grouped ? t.grouped16 != nullptr
+                       : t.gemm16 != nullptr || (pl.packed && pl.kf == 1);
+    if (!has16) {
+      pl.route = Route::Reference;
+      return pl;
+    }
   }
   if (pl.kernel == Kernel::Depthwise) make_dw_items(pl, tap_pixels);
   else if (pl.kernel == Kernel::Grouped) make_grouped_items(pl, tap_pixels);
   else if (pl.kf > 1) make_fused_items(pl, tap_pixels);
   else make_gemm_items(pl, tap_pixels);
+  if (in16 && !pl.packed) {
+    // GEMM tiles on pixel lists widen each element they load, a µop or two
+    // on the FMA ports per broadcast or vector; past kMaxListWiden loads per
+    // element a widened copy of both tensors is cheaper (heuristics A14).
+    // The depthwise and grouped tiles load an element per FMA or two and
+    // won at every ratio measured (up to 18).
+    pl.widen_ratio = list_widen_ratio(pl, tap_pixels);
+    if (pl.kernel == Kernel::Gemm && pl.widen_ratio > kMaxListWiden) {
+      pl.route = Route::Reference;
+      pl.items.clear();
+      return pl;
+    }
+  }
   choose_blocks(pl);
   choose_local(pl);
   plan_tasks(pl);
@@ -678,6 +723,7 @@ std::string describe(const BwdWeightsPlan& pl) {
     << " N=" << pl.Ng << " mblocks=" << pl.mblocks << " kf=" << pl.kf << " packed=" << pl.packed
     << " shared_a=" << pl.shared_a;
   if (pl.in16) o << " in16=" << (pl.in16 == 2 ? "f16" : "bf16");
+  if (pl.widen_ratio > 0) o << " widen=" << std::fixed << std::setprecision(2) << pl.widen_ratio << std::defaultfloat;
   if (pl.packed && !pl.local) o << " mper=" << pl.mper;
   o << " block=" << pl.block << " pieces=" << pl.P << " chunks=" << pl.nchunks
     << " tasks=" << pl.ntasks << " items=" << pl.items.size() << " span=" << pl.max_span
@@ -825,10 +871,19 @@ class TaskRunner {
     if constexpr (std::is_same_v<TA, float>) tab.pack(px, n, side_b, off, width, ld, dst);
     else tab.pack16(px, n, side_b, off, width, ld, dst, pl.in16);
   }
-  // A GEMM tile on pixel lists (f32 rows only: the 16-bit plans pack).
+  // The tiles on pixel lists for TA (16-bit: widened as loaded; plan_bwd_weights
+  // takes in16 only where the table has them).
   void gemm_on_lists(const TileArgs& ta) const {
     if constexpr (std::is_same_v<TA, float>) tab.gemm(ta);
-    else std::abort();  // (plan_bwd_weights: in16 plans are packed, not fused)
+    else tab.gemm16(ta, pl.in16);
+  }
+  void dw_on_lists(const TileArgs& ta) const {
+    if constexpr (std::is_same_v<TA, float>) tab.dw(ta);
+    else tab.dw16(ta, pl.in16);
+  }
+  void grouped_on_lists(const TileArgs& ta) const {
+    if constexpr (std::is_same_v<TA, float>) tab.grouped(ta);
+    else tab.grouped16(ta, pl.in16);
   }
   int64_t build_into(int64_t tap, int64_t xlo, int64_t xhi, Pix* out_pix, int64_t n) const;
   int64_t build_full(int64_t tap, Pix* out_pix) const;
@@ -1240,10 +1295,10 @@ void TaskRunner<TA>::run_tile(const Item& item, bool first_block) {
   switch (pl.kernel) {
     case Kernel::Depthwise:
       ta.b_off = item.g;
-      if constexpr (std::is_same_v<TA, float>) tab.dw(ta);
+      dw_on_lists(ta);
       break;
     case Kernel::Grouped:
-      if constexpr (std::is_same_v<TA, float>) grouped_tile(ta, item);
+      grouped_tile(ta, item);
       break;
     case Kernel::Gemm:
       if (pl.packed) {
@@ -1266,7 +1321,7 @@ void TaskRunner<TA>::grouped_tile(TileArgs& ta, const Item& item) {
   ta.c = gbuf;
   ta.ldc = lanes;
   ta.groups = item.groups;
-  tab.grouped(ta);
+  grouped_on_lists(ta);
   const int per_vec = lanes / item.cols;
   for (int gl = 0; gl < item.groups; ++gl) {
     float* c = tg->tile(item) + gl * tg->g_stride;

@@ -29,6 +29,15 @@ inline typename V::Reg load_vec(const float* p, typename V::Mask tail) {
   else return V::loadu(p + V::W * J);
 }
 
+// load_vec over the activations' storage IN (vec_in.h): 0 f32, 1 bf16, 2 f16
+// (T uint16_t, widened as loaded; a masked tail reads tail_n elements only).
+template <class V, int IN, int J, int NV, bool MASK, class T>
+inline typename V::Reg load_vec_in(const T* p, typename V::Mask tail, int tail_n) {
+  if constexpr (IN == 0) return load_vec<V, J, NV, MASK>(p, tail);
+  else if constexpr (MASK && J == NV - 1) return load_in_part<V, IN>(tail, p + V::W * J, tail_n);
+  else return load_in<V, IN>(p + V::W * J);
+}
+
 template <class V, int J, int NV, bool MASK>
 inline void store_vec(float* p, typename V::Reg v, typename V::Mask tail, int tail_n) {
   if constexpr (MASK && J == NV - 1) V::store_part(p + V::W * J, v, tail, tail_n);
@@ -51,7 +60,7 @@ inline void store_vec(float* p, typename V::Reg v, typename V::Mask tail, int ta
 
 #define BWW_FMA(i)                                                                   \
   if constexpr (i < MR) {                                                            \
-    const Reg av = i < kQ ? V::template lane<(i) & 3>(q) : V::bcast(a + (i));        \
+    const Reg av = i < kQ ? V::template lane<(i) & 3>(q) : bcast_in<V, IN>(a + (i)); \
     c##i##_0 = V::fmadd(av, b0, c##i##_0);                                           \
     if constexpr (NV > 1) c##i##_1 = V::fmadd(av, b1, c##i##_1);                     \
     if constexpr (NV > 2) c##i##_2 = V::fmadd(av, b2, c##i##_2);                     \
@@ -68,10 +77,14 @@ inline void store_vec(float* p, typename V::Reg v, typename V::Mask tail, int ta
   }
 
 // MR x (W*NV) tile: per pixel, NV vector loads of B and MR broadcasts of A.
-template <class V, int MR, int NV, bool MASK, bool PK>
+// IN: the pixel rows' storage (0 f32; 1 bf16, 2 f16: pixel lists only, the
+// Pix pointers then point at 16-bit elements, each widened as loaded).
+template <class V, int MR, int NV, bool MASK, bool PK, int IN = 0>
 void gemm_kernel(const TileArgs& t) {
   using Reg = typename V::Reg;
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
   static_assert(MR <= 14 && NV <= 4, "named accumulators: 14 rows x 4 vectors");
+  static_assert(IN == 0 || !PK, "packed panels are f32");
   const int tail_n = t.cols - V::W * (NV - 1);  // lanes of the last vector, 1..W
   const typename V::Mask tail = V::tail(tail_n);
   BWW_FOR_ROWS(BWW_DECL)
@@ -92,33 +105,41 @@ void gemm_kernel(const TileArgs& t) {
   const float* pa = t.pa;
   const float* pb = t.pb;
   for (int64_t i = 0; i < npix; ++i, pa += lda, pb += ldb) {
-    const float* a = PK ? pa : px[i].a + a_off;
-    const float* b = PK ? pb : px[i].b + b_off;
-    const Reg b0 = load_vec<V, 0, NV, LM>(b, tail);
+    const T* a;
+    const T* b;
+    if constexpr (PK) a = pa, b = pb;
+    else a = reinterpret_cast<const T*>(px[i].a) + a_off, b = reinterpret_cast<const T*>(px[i].b) + b_off;
+    const Reg b0 = load_vec_in<V, IN, 0, NV, LM>(b, tail, tail_n);
     Reg b1, b2, b3;
-    if constexpr (NV > 1) b1 = load_vec<V, 1, NV, LM>(b, tail);
-    if constexpr (NV > 2) b2 = load_vec<V, 2, NV, LM>(b, tail);
-    if constexpr (NV > 3) b3 = load_vec<V, 3, NV, LM>(b, tail);
+    if constexpr (NV > 1) b1 = load_vec_in<V, IN, 1, NV, LM>(b, tail, tail_n);
+    if constexpr (NV > 2) b2 = load_vec_in<V, IN, 2, NV, LM>(b, tail, tail_n);
+    if constexpr (NV > 3) b3 = load_vec_in<V, IN, 3, NV, LM>(b, tail, tail_n);
     Reg q = V::zero();
-    if constexpr (kQ > 0) q = V::bcast4(a);
+    if constexpr (kQ > 0) {
+      if constexpr (IN == 0) q = V::bcast4(a);
+      else q = V::template bcast4_16<IN>(a);
+    }
     BWW_FOR_ROWS(BWW_FMA)
   }
   BWW_FOR_ROWS(BWW_STORE)
 }
 
-// The tile for t.rows rows (at most G::rows(NV)), packed or on pixel lists.
-template <class V, class G, int NV>
+// The tile for t.rows rows (at most G::rows(NV)), packed or on pixel lists
+// (IN != 0: pixel lists of 16-bit rows only).
+template <class V, class G, int NV, int IN = 0>
 void gemm_by_rows(const TileArgs& t, bool mask) {
   constexpr int kMax = G::rows(NV);
   switch (t.rows) {
 #define BWW_CASE(r)                                                          \
   case r + 1:                                                                \
     if constexpr (r + 1 <= kMax) {                                           \
-      if (!t.pix) {                                                          \
-        if (mask) gemm_kernel<V, r + 1, NV, true, true>(t);                  \
-        else gemm_kernel<V, r + 1, NV, false, true>(t);                      \
-      } else if (mask) gemm_kernel<V, r + 1, NV, true, false>(t);            \
-      else gemm_kernel<V, r + 1, NV, false, false>(t);                       \
+      if (IN == 0 && !t.pix) {                                               \
+        if constexpr (IN == 0) {                                             \
+          if (mask) gemm_kernel<V, r + 1, NV, true, true>(t);                \
+          else gemm_kernel<V, r + 1, NV, false, true>(t);                    \
+        }                                                                    \
+      } else if (mask) gemm_kernel<V, r + 1, NV, true, false, IN>(t);        \
+      else gemm_kernel<V, r + 1, NV, false, false, IN>(t);                   \
     }                                                                        \
     return;
     BWW_FOR_ROWS(BWW_CASE)
@@ -172,16 +193,17 @@ void pack_rows(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
 }
 
 // GEMM tile: cols <= W * G::kMaxVecs, rows <= G::rows(ceil(cols / W)).
-template <class V, class G>
+// IN != 0: pixel lists of 16-bit rows (BwdWeightsF32Table::gemm16).
+template <class V, class G, int IN = 0>
 void gemm_tile(const TileArgs& t) {
   if (t.rows <= 0 || t.cols <= 0) return;
   const int nv = (t.cols + V::W - 1) / V::W;
   const bool mask = (t.cols % V::W) != 0;
   switch (nv) {
-    case 1: gemm_by_rows<V, G, 1>(t, mask); break;
-    case 2: gemm_by_rows<V, G, 2>(t, mask); break;
-    case 3: if constexpr (G::kMaxVecs >= 3) gemm_by_rows<V, G, 3>(t, mask); break;
-    case 4: if constexpr (G::kMaxVecs >= 4) gemm_by_rows<V, G, 4>(t, mask); break;
+    case 1: gemm_by_rows<V, G, 1, IN>(t, mask); break;
+    case 2: gemm_by_rows<V, G, 2, IN>(t, mask); break;
+    case 3: if constexpr (G::kMaxVecs >= 3) gemm_by_rows<V, G, 3, IN>(t, mask); break;
+    case 4: if constexpr (G::kMaxVecs >= 4) gemm_by_rows<V, G, 4, IN>(t, mask); break;
     default: break;
   }
 }
@@ -191,15 +213,18 @@ void gemm_tile(const TileArgs& t) {
 #define BWW_DW_DECL(j) Reg d##j = V::zero();
 #define BWW_DW_LOAD(j) \
   if constexpr (j < NV) d##j = load_vec<V, j, NV, MASK>(t.c, tail);
-#define BWW_DW_FMA(j)                                                                          \
-  if constexpr (j < NV)                                                                        \
-    d##j = V::fmadd(load_vec<V, j, NV, MASK>(a, tail), load_vec<V, j, NV, MASK>(b, tail), d##j);
+#define BWW_DW_FMA(j)                                                              \
+  if constexpr (j < NV)                                                            \
+    d##j = V::fmadd(load_vec_in<V, IN, j, NV, MASK>(a, tail, tail_n),              \
+                    load_vec_in<V, IN, j, NV, MASK>(b, tail, tail_n), d##j);
 #define BWW_DW_STORE(j) \
   if constexpr (j < NV) store_vec<V, j, NV, MASK>(t.c, d##j, tail, tail_n);
 
-template <class V, int NV, bool MASK>
+// IN: the pixel rows' storage, as gemm_kernel's.
+template <class V, int NV, bool MASK, int IN = 0>
 void dw_kernel(const TileArgs& t) {
   using Reg = typename V::Reg;
+  using T = std::conditional_t<IN == 0, float, uint16_t>;
   static_assert(NV <= 16, "named accumulators: 16 vectors");
   const int tail_n = t.cols - V::W * (NV - 1);
   const typename V::Mask tail = V::tail(tail_n);
@@ -207,15 +232,16 @@ void dw_kernel(const TileArgs& t) {
   BWW_DW_VECS(BWW_DW_LOAD)
   const Pix* px = t.pix;
   for (int64_t i = 0; i < t.npix; ++i) {
-    const float* a = px[i].a + t.b_off;
-    const float* b = px[i].b + t.b_off;
+    const T* a = reinterpret_cast<const T*>(px[i].a) + t.b_off;
+    const T* b = reinterpret_cast<const T*>(px[i].b) + t.b_off;
     BWW_DW_VECS(BWW_DW_FMA)
   }
   BWW_DW_VECS(BWW_DW_STORE)
 }
 
-// Depthwise (ICg == OCg == 1): cols <= W * G::kDwVecs channels.
-template <class V, class G>
+// Depthwise (ICg == OCg == 1): cols <= W * G::kDwVecs channels (IN != 0:
+// 16-bit rows, BwdWeightsF32Table::dw16).
+template <class V, class G, int IN = 0>
 void dw_tile(const TileArgs& t) {
   if (t.cols <= 0) return;
   const int nv = (t.cols + V::W - 1) / V::W;
@@ -223,8 +249,8 @@ void dw_tile(const TileArgs& t) {
 #define BWW_DW(n)                                        \
   case n + 1:                                            \
     if constexpr (n + 1 <= G::kDwVecs) {                 \
-      if (mask) dw_kernel<V, n + 1, true>(t);            \
-      else dw_kernel<V, n + 1, false>(t);                \
+      if (mask) dw_kernel<V, n + 1, true, IN>(t);        \
+      else dw_kernel<V, n + 1, false, IN>(t);            \
     }                                                    \
     break;
   switch (nv) {

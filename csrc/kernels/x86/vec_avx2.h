@@ -82,6 +82,15 @@ struct VecAvx2 {
     if constexpr (KIND == 2) return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(*p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi16(static_cast<short>(*p)), 16));
   }
+  // bcast4 over 16-bit elements: p[0..4) widened, in each 128-bit lane.
+  template <int KIND>
+  static inline Reg bcast4_16(const uint16_t* p) {
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    __m128 f;
+    if constexpr (KIND == 2) f = _mm_cvtph_ps(h);
+    else f = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(f), f, 1);
+  }
   template <int KIND>
   static inline Reg load16_part(Mask, const uint16_t* p, int64_t n) {
     alignas(16) uint16_t t[8] = {};

@@ -97,6 +97,13 @@ struct VecAvx512 {
     if constexpr (KIND == 2) return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16(static_cast<short>(*p)), 16));
   }
+  // bcast4 over 16-bit elements: p[0..4) widened, in each 128-bit lane.
+  template <int KIND>
+  static inline Reg bcast4_16(const uint16_t* p) {
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    if constexpr (KIND == 2) return _mm512_broadcast_f32x4(_mm_cvtph_ps(h));
+    return _mm512_broadcast_f32x4(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16)));
+  }
   // The first min(n, 16) lanes of v rounded to bf16 (kind 1) or f16 (kind 2) at p.
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n <= 0) return;

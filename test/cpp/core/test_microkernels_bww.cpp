@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "microkernel_tester.h"
 
@@ -246,6 +248,134 @@ struct Rows16 {
     }
   }
 };
+
+// The 16-bit tiles on pixel lists (gemm16, dw16, grouped16; kind 1 bf16, 2
+// f16) on copies of f32 pixel lists, each row NaN past the elements the
+// contract lets them read: the f32 tile's sums on the f32 rows, exactly
+// (integer values: every product and sum exact in both).
+TEST_P(BwwMicrokernels, Tiles16OnListsMatchF32) {
+  if (!tab->gemm16) GTEST_SKIP() << "no 16-bit tiles";
+  Rng rng(27);
+  Failures fails;
+  const int L = tab->lanes;
+  auto rows16 = [](const PixList& px, int64_t a_len, int64_t b_len, int kind,
+                   std::vector<Pix>& out) {
+    auto ra = std::make_shared<Rows16>(px.pix, a_len, false, kind);
+    auto rb = std::make_shared<Rows16>(px.pix, b_len, true, kind);
+    out.clear();
+    for (size_t i = 0; i < px.pix.size(); ++i) out.push_back({ra->pix[i].a, rb->pix[i].b});
+    return std::make_pair(ra, rb);
+  };
+  for (int kind : {1, 2}) {
+    // GEMM: every vector count and row count, column tails, fresh and accumulating.
+    for (int nv = 1; nv <= tab->max_vecs; ++nv)
+      for (int rows = 1; rows <= tab->rows[nv]; ++rows) {
+        const int lo = (nv - 1) * L + 1, hi = nv * L;
+        for (int cols : {hi, lo, static_cast<int>(rng.uni(lo, hi))}) {
+          const int fresh = static_cast<int>(rng.uni(0, 1));
+          const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 5, 13});
+          const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5), ldc = cols + rng.uni(0, 3);
+          PixList px;
+          px.build(rng, npix, a_off, rows, b_off, cols);
+          std::vector<Pix> pix16;
+          const auto keep = rows16(px, a_off + rows, b_off + cols, kind, pix16);
+          Buf c = Buf::output(rows * ldc, rng.uni(0, 15));
+          for (int m = 0; m < rows; ++m)
+            for (int n = 0; n < cols; ++n) c[m * ldc + n] = fresh ? guard() : rng.val();
+          Expect want(c);
+          for (int m = 0; m < rows; ++m)
+            for (int n = 0; n < cols; ++n) {
+              float& v = want[m * ldc + n];
+              if (fresh) v = 0.f;
+              for (int64_t i = 0; i < npix; ++i)
+                v += px.pix[i].a[a_off + m] * px.pix[i].b[b_off + n];
+            }
+          TileArgs t{};
+          t.pix = pix16.data();
+          t.npix = npix;
+          t.a_off = a_off;
+          t.b_off = b_off;
+          t.c = c.data();
+          t.ldc = ldc;
+          t.rows = rows;
+          t.cols = cols;
+          t.fresh = fresh;
+          tab->gemm16(t, kind);
+          const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)("npix", npix)(
+                                    "fresh", fresh)("a_off", a_off)("b_off", b_off).str();
+          if (!fails.add(matches(c, want, "c"), "gemm16", d)) return;
+        }
+      }
+    // Depthwise.
+    if (tab->dw16) {
+      const int maxc = L * tab->dw_vecs;
+      for (int cols : {1, L - 1, L + 1, 5 * L, maxc, static_cast<int>(rng.uni(1, maxc))}) {
+        const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 9}), b_off = rng.uni(0, 5);
+        PixList px;
+        px.build(rng, npix, b_off, cols, b_off, cols);
+        std::vector<Pix> pix16;
+        const auto keep = rows16(px, b_off + cols, b_off + cols, kind, pix16);
+        Buf c = Buf::output(cols, rng.uni(0, 15));
+        c.fill_values(rng);
+        Expect want(c);
+        for (int n = 0; n < cols; ++n)
+          for (int64_t i = 0; i < npix; ++i)
+            want[n] += px.pix[i].a[b_off + n] * px.pix[i].b[b_off + n];
+        TileArgs t{};
+        t.pix = pix16.data();
+        t.npix = npix;
+        t.b_off = b_off;
+        t.c = c.data();
+        t.cols = cols;
+        tab->dw16(t, kind);
+        const std::string d = Desc()("kind", kind)("cols", cols)("npix", npix).str();
+        if (!fails.add(matches(c, want, "c"), "dw16", d)) return;
+      }
+    }
+    // Grouped: as GroupedTilesMatchScalar.
+    if (tab->grouped16)
+      for (int cols = 2; cols <= tab->grouped_max_cols; cols *= 2)
+        for (int rows = 1; rows <= cols; ++rows) {
+          const int gpv = L / cols;
+          const int maxg = gpv * (rows <= 4 ? tab->grouped_vecs_few_rows : tab->grouped_vecs);
+          for (int groups : {1, maxg, static_cast<int>(rng.uni(1, maxg))}) {
+            const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 7});
+            const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5);
+            const int64_t a_len = int64_t{groups} * rows, b_len = int64_t{groups} * cols;
+            PixList px;
+            px.build(rng, npix, a_off, a_len, b_off, b_len);
+            std::vector<Pix> pix16;
+            const auto keep = rows16(px, a_off + a_len, b_off + b_len, kind, pix16);
+            const int64_t nvg = (b_len + L - 1) / L;
+            Buf c = Buf::output(nvg * rows * L, rng.uni(0, 15));
+            Expect want(c);
+            for (int64_t i = 0; i < nvg * rows * L; ++i) want[i] = any();
+            for (int gl = 0; gl < groups; ++gl)
+              for (int m = 0; m < rows; ++m)
+                for (int n = 0; n < cols; ++n) {
+                  float& v = want[((gl / gpv) * rows + m) * L + (gl % gpv) * cols + n];
+                  v = 0.f;
+                  for (int64_t i = 0; i < npix; ++i)
+                    v += px.pix[i].a[a_off + gl * rows + m] * px.pix[i].b[b_off + gl * cols + n];
+                }
+            TileArgs t{};
+            t.pix = pix16.data();
+            t.npix = npix;
+            t.a_off = a_off;
+            t.b_off = b_off;
+            t.c = c.data();
+            t.ldc = L;
+            t.rows = rows;
+            t.cols = cols;
+            t.groups = groups;
+            tab->grouped16(t, kind);
+            const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)(
+                                      "groups", groups)("npix", npix).str();
+            if (!fails.add(matches(c, want, "c"), "grouped16", d)) return;
+          }
+        }
+  }
+}
 
 // Packing: row i = width floats of its pixel row from off, zeros to ld
 // (a null row: all zeros).
