@@ -7,8 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <utility>
 
 #include "microkernel_tester.h"
 
@@ -38,6 +36,35 @@ struct PixList {
       }
       pix.push_back(p);
     }
+  }
+};
+
+// The rows of px as 16-bit copies (elements [0, len) of each, NaN after):
+// the Pix list of the 16-bit kernels points at them.
+struct Rows16 {
+  std::vector<std::vector<uint16_t>> rows;
+  std::vector<x86::bww::Pix> pix;
+  Rows16(const std::vector<x86::bww::Pix>& px, int64_t len, bool side_b, int kind) {
+    const uint16_t nan16 = kind == 1 ? 0x7FC1 : 0x7E01;
+    for (const auto& p : px) {
+      const float* r = side_b ? p.b : p.a;
+      rows.emplace_back(static_cast<size_t>(len + 32), nan16);
+      if (r)
+        for (int64_t j = 0; j < len; ++j) rows.back()[j] = int_to16(r[j], kind);
+      const float* r16 = r ? reinterpret_cast<const float*>(rows.back().data()) : nullptr;
+      pix.push_back(side_b ? x86::bww::Pix{nullptr, r16} : x86::bww::Pix{r16, nullptr});
+    }
+  }
+};
+
+// Both sides of px as 16-bit copies (kind 1 bf16, 2 f16; a_len / b_len
+// elements of each row, NaN after): the Pix list of the 16-bit tiles.
+struct Lists16 {
+  Rows16 a, b;
+  std::vector<Pix> pix;
+  Lists16(const std::vector<Pix>& px, int64_t a_len, int64_t b_len, int kind)
+      : a(px, a_len, false, kind), b(px, b_len, true, kind) {
+    for (size_t i = 0; i < px.size(); ++i) pix.push_back({a.pix[i].a, b.pix[i].b});
   }
 };
 
@@ -81,8 +108,11 @@ TEST_P(BwwMicrokernels, TableIsWellFormed) {
 }
 
 // C[m*ldc + n] (+)= sum_i A_i[m] * B_i[n]: every vector count and row
-// count, column tails, pixel lists and packed panels, fresh and accumulating.
+// count, column tails, pixel lists and packed panels, fresh and accumulating;
+// pixel lists of f32 rows (gemm) and of their bf16 / f16 copies (gemm16,
+// kind 1 / 2: the f32 sums exactly, on integer values).
 TEST_P(BwwMicrokernels, GemmTilesMatchScalar) {
+  ASSERT_NE(tab->gemm16, nullptr);
   Rng rng(21);
   Failures fails;
   const int L = tab->lanes;
@@ -90,8 +120,9 @@ TEST_P(BwwMicrokernels, GemmTilesMatchScalar) {
     for (int rows = 1; rows <= tab->rows[nv]; ++rows) {
       const int lo = (nv - 1) * L + 1, hi = nv * L;
       for (int cols : {hi, lo, static_cast<int>(rng.uni(lo, hi))})
-        for (int mode = 0; mode < 8; ++mode) {  // (two draws of each)
+        for (int mode = 0; mode < 16; ++mode) {  // (two draws of each)
           const bool packed = mode & 1, fresh = mode & 2;
+          const int kind = packed ? 0 : (mode >> 2) % 3;  // lists: f32, bf16, f16
           const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 2, 5, 13, 40});
           const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5);
           const int64_t ldc = cols + rng.uni(0, 3);
@@ -125,8 +156,9 @@ TEST_P(BwwMicrokernels, GemmTilesMatchScalar) {
               if (fresh) s = 0.f;
               for (int64_t i = 0; i < npix; ++i) s += A[i * rows + m] * B[i * cols + n];
             }
+          const Lists16 px16(px.pix, a_off + rows, b_off + cols, kind ? kind : 1);
           TileArgs t{};
-          t.pix = packed ? nullptr : px.pix.data();
+          t.pix = packed ? nullptr : kind ? px16.pix.data() : px.pix.data();
           t.npix = npix;
           t.a_off = packed ? 0 : a_off;
           t.b_off = packed ? 0 : b_off;
@@ -139,10 +171,11 @@ TEST_P(BwwMicrokernels, GemmTilesMatchScalar) {
           t.lda = lda;
           t.ldb = ldb;
           t.fresh = fresh;
-          tab->gemm(t);
-          const std::string d = Desc()("rows", rows)("cols", cols)("npix", npix)("packed", packed)(
-                                     "fresh", fresh)("a_off", a_off)("b_off", b_off)("ldc", ldc)(
-                                     "lda", lda)("ldb", ldb).str();
+          if (kind) tab->gemm16(t, kind);
+          else tab->gemm(t);
+          const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)("npix", npix)(
+                                     "packed", packed)("fresh", fresh)("a_off", a_off)(
+                                     "b_off", b_off)("ldc", ldc)("lda", lda)("ldb", ldb).str();
           if (!fails.add(matches(c, want, "c"), "gemm", d)) return;
         }
     }
@@ -150,231 +183,96 @@ TEST_P(BwwMicrokernels, GemmTilesMatchScalar) {
 
 // Grouped: group gl, row m, column n at c[(v*rows + m)*L + l], v = gl / (L/cols),
 // l = (gl % (L/cols))*cols + n; lanes of the written vectors past the
-// groups may hold anything, nothing past them may be written.
+// groups may hold anything, nothing past them may be written. f32 rows
+// (grouped) and, where the table has grouped16, their bf16 / f16 copies.
 TEST_P(BwwMicrokernels, GroupedTilesMatchScalar) {
   if (!tab->grouped) GTEST_SKIP() << "no grouped tile";
   Rng rng(22);
   Failures fails;
   const int L = tab->lanes;
-  for (int cols = 2; cols <= tab->grouped_max_cols; cols *= 2)
-    for (int rows = 1; rows <= cols; ++rows) {
-      const int gpv = L / cols;
-      const int maxg = gpv * (rows <= 4 ? tab->grouped_vecs_few_rows : tab->grouped_vecs);
-      std::vector<int> groups_list = {1, maxg, static_cast<int>(rng.uni(1, maxg))};
-      if (gpv + 1 <= maxg) groups_list.push_back(gpv + 1);
-      for (int groups : groups_list) {
-        const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 7, 30});
-        const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5);
-        PixList px;
-        px.build(rng, npix, a_off, int64_t{groups} * rows, b_off, int64_t{groups} * cols);
-        const int64_t nvg = (int64_t{groups} * cols + L - 1) / L;
-        Buf c = Buf::output(nvg * rows * L, rng.uni(0, 15));
-        Expect want(c);
-        for (int64_t i = 0; i < nvg * rows * L; ++i) want[i] = any();
-        for (int gl = 0; gl < groups; ++gl)
-          for (int m = 0; m < rows; ++m)
-            for (int n = 0; n < cols; ++n) {
-              float& s = want[((gl / gpv) * rows + m) * L + (gl % gpv) * cols + n];
-              s = 0.f;
-              for (int64_t i = 0; i < npix; ++i)
-                s += px.pix[i].a[a_off + gl * rows + m] * px.pix[i].b[b_off + gl * cols + n];
-            }
-        TileArgs t{};
-        t.pix = px.pix.data();
-        t.npix = npix;
-        t.a_off = a_off;
-        t.b_off = b_off;
-        t.c = c.data();
-        t.ldc = L;
-        t.rows = rows;
-        t.cols = cols;
-        t.groups = groups;
-        tab->grouped(t);
-        const std::string d =
-            Desc()("rows", rows)("cols", cols)("groups", groups)("npix", npix).str();
-        if (!fails.add(matches(c, want, "c"), "grouped", d)) return;
-      }
-    }
-}
-
-// Depthwise: C[n] += sum_i A_i[b_off + n] * B_i[b_off + n] (rows and a_off ignored).
-TEST_P(BwwMicrokernels, DepthwiseTileMatchesScalar) {
-  if (!tab->dw) GTEST_SKIP() << "no depthwise tile";
-  Rng rng(23);
-  Failures fails;
-  const int L = tab->lanes, maxc = L * tab->dw_vecs;
-  for (int cols : {1, L - 1, L, L + 1, 2 * L + 3, 5 * L, maxc - 1, maxc,
-                   static_cast<int>(rng.uni(1, maxc))}) {
-    for (int64_t npix : {0, 1, 9}) {
-      const int64_t b_off = rng.uni(0, 5);
-      PixList px;
-      px.build(rng, npix, b_off, cols, b_off, cols);
-      Buf c = Buf::output(cols, rng.uni(0, 15));
-      c.fill_values(rng);
-      Expect want(c);
-      for (int n = 0; n < cols; ++n)
-        for (int64_t i = 0; i < npix; ++i)
-          want[n] += px.pix[i].a[b_off + n] * px.pix[i].b[b_off + n];
-      TileArgs t{};
-      t.pix = px.pix.data();
-      t.npix = npix;
-      t.a_off = 1000003;  // ignored
-      t.b_off = b_off;
-      t.c = c.data();
-      t.ldc = -1;
-      t.rows = -1;  // ignored
-      t.cols = cols;
-      tab->dw(t);
-      const std::string d = Desc()("cols", cols)("npix", npix)("b_off", b_off).str();
-      if (!fails.add(matches(c, want, "c"), "dw", d)) return;
-    }
-  }
-}
-
-// The rows of px as 16-bit copies (elements [0, len) of each, NaN after):
-// the Pix list of the 16-bit kernels points at them.
-struct Rows16 {
-  std::vector<std::vector<uint16_t>> rows;
-  std::vector<x86::bww::Pix> pix;
-  Rows16(const std::vector<x86::bww::Pix>& px, int64_t len, bool side_b, int kind) {
-    const uint16_t nan16 = kind == 1 ? 0x7FC1 : 0x7E01;
-    for (const auto& p : px) {
-      const float* r = side_b ? p.b : p.a;
-      rows.emplace_back(static_cast<size_t>(len + 32), nan16);
-      if (r)
-        for (int64_t j = 0; j < len; ++j) rows.back()[j] = int_to16(r[j], kind);
-      const float* r16 = r ? reinterpret_cast<const float*>(rows.back().data()) : nullptr;
-      pix.push_back(side_b ? x86::bww::Pix{nullptr, r16} : x86::bww::Pix{r16, nullptr});
-    }
-  }
-};
-
-// The 16-bit tiles on pixel lists (gemm16, dw16, grouped16; kind 1 bf16, 2
-// f16) on copies of f32 pixel lists, each row NaN past the elements the
-// contract lets them read: the f32 tile's sums on the f32 rows, exactly
-// (integer values: every product and sum exact in both).
-TEST_P(BwwMicrokernels, Tiles16OnListsMatchF32) {
-  if (!tab->gemm16) GTEST_SKIP() << "no 16-bit tiles";
-  Rng rng(27);
-  Failures fails;
-  const int L = tab->lanes;
-  auto rows16 = [](const PixList& px, int64_t a_len, int64_t b_len, int kind,
-                   std::vector<Pix>& out) {
-    auto ra = std::make_shared<Rows16>(px.pix, a_len, false, kind);
-    auto rb = std::make_shared<Rows16>(px.pix, b_len, true, kind);
-    out.clear();
-    for (size_t i = 0; i < px.pix.size(); ++i) out.push_back({ra->pix[i].a, rb->pix[i].b});
-    return std::make_pair(ra, rb);
-  };
-  for (int kind : {1, 2}) {
-    // GEMM: every vector count and row count, column tails, fresh and accumulating.
-    for (int nv = 1; nv <= tab->max_vecs; ++nv)
-      for (int rows = 1; rows <= tab->rows[nv]; ++rows) {
-        const int lo = (nv - 1) * L + 1, hi = nv * L;
-        for (int cols : {hi, lo, static_cast<int>(rng.uni(lo, hi))}) {
-          const int fresh = static_cast<int>(rng.uni(0, 1));
-          const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 5, 13});
-          const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5), ldc = cols + rng.uni(0, 3);
+  for (int kind = 0; kind <= (tab->grouped16 ? 2 : 0); ++kind)
+    for (int cols = 2; cols <= tab->grouped_max_cols; cols *= 2)
+      for (int rows = 1; rows <= cols; ++rows) {
+        const int gpv = L / cols;
+        const int maxg = gpv * (rows <= 4 ? tab->grouped_vecs_few_rows : tab->grouped_vecs);
+        std::vector<int> groups_list = {1, maxg, static_cast<int>(rng.uni(1, maxg))};
+        if (gpv + 1 <= maxg) groups_list.push_back(gpv + 1);
+        for (int groups : groups_list) {
+          const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 7, 30});
+          const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5);
           PixList px;
-          px.build(rng, npix, a_off, rows, b_off, cols);
-          std::vector<Pix> pix16;
-          const auto keep = rows16(px, a_off + rows, b_off + cols, kind, pix16);
-          Buf c = Buf::output(rows * ldc, rng.uni(0, 15));
-          for (int m = 0; m < rows; ++m)
-            for (int n = 0; n < cols; ++n) c[m * ldc + n] = fresh ? guard() : rng.val();
+          px.build(rng, npix, a_off, int64_t{groups} * rows, b_off, int64_t{groups} * cols);
+          const int64_t nvg = (int64_t{groups} * cols + L - 1) / L;
+          Buf c = Buf::output(nvg * rows * L, rng.uni(0, 15));
           Expect want(c);
-          for (int m = 0; m < rows; ++m)
-            for (int n = 0; n < cols; ++n) {
-              float& v = want[m * ldc + n];
-              if (fresh) v = 0.f;
-              for (int64_t i = 0; i < npix; ++i)
-                v += px.pix[i].a[a_off + m] * px.pix[i].b[b_off + n];
-            }
+          for (int64_t i = 0; i < nvg * rows * L; ++i) want[i] = any();
+          for (int gl = 0; gl < groups; ++gl)
+            for (int m = 0; m < rows; ++m)
+              for (int n = 0; n < cols; ++n) {
+                float& s = want[((gl / gpv) * rows + m) * L + (gl % gpv) * cols + n];
+                s = 0.f;
+                for (int64_t i = 0; i < npix; ++i)
+                  s += px.pix[i].a[a_off + gl * rows + m] * px.pix[i].b[b_off + gl * cols + n];
+              }
+          const Lists16 px16(px.pix, a_off + int64_t{groups} * rows, b_off + int64_t{groups} * cols,
+                             kind ? kind : 1);
           TileArgs t{};
-          t.pix = pix16.data();
+          t.pix = kind ? px16.pix.data() : px.pix.data();
           t.npix = npix;
           t.a_off = a_off;
           t.b_off = b_off;
           t.c = c.data();
-          t.ldc = ldc;
+          t.ldc = L;
           t.rows = rows;
           t.cols = cols;
-          t.fresh = fresh;
-          tab->gemm16(t, kind);
-          const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)("npix", npix)(
-                                    "fresh", fresh)("a_off", a_off)("b_off", b_off).str();
-          if (!fails.add(matches(c, want, "c"), "gemm16", d)) return;
+          t.groups = groups;
+          if (kind) tab->grouped16(t, kind);
+          else tab->grouped(t);
+          const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)("groups", groups)(
+                                    "npix", npix).str();
+          if (!fails.add(matches(c, want, "c"), "grouped", d)) return;
         }
       }
-    // Depthwise.
-    if (tab->dw16) {
-      const int maxc = L * tab->dw_vecs;
-      for (int cols : {1, L - 1, L + 1, 5 * L, maxc, static_cast<int>(rng.uni(1, maxc))}) {
-        const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 9}), b_off = rng.uni(0, 5);
+}
+
+// Depthwise: C[n] += sum_i A_i[b_off + n] * B_i[b_off + n] (rows and a_off
+// ignored); f32 rows (dw) and their bf16 / f16 copies (dw16).
+TEST_P(BwwMicrokernels, DepthwiseTileMatchesScalar) {
+  if (!tab->dw) GTEST_SKIP() << "no depthwise tile";
+  ASSERT_NE(tab->dw16, nullptr);
+  Rng rng(23);
+  Failures fails;
+  const int L = tab->lanes, maxc = L * tab->dw_vecs;
+  for (int kind : {0, 1, 2})
+    for (int cols : {1, L - 1, L, L + 1, 2 * L + 3, 5 * L, maxc - 1, maxc,
+                     static_cast<int>(rng.uni(1, maxc))}) {
+      for (int64_t npix : {0, 1, 9}) {
+        const int64_t b_off = rng.uni(0, 5);
         PixList px;
         px.build(rng, npix, b_off, cols, b_off, cols);
-        std::vector<Pix> pix16;
-        const auto keep = rows16(px, b_off + cols, b_off + cols, kind, pix16);
         Buf c = Buf::output(cols, rng.uni(0, 15));
         c.fill_values(rng);
         Expect want(c);
         for (int n = 0; n < cols; ++n)
           for (int64_t i = 0; i < npix; ++i)
             want[n] += px.pix[i].a[b_off + n] * px.pix[i].b[b_off + n];
+        const Lists16 px16(px.pix, b_off + cols, b_off + cols, kind ? kind : 1);
         TileArgs t{};
-        t.pix = pix16.data();
+        t.pix = kind ? px16.pix.data() : px.pix.data();
         t.npix = npix;
+        t.a_off = 1000003;  // ignored
         t.b_off = b_off;
         t.c = c.data();
+        t.ldc = -1;
+        t.rows = -1;  // ignored
         t.cols = cols;
-        tab->dw16(t, kind);
-        const std::string d = Desc()("kind", kind)("cols", cols)("npix", npix).str();
-        if (!fails.add(matches(c, want, "c"), "dw16", d)) return;
+        if (kind) tab->dw16(t, kind);
+        else tab->dw(t);
+        const std::string d =
+            Desc()("kind", kind)("cols", cols)("npix", npix)("b_off", b_off).str();
+        if (!fails.add(matches(c, want, "c"), "dw", d)) return;
       }
     }
-    // Grouped: as GroupedTilesMatchScalar.
-    if (tab->grouped16)
-      for (int cols = 2; cols <= tab->grouped_max_cols; cols *= 2)
-        for (int rows = 1; rows <= cols; ++rows) {
-          const int gpv = L / cols;
-          const int maxg = gpv * (rows <= 4 ? tab->grouped_vecs_few_rows : tab->grouped_vecs);
-          for (int groups : {1, maxg, static_cast<int>(rng.uni(1, maxg))}) {
-            const int64_t npix = rng.pick(std::vector<int64_t>{0, 1, 7});
-            const int64_t a_off = rng.uni(0, 5), b_off = rng.uni(0, 5);
-            const int64_t a_len = int64_t{groups} * rows, b_len = int64_t{groups} * cols;
-            PixList px;
-            px.build(rng, npix, a_off, a_len, b_off, b_len);
-            std::vector<Pix> pix16;
-            const auto keep = rows16(px, a_off + a_len, b_off + b_len, kind, pix16);
-            const int64_t nvg = (b_len + L - 1) / L;
-            Buf c = Buf::output(nvg * rows * L, rng.uni(0, 15));
-            Expect want(c);
-            for (int64_t i = 0; i < nvg * rows * L; ++i) want[i] = any();
-            for (int gl = 0; gl < groups; ++gl)
-              for (int m = 0; m < rows; ++m)
-                for (int n = 0; n < cols; ++n) {
-                  float& v = want[((gl / gpv) * rows + m) * L + (gl % gpv) * cols + n];
-                  v = 0.f;
-                  for (int64_t i = 0; i < npix; ++i)
-                    v += px.pix[i].a[a_off + gl * rows + m] * px.pix[i].b[b_off + gl * cols + n];
-                }
-            TileArgs t{};
-            t.pix = pix16.data();
-            t.npix = npix;
-            t.a_off = a_off;
-            t.b_off = b_off;
-            t.c = c.data();
-            t.ldc = L;
-            t.rows = rows;
-            t.cols = cols;
-            t.groups = groups;
-            tab->grouped16(t, kind);
-            const std::string d = Desc()("kind", kind)("rows", rows)("cols", cols)(
-                                      "groups", groups)("npix", npix).str();
-            if (!fails.add(matches(c, want, "c"), "grouped16", d)) return;
-          }
-        }
-  }
 }
 
 // Packing: row i = width floats of its pixel row from off, zeros to ld
