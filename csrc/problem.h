@@ -118,6 +118,13 @@ struct ConvProblem {
   std::array<int64_t, kAxes> pe{0, 0, 0};  // pads_end after auto_pad
   std::array<int64_t, kAxes> op{0, 0, 0};  // output_padding that makes O consistent with I
 
+  // Every field equal (the plans' memo keys).
+  bool operator==(const ConvProblem& o) const {
+    return spatial_rank == o.spatial_rank && N == o.N && G == o.G && ICg == o.ICg &&
+           OCg == o.OCg && I == o.I && O == o.O && K == o.K && s == o.s && d == o.d &&
+           pb == o.pb && pe == o.pe && op == o.op;
+  }
+
   int64_t IC() const { return G * ICg; }
   int64_t OC() const { return G * OCg; }
   int64_t src_spatial() const { return I[0] * I[1] * I[2]; }

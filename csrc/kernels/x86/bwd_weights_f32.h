@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -268,8 +269,10 @@ struct BwdWeightsPlan {
   int64_t per_thread_bytes() const;  // pixel lists, panels, local buffers, per thread
 };
 
-BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
-                                int nthreads, int in16 = 0);
+// The plan (kept among the thread's recent ones: plan_memo.h).
+std::shared_ptr<const BwdWeightsPlan> plan_bwd_weights(Isa isa, const ConvProblem& p,
+                                                       const WeightsView& diff_w, int nthreads,
+                                                       int in16 = 0);
 std::string describe(const BwdWeightsPlan& plan);
 // False when the plan routes to the reference or a buffer is not there (or
 // its in16 is not the call's: 0 for run_bwd_weights, 1 / 2 for run_bwd_weights16).

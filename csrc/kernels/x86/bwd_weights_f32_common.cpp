@@ -41,6 +41,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,7 @@
 
 #include "buffers.h"
 #include "bwd_weights_f32.h"
+#include "plan_memo.h"
 #include "tiling.h"
 #include "x86.h"
 
@@ -604,8 +606,41 @@ void plan_final(BwdWeightsPlan& pl) {
 
 namespace bww {
 
-BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
-                                int nthreads, int in16) {
+namespace {
+
+// Every input of build_bwd_weights_plan (the table stands for the ISA's and
+// the microarchitecture's choices).
+struct PlanKey {
+  const BwdWeightsF32Table* tab;
+  Isa isa;
+  ConvProblem p;
+  int64_t si, so;
+  std::array<int64_t, kAxes> sk;
+  int nthreads, in16;
+  bool operator==(const PlanKey& o) const {
+    return tab == o.tab && isa == o.isa && si == o.si && so == o.so && sk == o.sk &&
+           nthreads == o.nthreads && in16 == o.in16 && p == o.p;
+  }
+};
+
+BwdWeightsPlan build_bwd_weights_plan(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
+                                      int nthreads, int in16);
+
+}  // namespace
+
+std::shared_ptr<const BwdWeightsPlan> plan_bwd_weights(Isa isa, const ConvProblem& p,
+                                                       const WeightsView& diff_w, int nthreads,
+                                                       int in16) {
+  thread_local PlanMemo<PlanKey, BwdWeightsPlan> memo;
+  const PlanKey key{table_for(isa), isa, p, diff_w.si, diff_w.so,
+                    {diff_w.sk[0], diff_w.sk[1], diff_w.sk[2]}, nthreads, in16};
+  return memo.get(key, [&] { return build_bwd_weights_plan(isa, p, diff_w, nthreads, in16); });
+}
+
+namespace {
+
+BwdWeightsPlan build_bwd_weights_plan(Isa isa, const ConvProblem& p, const WeightsView& diff_w,
+                                      int nthreads, int in16) {
   BwdWeightsPlan pl;
   pl.tab = table_for(isa);
   pl.p = p;
@@ -664,6 +699,8 @@ BwdWeightsPlan plan_bwd_weights(Isa isa, const ConvProblem& p, const WeightsView
   plan_final(pl);
   return pl;
 }
+
+}  // namespace
 
 int64_t BwdWeightsPlan::scratch_bytes() const { return kElem * nbuf * wstride; }
 
@@ -1529,31 +1566,31 @@ WeightsView dense_weights_view(const ConvProblem& p, WeightsFormat wf) {
 
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads) {
-  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads);
-  return bww::run_bwd_weights(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+  const auto plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads);
+  return bww::run_bwd_weights(*plan, src, diff_dst, static_cast<float*>(diff_w.data));
 }
 
 bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind) {
   // (the kernel family does not depend on the gradient's strides)
-  const bww::BwdWeightsPlan plan =
+  const auto plan =
       bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX), nthreads, kind);
-  return plan.route != bww::BwdWeightsPlan::Route::Reference;
+  return plan->route != bww::BwdWeightsPlan::Route::Reference;
 }
 
 bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
                         const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind) {
-  const bww::BwdWeightsPlan plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads, kind);
-  return bww::run_bwd_weights16(plan, src, diff_dst, static_cast<float*>(diff_w.data));
+  const auto plan = bww::plan_bwd_weights(isa, p, diff_w, nthreads, kind);
+  return bww::run_bwd_weights16(*plan, src, diff_dst, static_cast<float*>(diff_w.data));
 }
 
 std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind) {
-  return bww::describe(bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX),
-                                             nthreads, kind));
+  return bww::describe(*bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX),
+                                              nthreads, kind));
 }
 
 std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,
                                      WeightsFormat wf) {
-  return bww::describe(bww::plan_bwd_weights(isa, p, dense_weights_view(p, wf), nthreads));
+  return bww::describe(*bww::plan_bwd_weights(isa, p, dense_weights_view(p, wf), nthreads));
 }
 
 }  // namespace x86

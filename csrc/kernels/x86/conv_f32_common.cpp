@@ -67,6 +67,7 @@
 #include "buffers.h"
 #include "conv_f32_kernels.h"
 #include "conv_f32_plan.h"
+#include "plan_memo.h"
 #include "tiling.h"
 #include "transpose.h"
 #include "x86.h"
@@ -1310,8 +1311,9 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // threads, for weights with wv's strides (wv.data is not read): pure, and
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
-ConvPlan plan_conv(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
-                   const WeightsView& wv, int nthreads, int64_t one_chunk_bytes = 0) {
+// plan_conv (below) keeps the last few per thread.
+ConvPlan build_conv_plan(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
+                         const WeightsView& wv, int nthreads, int64_t one_chunk_bytes) {
   ConvPlan c;
   c.one_chunk_bytes = one_chunk_bytes;
   c.isa = isa;
@@ -2766,12 +2768,42 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
   return true;
 }
 
+// Every input of build_conv_plan (the table stands for the ISA's and the
+// microarchitecture's choices).
+struct PlanKey {
+  const ConvTable* tab;
+  Isa isa;
+  Pass pass;
+  ConvProblem p;
+  int64_t si, so;
+  std::array<int64_t, kAxes> sk;
+  int nthreads;
+  int64_t one_chunk_bytes;
+  bool operator==(const PlanKey& o) const {
+    return tab == o.tab && isa == o.isa && pass == o.pass && si == o.si && so == o.so &&
+           sk == o.sk && nthreads == o.nthreads && one_chunk_bytes == o.one_chunk_bytes &&
+           p == o.p;
+  }
+};
+
+// build_conv_plan's result, from the thread's recent plans (plan_memo.h).
+std::shared_ptr<const ConvPlan> plan_conv(const ConvTable* tab, Isa isa, Pass pass,
+                                          const ConvProblem& p, const WeightsView& wv,
+                                          int nthreads, int64_t one_chunk_bytes = 0) {
+  thread_local PlanMemo<PlanKey, ConvPlan> memo;
+  const PlanKey key{tab, isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]},
+                    nthreads, one_chunk_bytes};
+  return memo.get(key, [&] {
+    return build_conv_plan(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
+  });
+}
+
 }  // namespace
 
 bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads) {
-  const ConvPlan plan = plan_conv(table_for(isa), isa, Pass::Forward, p, w, nthreads);
-  return run_conv(plan, src, static_cast<const float*>(w.data), bias, dst);
+  const auto plan = plan_conv(table_for(isa), isa, Pass::Forward, p, w, nthreads);
+  return run_conv(*plan, src, static_cast<const float*>(w.data), bias, dst);
 }
 
 bool backward_data_fuses_taps(const ConvProblem& p) {
@@ -2790,13 +2822,13 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads) {
   // A one-pixel src under a covering kernel (z -> 4x4): dot products (10x).
   if (dense_backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads, true)) return true;
-  const ConvPlan plan = plan_conv(table_for(isa), isa, Pass::BackwardData, p, w, nthreads);
-  return run_conv(plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
+  const auto plan = plan_conv(table_for(isa), isa, Pass::BackwardData, p, w, nthreads);
+  return run_conv(*plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& w,
                               int nthreads) {
-  return describe(plan_conv(table_for(isa), isa, pass, p, w, nthreads));
+  return describe(*plan_conv(table_for(isa), isa, pass, p, w, nthreads));
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
@@ -2817,7 +2849,7 @@ const ConvTable* bf16_table_for(Isa isa) {
 ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
                          int nthreads, bool to_dst = false) {
   const ConvTable* tab = bf16_table_for(isa);
-  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads);
+  ConvPlan c = *plan_conv(tab, isa, pass, p, wv, nthreads);
   c.stream = false;
   if (c.route == Route::Gemm && c.nchunks == 1) {
     c.out_bytes = 2, c.out16 = 1;
@@ -2881,7 +2913,7 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
   // A16) where 512 KiB chunks would take several; the f32 result and its
   // narrowing pass are the price where even that takes several.
-  ConvPlan c = plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
+  ConvPlan c = *plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
   // (the tile name's mark of a plan that reads the 16-bit input itself)
   const std::string in16_tag = out16 == 2 ? "_f16" : "_bf16";
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
@@ -3051,7 +3083,7 @@ std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const C
                                                      int nthreads) {
   auto prepared = std::make_shared<PreparedConv>();
   prepared->plan = out16 ? plan_f32_out16(isa, pass, p, w, nthreads, out16)
-                         : plan_conv(table_for(isa), isa, pass, p, w, nthreads);
+                         : *plan_conv(table_for(isa), isa, pass, p, w, nthreads);
   return prepared;
 }
 
