@@ -840,6 +840,32 @@ def test_direct16_weights_widened_by_packing(op, wf, dtype, isa):
     _assert_equal_nonfinite(got, want)
 
 
+# Where the GEMM plan needs several reduction chunks (5000 channels x 4
+# taps a phase), the tiles cannot round the result: route convert16 with
+# wide16={...}, an f32 result per batch chunk rounded once after it, the
+# 16-bit weights still packed as read (IOX, heuristics A23; other layouts
+# widened first). Sums that need f32, a NaN in the weights.
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("wf", ["IOX", "XIO"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_wide16_chunks_rounded_once(op, wf, dtype, isa):
+    S, s, p = 2, 2, 1
+    ic, oc = (5000, 70) if op == "fwd" else (70, 5000)
+    x = _ints((2, ic, 3, 4), dtype, 74, 1, 4)
+    w = _ints((ic, oc, 3, 3), dtype, 75, 1, 4)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dtype, 76, 1, 4)
+    want = _oracle(op, x, w, S, s, p, 1, dy)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    w[7, 9, 1, 2] = float("nan")
+    want = _oracle(op, x, w, S, s, p, 1, dy).to(dtype)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format=wf)
+    got, ln = _call(op, x, _weights_as(w, wf, S), dy, S, a, isa)
+    assert "wide16={" in ln and " chunks=1 " not in ln.split("wide16=")[1], ln[:600]
+    assert ":w16 " in ln, ln[:700]  # (the plan line describes IOX weights)
+    _assert_equal_nonfinite(got, want)
+
+
 GEMM16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, d, reads16)
     ("bwd_d", 2, 3, 13, 20, (9, 11), 1, 2, 0, 1, True),  # 1x1 s2: 1/4 of diff_dst read
     ("bwd_d", 3, 2, 19, 17, (3, 4, 5), 1, 2, 0, 1, True),  # 3D: 1/8; column tails

@@ -514,8 +514,9 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         ConvProblem q = plan.spec.p;
         q.N = c.images;
         const int in16 = c.in16 ? kind16(plan.spec.dtype) : 0;
-        os << " direct16={" << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q,
-                                                           plan.spec.nthreads, in16)
+        os << (c.wide16 ? " wide16={" : " direct16={")
+           << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q, plan.spec.nthreads,
+                                           in16, c.wide16)
            << "}";
         return;
       }
@@ -952,6 +953,14 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = true;
     c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
+  // Where they cannot (several reduction chunks), an f32 result per chunk
+  // rounded after it, the 16-bit weights still packed as read (heuristics A23).
+  if (spec.pass != Pass::BackwardWeights && (spec.a.nxc || plan->copy_a) && spec.b.nxc &&
+      x86::conv_f32_wide16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
+    c.direct16 = c.wide16 = true;
     plan->step.route = Route::Convert16;
     return;
   }

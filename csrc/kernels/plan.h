@@ -125,6 +125,11 @@ struct Convert16Plan {
   // Not the pair tiles: the f32 GEMM tiles round a channels-last result into b themselves
   // (x86::conv_f32_out16; no f32 plans kept).
   bool direct16 = false;
+  // direct16 where the GEMM plan needs several reduction chunks: the f32
+  // result of a chunk in b_floats, rounded into b after it; the 16-bit
+  // weights packed as read all the same (x86::conv_f32_wide16; no f32 copy
+  // of the weights).
+  bool wide16 = false;
   // direct16 on depthwise or dot tiles that also read a's 16-bit channels-last
   // elements themselves, widening as they load: the whole call at once
   // (images = N), no f32 copies of the activations.

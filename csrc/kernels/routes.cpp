@@ -549,11 +549,17 @@ bool run_convert16(const Ctx& c) {
         widen(a, abuf, n * a_img);
         a = abuf;
       }
-      if (!x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, c.args.w,
-                               static_cast<const float*>(in.bias),
-                               bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype), s.nthreads,
-                               widen_fn(s.isa, s.dtype), f32_weights))
-        throw std::logic_error("convert16: the f32 plan declined a 16-bit result it applied to");
+      const bool ok =
+          cv.wide16
+              ? x86::conv_f32_wide16(s.isa, s.pass, q, static_cast<const float*>(a), c.args.w,
+                                     static_cast<const float*>(in.bias), bbuf, kind16(s.dtype),
+                                     s.nthreads, widen_fn(s.isa, s.dtype), f32_weights)
+              : x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, c.args.w,
+                                    static_cast<const float*>(in.bias),
+                                    bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype),
+                                    s.nthreads, widen_fn(s.isa, s.dtype), f32_weights);
+      if (!ok)
+        throw std::logic_error("convert16: the f32 plan declined a 16-bit route it applied to");
     } else {
       // The f32 buffers in the layouts the chunks' f32 plans were made for.
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
@@ -567,7 +573,7 @@ bool run_convert16(const Ctx& c) {
       execute(f32, in, c.ws);
     }
     if (bww && k > 0) add_gradient(with_data(c.args.w, wbuf), wbuf + wn, wn, s.nthreads);
-    if (!bww && !cv.pairs && !cv.direct16)
+    if (!bww && !cv.pairs && (!cv.direct16 || cv.wide16))
       narrow_from_f32(s.isa, s.dtype, bbuf, bits16(c.args.b.data) + n0 * b_img, n * b_img,
                       s.nthreads);
   }

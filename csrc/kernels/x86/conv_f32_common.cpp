@@ -2906,14 +2906,22 @@ bool stage16_pays(const ConvPlan& c) {
 // schedule, no streaming stores; else out_bytes stays 4. With in16 (the same
 // kind), depthwise and dot tiles that read the 16-bit inputs themselves
 // (ConvTable::dw16, dot16) where the table has them: in_bytes 2; else
-// in_bytes stays 4.
+// in_bytes stays 4. f32_out: a GEMM plan that needs several reduction
+// chunks even so keeps them (the f32 plan's own budget) and its f32 result,
+// and still packs 16-bit weights as it reads them (w16; heuristics A23).
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
-                        int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr) {
+                        int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr,
+                        bool f32_out = false) {
   const ConvTable* tab = table_for(isa);
   // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
   // A16) where 512 KiB chunks would take several; the f32 result and its
   // narrowing pass are the price where even that takes several.
   ConvPlan c = *plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
+  const bool wide = f32_out && c.route == Route::Gemm && c.nchunks > 1;
+  if (wide) {
+    c = *plan_conv(tab, isa, pass, p, wv, nthreads);
+    in16 = false;  // (the tiles that read 16-bit inputs are planned for one chunk)
+  }
   // (the tile name's mark of a plan that reads the 16-bit input itself)
   const std::string in16_tag = out16 == 2 ? "_f16" : "_bf16";
   const bool rounds = c.route == Route::Gemm || c.route == Route::Depthwise ||
@@ -2934,10 +2942,12 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
     }
     return c;
   }
-  if (rounds && c.nchunks == 1) {
-    c.out_bytes = 2;
-    c.out16 = out16;
-    c.stream = false;
+  if (rounds && (c.nchunks == 1 || wide)) {
+    if (!wide) {
+      c.out_bytes = 2;
+      c.out16 = out16;
+      c.stream = false;
+    }
     ConvTileFn reads16 = !in16                          ? nullptr
                          : c.route == Route::Depthwise ? tab->dw16[out16]
                          : c.route == Route::Dot       ? tab->dot16[out16][c.NR]
@@ -3064,6 +3074,22 @@ bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthrea
 // (The description's stand-in for the call's widening.)
 static void no_widen(const uint16_t*, float*, int64_t) {}
 
+bool conv_f32_wide16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
+  if (pass == Pass::BackwardWeights) return false;
+  const ConvPlan c =
+      plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1, false, no_widen, true);
+  return c.out_bytes == 4 && c.route == Route::Gemm && c.nchunks > 1 && c.w16;
+}
+
+bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
+                     const float* bias, float* out, int kind, int nthreads, Widen16Fn w16,
+                     const std::function<const void*()>& f32_weights) {
+  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, kind, false, w16, true);
+  if (plan.out_bytes != 4 || plan.route != Route::Gemm) return false;
+  const void* W = plan.w16 ? w.data : f32_weights();
+  return run_conv(plan, in, W, pass == Pass::Forward ? bias : nullptr, out);
+}
+
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
                     WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
                     Widen16Fn w16, const std::function<const void*()>& f32_weights) {
@@ -3095,9 +3121,9 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
 }
 
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
-                                    int in16) {
+                                    int in16, bool f32_out) {
   return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
-                                 in16 ? in16 : 1, in16 != 0, no_widen));
+                                 in16 ? in16 : 1, in16 != 0, no_widen, f32_out));
 }
 
 }  // namespace x86

@@ -59,10 +59,19 @@ bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bo
                     WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
                     Widen16Fn w16 = nullptr,
                     const std::function<const void*()>& f32_weights = nullptr);
+// Where the GEMM plan needs several reduction chunks (no 16-bit result from
+// the tiles): the f32 result into out (f32, dense channels-last; the caller
+// rounds it once), in f32, w the 16-bit weights packed as read by w16
+// (heuristics A23; else run on f32_weights()). Applies where the packing
+// of dense IOX weights would read 16 bits.
+bool conv_f32_wide16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads);
+bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
+                     const float* bias, float* out, int kind, int nthreads, Widen16Fn w16,
+                     const std::function<const void*()>& f32_weights);
 // (The description assumes dense IOX weights: ":w16" in its pack field where
-// those would be packed from 16 bits.)
+// those would be packed from 16 bits; f32_out: conv_f32_wide16's plan.)
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
-                                    int in16 = 0);
+                                    int in16 = 0, bool f32_out = false);
 // The channels-last f32 forward / backward-data planned once and run on
 // several inputs of the same problem (the slabs of route convert16: the
 // driver's tables are built once, not per slab). out16 (1 bf16, 2 f16): a
