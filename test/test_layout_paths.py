@@ -141,3 +141,36 @@ def test_backward_weights_ncx_in_pieces(tct, isa, case):
     with tct.use_ncx_path("channels_last"):
         dw = torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=w_shape, **kw)
     assert torch.equal(P.weights_to_iox(dw, wf).double(), want)
+
+
+# Kernels smaller than their strides (1x1 s2, k2 s3): the output phases that
+# no tap reaches hold the bias alone, which the channels-last driver copies
+# into those rows directly (bias_rows): by rows and by columns, column
+# blocks wider than its 512-column row, groups, 3D, every dtype and ISA
+# (bf16 on AMX with its own tiles), dense NCX through the copies too.
+BIAS_ONLY_CASES = [  # (N, IC, OC, spatial, K, s, groups)
+    (2, 16, 16, (5, 5, 5), 1, 2, 1),
+    (2, 64, 600, (4, 5), 1, 2, 1),
+    (1, 1024, 1024, (4, 4), 1, 2, 1),
+    (2, 24, 36, (5, 6), 2, 3, 2),
+]
+
+
+@pytest.mark.parametrize("fmt", ["NXC", "NCX"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("case", BIAS_ONLY_CASES, ids=lambda c: f"{c[1]}to{c[2]}_k{c[4]}s{c[5]}")
+def test_phases_without_taps_hold_the_bias(isa, case, dtype, fmt):
+    N, IC, OC, sp, K, s, g = case
+    S = len(sp)
+    gen = torch.Generator().manual_seed(OC)
+    x = torch.randint(-3, 4, (N, IC) + sp, generator=gen).to(dtype)
+    w = torch.randint(-3, 4, (IC, OC // g) + (K,) * S, generator=gen).to(dtype)
+    b = torch.randint(-3, 4, (OC,), generator=gen).to(dtype)
+    attrs = dict(strides=[s] * S, pads_begin=[0] * S, pads_end=[0] * S, dilations=[1] * S)
+    want = P.oracle_forward(x.double(), w.double(), b.double(), attrs["strides"],
+                            attrs["pads_begin"], attrs["pads_end"], attrs["dilations"],
+                            output_padding=[0] * S, groups=g).to(dtype)
+    got = torch.ops.graph.conv_transpose(P.data_from_ncx(x, fmt).contiguous(), w, b, groups=g,
+                                         data_format=fmt, weights_format="IOX", **attrs)
+    assert torch.equal(P.data_to_ncx(got, fmt), want)

@@ -64,7 +64,7 @@ void set_uarch(Uarch u);
 // Callers combine it with Isa::Avx512.
 bool avx512_amd();
 // Intel's cores (intel, intel_avx512, intel_amx): their AVX-512 one-vector
-// tiles broadcast without in-lane permutes (heuristics C28).
+// tiles broadcast without in-lane permutes (heuristics K3).
 inline bool intel_uarch(Uarch u) {
   return u == Uarch::Intel || u == Uarch::IntelAvx512 || u == Uarch::IntelAmx;
 }

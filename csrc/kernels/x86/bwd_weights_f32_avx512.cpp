@@ -300,7 +300,7 @@ void gemm16_tile_avx512(const TileArgs& t, int kind) {
 }
 
 // One column vector without in-lane permutes (VecAvx512Loads: Intel's
-// cores; SPR VM in cache, the 14x16 tile: see heuristics C28).
+// cores; SPR VM in cache, the 14x16 tile: see heuristics K3).
 void gemm_tile_avx512_loads(const TileArgs& t) {
   if (t.rows > 0 && t.cols > 0 && t.cols <= 16)
     gemm_by_rows<VecAvx512Loads, Geometry, 1>(t, t.cols % 16 != 0);
