@@ -146,13 +146,16 @@ def test_backward_weights_ncx_in_pieces(tct, isa, case):
 # Kernels smaller than their strides (1x1 s2, k2 s3): the output phases that
 # no tap reaches hold the bias alone, which the channels-last driver copies
 # into those rows directly (bias_rows): by rows and by columns, column
-# blocks wider than its 512-column row, groups, 3D, every dtype and ISA
+# blocks wider than its 512-column row, more column blocks than it holds
+# (many small groups), groups, 3D, every dtype and ISA
 # (bf16 on AMX with its own tiles), dense NCX through the copies too.
 BIAS_ONLY_CASES = [  # (N, IC, OC, spatial, K, s, groups)
     (2, 16, 16, (5, 5, 5), 1, 2, 1),
     (2, 64, 600, (4, 5), 1, 2, 1),
     (1, 1024, 1024, (4, 4), 1, 2, 1),
     (2, 24, 36, (5, 6), 2, 3, 2),
+    (2, 1152, 1152, (4, 5), 1, 2, 96),  # 96 groups of 12 columns: a column block each
+    (1, 320, 320, (4, 4), 1, 2, 8),    # 40 columns a group (AVX2: 5 blocks of 8 each)
 ]
 
 

@@ -323,10 +323,11 @@ def test_bf16_amx_plans_match_golden():
 def test_recent_plans_are_kept_per_input(tct):
     # The drivers keep a thread's last plans by every input of their builder
     # (plan_memo.h). Calls in an order where each differs from the one before
-    # in one input only (op, ISA, threads, weights layout: the memo would
-    # hand out the previous plan if that input were left out of its key),
-    # twice over: every result exact against the plain-torch oracle (integer
-    # data) and every plan line the same as the first time that call was made.
+    # in one input only (op, ISA, uarch, threads, weights layout: the memo would
+    # hand out the previous plan if that input were left out of its key): every
+    # result exact against the plain-torch oracle (integer data) and every plan
+    # line the one the same call gets with the memo flushed first (the plans of
+    # other problems in between).
     def one_change_order(lists):  # reflected (Gray) order of the product
         if not lists:
             return [()]
@@ -337,8 +338,9 @@ def test_recent_plans_are_kept_per_input(tct):
     g = torch.Generator().manual_seed(5)
     x = torch.randint(-3, 4, (2, 6, 7, 5), generator=g).float()
     isas = [i for i in ISAS if i in P.isa_param_names()]
-    calls = [(isa, wf, nt, op) for op, isa, nt, wf in
-             one_change_order([("fwd", "bwd_d", "bwd_w"), isas, (1, 2), ("IOX", "OIX")])]
+    calls = [(isa, u, wf, nt, op) for op, isa, u, nt, wf in
+             one_change_order([("fwd", "bwd_d", "bwd_w"), isas, ("zen3", "zen4", "intel_amx"),
+                               (1, 2), ("IOX", "OIX")])]
     w = torch.randint(-3, 4, (6, 4, 3, 3), generator=g).float()
     attrs = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], dilations=[1, 1],
                  groups=1, data_format="NXC")
@@ -348,25 +350,35 @@ def test_recent_plans_are_kept_per_input(tct):
     torch.nn.functional.conv_transpose2d(xd, wd, stride=2, padding=1).backward(dy.double())
     want = {"fwd": y_ncx.permute(0, 2, 3, 1), "bwd_d": xd.grad.float().permute(0, 2, 3, 1),
             "bwd_w": wd.grad.float()}
-    x_nxc, dy_nxc = x.permute(0, 2, 3, 1).contiguous(), dy.permute(0, 2, 3, 1).contiguous()
-    first = {}
+
+    def call(isa, u, wf, nt, op, n=2, execute=True):
+        torch.set_num_threads(nt)
+        wk = P.weights_from_iox(w, wf).contiguous()
+        xn = x[:1].repeat(n, 1, 1, 1) if n != 2 else x
+        dyn = dy[:1].repeat(n, 1, 1, 1) if n != 2 else dy
+        x_nxc, dy_nxc = xn.permute(0, 2, 3, 1).contiguous(), dyn.permute(0, 2, 3, 1).contiguous()
+        a = dict(attrs, weights_format=wf)
+        with P.use_isa(isa), tct.use_uarch(u), tct.plans(execute=execute) as lines:
+            if op == "fwd":
+                got = torch.ops.graph.conv_transpose(x_nxc, wk, None, **a)
+            elif op == "bwd_d":
+                got = torch.ops.graph.conv_transpose_backward_data(
+                    dy_nxc, wk, src_shape=list(x_nxc.shape), **a)
+            else:
+                got = P.weights_to_iox(torch.ops.graph.conv_transpose_backward_weights(
+                    x_nxc, dy_nxc, weights_shape=list(wk.shape), **a), wf)
+        return got, lines[0]
+
     old = torch.get_num_threads()
     try:
-        for _ in range(2):
-            for isa, wf, nt, op in calls:
-                torch.set_num_threads(nt)
-                wk = P.weights_from_iox(w, wf).contiguous()
-                a = dict(attrs, weights_format=wf)
-                with P.use_isa(isa), tct.plans() as lines:
-                    if op == "fwd":
-                        got = torch.ops.graph.conv_transpose(x_nxc, wk, None, **a)
-                    elif op == "bwd_d":
-                        got = torch.ops.graph.conv_transpose_backward_data(
-                            dy_nxc, wk, src_shape=list(x_nxc.shape), **a)
-                    else:
-                        got = P.weights_to_iox(torch.ops.graph.conv_transpose_backward_weights(
-                            x_nxc, dy_nxc, weights_shape=list(wk.shape), **a), wf)
-                assert torch.equal(got, want[op]), (isa, wf, nt, op)
-                assert first.setdefault((isa, wf, nt, op), lines[0]) == lines[0]
+        fresh = {}
+        for c in calls:
+            for n in range(3, 9):  # six other problems through the memo first
+                call(*c, n=n, execute=False)
+            fresh[c] = call(*c, execute=False)[1]
+        for c in calls:
+            got, line = call(*c)
+            assert torch.equal(got, want[c[4]]), c
+            assert line == fresh[c], c
     finally:
         torch.set_num_threads(old)

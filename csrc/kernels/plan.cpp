@@ -909,8 +909,8 @@ static bool plan_whole16(const CallSpec& spec, CallPlan* plan) {
     return whole_call(c.planar16);
   if (!spec.a.nxc || !spec.b.nxc) return false;
   const int kind = kind16(spec.dtype);
-  // Channels-last backward-weights whose f32 plan is packed GEMM tiles: the
-  // driver packs the 16-bit rows itself, widening them (heuristics A14).
+  // Channels-last backward-weights: the driver reads the 16-bit rows itself,
+  // widening them as it packs or loads them (heuristics A14).
   if (bww) return x86::backward_weights16_applies(spec.isa, p, spec.nthreads, kind) &&
                   whole_call(c.bww16);
   // Channels-last depthwise forward / backward-data: the depthwise tiles read

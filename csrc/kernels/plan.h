@@ -135,7 +135,8 @@ struct Convert16Plan {
   // (images = N), no f32 copies of the activations.
   bool in16 = false;
   // Backward-weights on channels-last 16-bit src and diff_dst read by the f32
-  // driver itself (x86::backward_weights16: its packing widens the rows), into
+  // driver itself (x86::backward_weights16: its packing or its tiles on pixel
+  // lists widen the rows), into
   // the f32 gradient (w_floats), rounded once: the whole call, no f32 copies
   // of the activations.
   bool bww16 = false;

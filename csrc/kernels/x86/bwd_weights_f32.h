@@ -214,10 +214,10 @@ struct BwdWeightsPlan {
   enum class Final { None, Transpose, Sum };
   Route route = Route::Reference;
   const BwdWeightsF32Table* tab = nullptr;
-  // The activations' storage: 0 f32; 1 bf16, 2 f16 (read only by the
-  // table's pack16 / pack_panels16: the plan is the f32 plan where that is
-  // packed GEMM tiles without fused taps; else Route::Reference, which the
-  // caller replaces).
+  // The activations' storage: 0 f32; 1 bf16, 2 f16 (read by the table's
+  // pack16 / pack_panels16 and its 16-bit tiles on pixel lists, gemm16 /
+  // dw16 / grouped16: the plan is the f32 plan where the table has its
+  // kernels in that form; else Route::Reference, which the caller replaces).
   int in16 = 0;
   // in16 on pixel lists: the tiles' widening loads per element of src and
   // diff_dst (list_widen_ratio); 0 otherwise.

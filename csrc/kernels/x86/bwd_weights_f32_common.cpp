@@ -680,19 +680,8 @@ BwdWeightsPlan build_bwd_weights_plan(Isa isa, const ConvProblem& p, const Weigh
   else if (pl.kernel == Kernel::Grouped) make_grouped_items(pl, tap_pixels);
   else if (pl.kf > 1) make_fused_items(pl, tap_pixels);
   else make_gemm_items(pl, tap_pixels);
-  if (in16 && !pl.packed) {
-    // GEMM tiles on pixel lists widen each element they load, a µop or two
-    // on the FMA ports per broadcast or vector; past kMaxListWiden loads per
-    // element a widened copy of both tensors is cheaper (heuristics A14).
-    // The depthwise and grouped tiles load an element per FMA or two and
-    // won at every ratio measured (up to 18).
-    pl.widen_ratio = list_widen_ratio(pl, tap_pixels);
-    if (pl.kernel == Kernel::Gemm && pl.widen_ratio > kMaxListWiden) {
-      pl.route = Route::Reference;
-      pl.items.clear();
-      return pl;
-    }
-  }
+  // (backward_weights16_applies weighs it against the copies)
+  if (in16 && !pl.packed) pl.widen_ratio = list_widen_ratio(pl, tap_pixels);
   choose_blocks(pl);
   choose_local(pl);
   plan_tasks(pl);
@@ -1571,10 +1560,18 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 }
 
 bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind) {
-  // (the kernel family does not depend on the gradient's strides)
+  // (the kernel family does not depend on the gradient's strides; the tiles'
+  // loads per element do, a little: decided once, here, on IOX)
   const auto plan =
       bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX), nthreads, kind);
-  return plan->route != bww::BwdWeightsPlan::Route::Reference;
+  if (plan->route == bww::BwdWeightsPlan::Route::Reference) return false;
+  // GEMM tiles on pixel lists widen each element they load, a µop or two on
+  // the FMA ports per broadcast or vector; past kMaxListWiden loads per
+  // element a widened copy of both tensors is cheaper (heuristics A14). The
+  // depthwise and grouped tiles load an element per FMA or two and won at
+  // every ratio measured (up to 18).
+  return !(plan->kernel == bww::BwdWeightsPlan::Kernel::Gemm && !plan->packed &&
+           plan->widen_ratio > kMaxListWiden);
 }
 
 bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,

@@ -2660,51 +2660,55 @@ inline void stage_tile16(const ConvPlan& pl, ConvTileArgs* args, int rows, char*
 // beat plain copies (SPR VM, ResNet 1x1 s2 forward f32, 26 MB out: copies
 // 0.7-0.8x, 16-byte streaming copies 0.7x; the 3D 1x1 s2 layer in cache,
 // f32 / bf16 / f16: 1.15-1.6x; ResNet f16, not streamed, 1.14-1.28x).
-constexpr int64_t kMaxBiasCols = 512;  // columns of bias_rows' row on the stack
+// bias_rows' row on the stack: columns, and column blocks (groups of few
+// columns each make a block of their own).
+constexpr int64_t kMaxBiasCols = 512, kMaxBiasSegs = 64;
 
 bool bias_only(const ConvPlan& pl, const Phase& ph) {
-  return ph.taps == 0 && !ph.ax[2].lazy && !pl.whole_pixel && !pl.dot && !pl.stream;
+  return ph.taps == 0 && !ph.ax[2].lazy && !pl.whole_pixel && !pl.dot && !pl.stream &&
+         pl.NR <= kMaxBiasCols;
 }
 
 template <class TO>
 void bias_rows(const ConvPlan& pl, const ConvCall& call, int64_t n, const Phase& ph, int64_t blk,
                int64_t q_lo, int64_t q_hi) {
   const int64_t NR = pl.NR, cols = pl.cols;
-  // The block's columns: per column block its offset and count, values in TO.
-  TO vals[kMaxBiasCols];
-  int64_t off[kMaxBiasCols / 16 + 1], cnt[kMaxBiasCols / 16 + 1], nseg = 0, nv = 0;
-  for (int64_t q = q_lo; q < q_hi; ++q) {
-    const int64_t g = q / pl.NB, nb = q % pl.NB, nc = std::min<int64_t>(NR, cols - nb * NR);
-    if (nc <= 0) continue;
-    if (nv + nc > kMaxBiasCols) {  // (wider than the stack row: one block at a time)
-      bias_rows<TO>(pl, call, n, ph, blk, q_lo, q);
-      bias_rows<TO>(pl, call, n, ph, blk, q, q_hi);
-      return;
-    }
-    off[nseg] = g * cols + nb * NR, cnt[nseg++] = nc;
-    for (int64_t j = 0; j < nc; ++j) {
-      const float v = call.biasp[q * NR + j];
-      if constexpr (std::is_same_v<TO, float>) vals[nv + j] = v;
-      else vals[nv + j] = pl.out16 == 2 ? to_f16(v).bits : to_bf16(v).bits;
-    }
-    nv += nc;
-  }
   const int64_t rows_per_block = pl.TB * pl.MR, r0 = blk * rows_per_block;
   const int64_t r1 = std::min(ph.rows, r0 + rows_per_block);
   const AxisMap &a0 = ph.ax[0], &a1 = ph.ax[1], &a2 = ph.ax[2];
   const int64_t R1 = a1.rows, R2 = a2.rows;
   const int64_t* const perm = ph.perm.empty() ? nullptr : ph.perm.data();
   TO* const base = static_cast<TO*>(call.out) + n * pl.out_pix * pl.out_c;
-  int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
-  for (int64_t r = r0; r < r1; ++r) {
-    if (perm) {
-      if (perm[r] < 0) continue;  // a dummy row
-      j2 = perm[r] % R2, j1 = (perm[r] / R2) % R1, j0 = perm[r] / (R2 * R1);
+  // The columns in batches of column blocks that fit a row on the stack
+  // (values in TO; per block its column offset and count), each batch
+  // copied into every row of the block.
+  TO vals[kMaxBiasCols];
+  int64_t off[kMaxBiasSegs], cnt[kMaxBiasSegs];
+  for (int64_t q = q_lo; q < q_hi;) {
+    int64_t nseg = 0, nv = 0;
+    for (; q < q_hi && nseg < kMaxBiasSegs; ++q) {
+      const int64_t g = q / pl.NB, nb = q % pl.NB, nc = std::min<int64_t>(NR, cols - nb * NR);
+      if (nc <= 0) continue;
+      if (nv + nc > kMaxBiasCols) break;  // (NR <= kMaxBiasCols: a block always fits alone)
+      off[nseg] = g * cols + nb * NR, cnt[nseg++] = nc;
+      for (int64_t j = 0; j < nc; ++j) {
+        const float v = call.biasp[q * NR + j];
+        if constexpr (std::is_same_v<TO, float>) vals[nv + j] = v;
+        else vals[nv + j] = pl.out16 == 2 ? to_f16(v).bits : to_bf16(v).bits;
+      }
+      nv += nc;
     }
-    TO* const row = base + a0.out_off[j0] + a1.out_off[j1] + a2.out_off[j2];
-    for (int64_t sgm = 0, v = 0; sgm < nseg; v += cnt[sgm++])
-      std::memcpy(row + off[sgm], vals + v, sizeof(TO) * static_cast<size_t>(cnt[sgm]));
-    if (!perm) next_row(R1, R2, j0, j1, j2);
+    int64_t j2 = r0 % R2, j1 = (r0 / R2) % R1, j0 = r0 / (R2 * R1);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (perm) {
+        if (perm[r] < 0) continue;  // a dummy row
+        j2 = perm[r] % R2, j1 = (perm[r] / R2) % R1, j0 = perm[r] / (R2 * R1);
+      }
+      TO* const row = base + a0.out_off[j0] + a1.out_off[j1] + a2.out_off[j2];
+      for (int64_t sg = 0, v = 0; sg < nseg; v += cnt[sg++])
+        std::memcpy(row + off[sg], vals + v, sizeof(TO) * static_cast<size_t>(cnt[sg]));
+      if (!perm) next_row(R1, R2, j0, j1, j2);
+    }
   }
 }
 

@@ -116,9 +116,12 @@ bool innermost_taps_fusable(const ConvProblem& p);
 bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const float* diff_dst,
                           WeightsView diff_w, int nthreads);
 // The same driver on 16-bit activations (kind 1 bf16, 2 f16; dense
-// channels-last src and diff_dst), widened as its packing copies them, into
-// the f32 gradient diff_w (the caller rounds it once). Applies where the
-// f32 plan is packed GEMM tiles without fused taps (wide layers).
+// channels-last src and diff_dst), widened as its packing copies them or
+// its tiles on pixel lists load them, into the f32 gradient diff_w (the
+// caller rounds it once). Applies (decided on a dense IOX gradient) where
+// the table has the f32 plan's kernels in a 16-bit form and GEMM tiles on
+// pixel lists would load each element at most kMaxListWiden times
+// (heuristics A14); the call then runs whatever the gradient's strides plan.
 bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind);
 bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
                         const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind);
