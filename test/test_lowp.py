@@ -866,6 +866,46 @@ def test_wide16_chunks_rounded_once(op, wf, dtype, isa):
     _assert_equal_nonfinite(got, want)
 
 
+# Dense NCX activations on AVX-512 where the tiles round the result: each
+# batch chunk transposed into a 16-bit channels-last copy, the tiles reading
+# it (or widening it), the 16-bit result transposed back (ncx16=1 in the plan
+# line, heuristics A24); fewer than 32 channels a side (not depthwise) and
+# one-pixel inputs keep the f32 copies. Exact against the oracle, with
+# channel tails, two batch chunks (a smaller last one), 1D / 3D, groups and
+# depthwise.
+NCX16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, groups, ncx16)
+    ("fwd", 2, 3, 37, 40, (5, 6), 4, 2, 1, 1, True),
+    ("bwd_d", 2, 3, 40, 37, (5, 6), 4, 2, 1, 1, True),
+    ("fwd", 2, 50, 48, 32, (20, 20), 3, 2, 1, 1, True),    # 2 batch chunks
+    ("bwd_d", 2, 40, 64, 64, (16, 16), 4, 2, 1, 1, True),  # 2 batch chunks
+    ("fwd", 1, 2, 64, 48, (37,), 5, 1, 2, 1, True),
+    ("fwd", 3, 2, 48, 40, (3, 4, 5), 2, 2, 0, 2, True),
+    ("bwd_d", 2, 2, 24, 24, (6, 7), 3, 2, 1, 24, True),    # depthwise
+    ("fwd", 2, 2, 16, 17, (8, 8), 3, 1, 1, 1, False),      # 16 / 17 channels
+    ("fwd", 2, 4, 100, 64, (1, 1), 4, 1, 0, 1, False),     # one-pixel src
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", NCX16_CASES,
+                         ids=lambda c: f"{c[0]}_{c[1]}d_n{c[2]}_{c[3]}to{c[4]}_g{c[9]}")
+def test_ncx16_exact(case, dtype):
+    isa = "avx512"
+    P.require_isa(isa)
+    op, S, N, IC, OC, sp, K, s, p, g, ncx16 = case
+    x = _ints((N, IC) + sp, dtype, 77)
+    w = _ints((IC, OC // g) + (K,) * S, dtype, 78)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g).shape, dtype, 79)
+    b = _ints((OC,), dtype, 80) if op == "fwd" else None
+    want = _oracle(op, x, w, S, s, p, g, dy, b=b).to(dtype)
+    a = dict(_attrs(S, s, p), groups=g, data_format="NCX", weights_format="IOX")
+    got, ln = _call(op, x, w, dy, S, a, isa, b)
+    assert (" ncx16=1 " in ln) == ncx16, ln[:400]
+    if N >= 40:
+        assert " chunks=2 " in ln, ln[:300]
+    assert torch.equal(got, want)
+
+
 GEMM16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, d, reads16)
     ("bwd_d", 2, 3, 13, 20, (9, 11), 1, 2, 0, 1, True),  # 1x1 s2: 1/4 of diff_dst read
     ("bwd_d", 3, 2, 19, 17, (3, 4, 5), 1, 2, 0, 1, True),  # 3D: 1/8; column tails

@@ -514,7 +514,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         ConvProblem q = plan.spec.p;
         q.N = c.images;
         const int in16 = c.in16 ? kind16(plan.spec.dtype) : 0;
-        os << (c.wide16 ? " wide16={" : " direct16={")
+        os << (c.ncx16 ? " ncx16=1" : "") << (c.wide16 ? " wide16={" : " direct16={")
            << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q, plan.spec.nthreads,
                                            in16, c.wide16)
            << "}";
@@ -953,6 +953,24 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = true;
     c.b_floats = 0;
+    plan->step.route = Route::Convert16;
+    return;
+  }
+  // Dense NCX a and b where those tiles round the result: through 16-bit
+  // channels-last copies of each chunk (heuristics A24); not for a one-pixel
+  // a, which the f32 route reads as channels-last in place, nor for fewer
+  // than 32 channels a side (whole 32 x 32 transpose blocks) unless depthwise.
+  const bool ncx16_channels =
+      std::min(sd.a_c, sd.b_c) >= 32 || (p.ICg == 1 && p.OCg == 1);
+  if (spec.pass != Pass::BackwardWeights && spec.isa == Isa::Avx512 && spec.a.ncx &&
+      !spec.a.nxc && spec.b.ncx && ncx16_channels &&
+      x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
+    c.direct16 = c.ncx16 = true;
+    c.in16 = x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads,
+                                         kind16(spec.dtype));
+    c.a16_floats = (c.images * a_img + 1) / 2;
+    c.a_floats = c.in16 ? 0 : c.images * a_img;
+    c.b_floats = (c.images * b_img + 1) / 2;
     plan->step.route = Route::Convert16;
     return;
   }

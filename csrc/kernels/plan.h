@@ -130,6 +130,13 @@ struct Convert16Plan {
   // weights packed as read all the same (x86::conv_f32_wide16; no f32 copy
   // of the weights).
   bool wide16 = false;
+  // direct16 on dense NCX a and b (AVX-512): each chunk's a transposed into a
+  // 16-bit channels-last copy (a16_floats, kInput), read by the tiles (in16)
+  // or widened from there, the 16-bit result into a channels-last buffer
+  // (b_floats, kWideB) and transposed into b: two 16-bit transposes instead of
+  // widening, two f32 transposes and narrowing.
+  bool ncx16 = false;
+  int64_t a16_floats = 0;
   // direct16 on depthwise or dot tiles that also read a's 16-bit channels-last
   // elements themselves, widening as they load: the whole call at once
   // (images = N), no f32 copies of the activations.

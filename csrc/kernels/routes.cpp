@@ -545,6 +545,14 @@ bool run_convert16(const Ctx& c) {
       ConvProblem q = p;
       q.N = n;
       const void* a = bits16(c.args.a.data) + n0 * a_img;  // in16: read as it is
+      // ncx16: the chunk's a as 16-bit channels-last, its result through bbuf.
+      uint16_t* const b16 = cv.ncx16 ? bits16(bbuf) : bits16(c.args.b.data) + n0 * b_img;
+      if (cv.ncx16) {
+        uint16_t* const a16 = bits16(c.ws.buffer(kInput, cv.a16_floats));
+        transpose_u16(static_cast<const uint16_t*>(a), a16, n, sd.a_c, sd.a_pixels(), s.nthreads,
+                      x86::transpose_u16_block32_avx512);
+        a = a16;
+      }
       if (!cv.in16) {
         widen(a, abuf, n * a_img);
         a = abuf;
@@ -555,11 +563,13 @@ bool run_convert16(const Ctx& c) {
                                      static_cast<const float*>(in.bias), bbuf, kind16(s.dtype),
                                      s.nthreads, widen_fn(s.isa, s.dtype), f32_weights)
               : x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, c.args.w,
-                                    static_cast<const float*>(in.bias),
-                                    bits16(c.args.b.data) + n0 * b_img, kind16(s.dtype),
+                                    static_cast<const float*>(in.bias), b16, kind16(s.dtype),
                                     s.nthreads, widen_fn(s.isa, s.dtype), f32_weights);
       if (!ok)
         throw std::logic_error("convert16: the f32 plan declined a 16-bit route it applied to");
+      if (cv.ncx16)
+        transpose_u16(b16, bits16(c.args.b.data) + n0 * b_img, n, sd.b_pixels(), sd.b_c,
+                      s.nthreads, x86::transpose_u16_block32_avx512);
     } else {
       // The f32 buffers in the layouts the chunks' f32 plans were made for.
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
