@@ -8,6 +8,7 @@ chunk, per piece) differs from it. test_random_oracle.py runs the random
 problems in bf16 / f16 on every ISA as well; here: the route is the one
 expected, chunked backward-weights sums, NaN / Inf, layouts and tails."""
 
+import contextlib
 import re
 
 import problems as P
@@ -1084,26 +1085,35 @@ def test_bww16_exact(case, dtype, isa):
     assert torch.equal(got, want.to(dtype))
 
 
+def _bww16_long_sums_and_nonfinite(x, w_shape, s, p, seed, nan_at, inf_at, uarch=None):
+    """Backward-weights on channels-last 16-bit x (all ones: long sums of small
+    integers, exact in f32, not in 16 bits) under the current ISA: rounded once;
+    then a NaN in src and an Inf in diff_dst reach exactly the elements the
+    oracle says. Returns the plan line."""
+    S, dtype = x.dim() - 2, x.dtype
+    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p).shape, dtype, seed, 1, 3)
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    x[nan_at] = float("nan")
+    dy[inf_at] = float("inf")
+    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy).to(dtype)
+    with (tct.use_uarch(uarch) if uarch else contextlib.nullcontext()), tct.plans() as lines:
+        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
+                   1, "NXC")
+    _assert_equal_nonfinite(got, want)
+    return lines[0]
+
+
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 def test_bww16_long_sums_rounded_once_and_nonfinite(dtype, isa):
-    # 8 images of 16x16 ones: every gradient element sums about two thousand
-    # products of 1..3, exact in f32, not in 16 bits, rounded once; then a
-    # NaN in src and an Inf in diff_dst reach exactly the elements the oracle says.
-    S, s, p = 2, 2, 1
-    x = torch.ones(8, 130, 16, 16, dtype=dtype)
-    w_shape = (130, 128, 4, 4)
-    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p).shape, dtype, 63, 1, 3)
-    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy)
-    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
-    x[3, 5, 7, 8] = float("nan")
-    dy[1, 2, 4, 4] = float("inf")
-    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy).to(dtype)
-    with P.use_isa(isa), tct.plans() as lines:
-        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
-                   1, "NXC")
-    assert "bww16={" in lines[0], lines[0][:300]
-    _assert_equal_nonfinite(got, want)
+    # 8 images of 16x16 ones, a wide layer (packed panels): every gradient
+    # element sums about two thousand products.
+    with P.use_isa(isa):
+        line = _bww16_long_sums_and_nonfinite(torch.ones(8, 130, 16, 16, dtype=dtype),
+                                              (130, 128, 4, 4), 2, 1, 63, (3, 5, 7, 8),
+                                              (1, 2, 4, 4))
+    assert "bww16={" in line, line[:300]
 
 
 # The tiles on pixel lists over 16-bit rows (BwdWeightsF32Table gemm16 /
@@ -1152,24 +1162,14 @@ def test_bww16_lists_exact(case, dtype, isa_uarch):
 @pytest.mark.parametrize("isa_uarch", LIST_TABLES, ids=lambda t: f"{t[0]}-{t[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 def test_bww16_lists_long_sums_and_nonfinite(dtype, isa_uarch):
-    # A fused-taps layer (36 <- 4 k3 s3) on 40x40 ones: each gradient element
-    # sums 1600 products of 1..3 per image, exact in f32, rounded once; then a
-    # NaN in src and an Inf in diff_dst reach exactly the elements the oracle says.
+    # A fused-taps layer (36 <- 4 k3 s3) on 40x40 ones, on pixel lists: each
+    # gradient element sums 1600 products per image.
     isa, uarch = isa_uarch
-    S, s, p = 2, 3, 0
-    x = torch.ones(2, 36, 40, 40, dtype=dtype)
-    w_shape = (36, 4, 3, 3)
-    dy = _ints(_oracle("fwd", x, torch.zeros(w_shape), S, s, p).shape, dtype, 66, 1, 3)
-    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy)
-    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
-    x[1, 5, 7, 8] = float("nan")
-    dy[0, 2, 4, 4] = float("inf")
-    want = _oracle("bwd_w", x, torch.zeros(w_shape), S, s, p, 1, dy).to(dtype)
-    with P.use_isa(isa), tct.use_uarch(uarch), tct.plans() as lines:
-        got = _run("bwd_w", _nxc(x, S), torch.zeros(w_shape, dtype=dtype), _nxc(dy, S), S, s, p,
-                   1, "NXC")
-    assert "bww16={" in lines[0] and " packed=0 " in lines[0], lines[0][:300]
-    _assert_equal_nonfinite(got, want)
+    with P.use_isa(isa):
+        line = _bww16_long_sums_and_nonfinite(torch.ones(2, 36, 40, 40, dtype=dtype),
+                                              (36, 4, 3, 3), 3, 0, 66, (1, 5, 7, 8),
+                                              (0, 2, 4, 4), uarch)
+    assert "bww16={" in line and " packed=0 " in line, line[:300]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])

@@ -289,6 +289,21 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
+// n images of the 16-bit activation a, dense NCX, into channels-last at dst;
+// and n images of a 16-bit channels-last result y into b's dense NCX at dst
+// (the pair tiles' and ncx16's chunks).
+void a_chunk_to_nxc16(const Ctx& c, const uint16_t* a, uint16_t* dst, int64_t n) {
+  const CallSpec& s = c.plan.spec;
+  const ActSides sd = act_sides(s.pass, s.p);
+  transpose_u16(a, dst, n, sd.a_c, sd.a_pixels(), s.nthreads, x86::transpose_u16_block32_avx512);
+}
+
+void b_chunk_to_ncx16(const Ctx& c, const uint16_t* y, uint16_t* dst, int64_t n) {
+  const CallSpec& s = c.plan.spec;
+  const ActSides sd = act_sides(s.pass, s.p);
+  transpose_u16(y, dst, n, sd.b_pixels(), sd.b_c, s.nthreads, x86::transpose_u16_block32_avx512);
+}
+
 // Images [n0, n0 + n) of a Convert16 plan on the pair tiles: the bf16 activation a,
 // dense channels-last (read in place) or NCX (transposed into abuf first),
 // the call's bf16 weights and the f32 bias of `in`; the result rounded once: by the tiles
@@ -302,11 +317,10 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
   ConvProblem q = s.p;
   q.N = n;
   const ActSides sd = act_sides(s.pass, s.p);
-  const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
   const uint16_t* a = bits16(c.args.a.data) + n0 * sd.a_image();
   uint16_t* const b = bits16(c.args.b.data) + n0 * sd.b_image();
   if (cv.pairs_ncx) {
-    transpose_u16(a, bits16(abuf), n, sd.a_c, a_pix, s.nthreads, x86::transpose_u16_block32_avx512);
+    a_chunk_to_nxc16(c, a, bits16(abuf), n);
     a = bits16(abuf);
   }
   // The tiles' result: bf16 straight into b (channels-last, pairs_out16), else
@@ -330,7 +344,7 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
     y16 = bits16(c.ws.buffer(kOutput, std::max<int64_t>(1, cv.b16_floats)));
     narrow_from_f32(s.isa, s.dtype, bbuf, y16, nb, s.nthreads);
   }
-  transpose_u16(y16, b, n, b_pix, sd.b_c, s.nthreads, x86::transpose_u16_block32_avx512);
+  b_chunk_to_ncx16(c, y16, b, n);
 }
 
 // Backward-weights of a Convert16 plan on the pair tiles: src in CNX order in abuf
@@ -549,8 +563,7 @@ bool run_convert16(const Ctx& c) {
       uint16_t* const b16 = cv.ncx16 ? bits16(bbuf) : bits16(c.args.b.data) + n0 * b_img;
       if (cv.ncx16) {
         uint16_t* const a16 = bits16(c.ws.buffer(kInput, cv.a16_floats));
-        transpose_u16(static_cast<const uint16_t*>(a), a16, n, sd.a_c, sd.a_pixels(), s.nthreads,
-                      x86::transpose_u16_block32_avx512);
+        a_chunk_to_nxc16(c, static_cast<const uint16_t*>(a), a16, n);
         a = a16;
       }
       if (!cv.in16) {
@@ -568,8 +581,7 @@ bool run_convert16(const Ctx& c) {
       if (!ok)
         throw std::logic_error("convert16: the f32 plan declined a 16-bit route it applied to");
       if (cv.ncx16)
-        transpose_u16(b16, bits16(c.args.b.data) + n0 * b_img, n, sd.b_pixels(), sd.b_c,
-                      s.nthreads, x86::transpose_u16_block32_avx512);
+        b_chunk_to_ncx16(c, b16, bits16(c.args.b.data) + n0 * b_img, n);
     } else {
       // The f32 buffers in the layouts the chunks' f32 plans were made for.
       const CallPlan& f32 = n == cv.images ? *cv.full : *cv.last;
