@@ -207,7 +207,7 @@ void gemm16_tile_avx2(const TileArgs& t, int kind) {
 }
 
 const BwdWeightsF32Table* bwd_weights_f32_table_avx2() {
-  static const BwdWeightsF32Table table = {
+  static constexpr BwdWeightsF32Table table = {
       "avx2",
       kAvx2Lanes,
       kAvx2MaxVecs,

@@ -317,7 +317,7 @@ void gemm16_tile_avx512_loads(const TileArgs& t, int kind) {
 namespace {
 const BwdWeightsF32Table* avx512_table(bool intel) {
   auto make = [](const char* name, void (*gemm)(const TileArgs&),
-                 void (*gemm16)(const TileArgs&, int)) -> BwdWeightsF32Table {
+                 void (*gemm16)(const TileArgs&, int)) constexpr -> BwdWeightsF32Table {
     BwdWeightsF32Table t = {
         name,
         kAvx512Lanes,
@@ -342,8 +342,8 @@ const BwdWeightsF32Table* avx512_table(bool intel) {
     t.dw16 = dw16_tile_avx512;
     return t;
   };
-  static const BwdWeightsF32Table table = make("avx512", gemm_tile_avx512, gemm16_tile_avx512);
-  static const BwdWeightsF32Table intel_table =
+  static constexpr BwdWeightsF32Table table = make("avx512", gemm_tile_avx512, gemm16_tile_avx512);
+  static constexpr BwdWeightsF32Table intel_table =
       make("avx512l", gemm_tile_avx512_loads, gemm16_tile_avx512_loads);
   return intel ? &intel_table : &table;
 }

@@ -299,7 +299,7 @@ void conv_bf16_amx_32x16(const ConvTileArgs* args) { gemm_tile_amx<1>(args); }
 const ConvTable* conv_bf16_table_amx() {
   // Speeds relative to the 32x32 tile (two B tiles per two A tiles, four
   // TDPBF16PS per 32 channels); the 32x16 one does half the products per A.
-  static const ConvTable table = {
+  static constexpr ConvTable table = {
       "amx",
       16,
       {{"amx_bf16_32x32", conv_bf16_amx_32x32, 32, 32, 1.0, nullptr},

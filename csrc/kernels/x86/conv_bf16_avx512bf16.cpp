@@ -141,7 +141,7 @@ void gemm_tile(const ConvTileArgs* args) {
 
 // t[m] = the tile computing its first m rows, 1 <= m < MR.
 template <int MR, int NV, int M = 1>
-void fill_partial(ConvTileFn* t) {
+constexpr void fill_partial(ConvTileFn* t) {
   if constexpr (M < MR) {
     t[M] = &gemm_tile<MR, NV, M>;
     fill_partial<MR, NV, M + 1>(t);
@@ -199,7 +199,7 @@ const ConvTable* conv_bf16_table_avx512bf16() {
     ConvTileFn t12x32[12];
     ConvTileFn t12x16[12];
   };
-  static const Partials partials = [] {
+  static constexpr Partials partials = []() constexpr {
     Partials t{};
     t.t6x64[0] = conv_bf16_avx512bf16_6x64;
     t.t8x48[0] = conv_bf16_avx512bf16_8x48;
@@ -213,7 +213,7 @@ const ConvTable* conv_bf16_table_avx512bf16() {
   }();
   // The f32 table's shapes (24 accumulators, one broadcast per row and
   // pair); speeds as the f32 tiles' until measured on a CPU without AMX.
-  static const ConvTable table = {
+  static constexpr ConvTable table = {
       "avx512_bf16",
       16,
       {{"avx512bf16_bf16_6x64", conv_bf16_avx512bf16_6x64, 6, 64, 1.0, partials.t6x64},

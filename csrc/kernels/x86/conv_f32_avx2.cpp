@@ -39,7 +39,7 @@ const ConvTable* avx2_table(bool zen3) {
     ConvTileFn t4x24[4];
     ConvTileFn t12x8[12];
   };
-  static const Partials partials = [] {
+  static constexpr Partials partials = []() constexpr {
     Partials t{};
     t.t6x16[0] = conv_f32_avx2_6x16;
     t.t4x24[0] = conv_f32_avx2_4x24;
@@ -56,7 +56,7 @@ const ConvTable* avx2_table(bool zen3) {
   // tile.) Zen 3 (#23: 12x8 at 65-69 % in cache, 4x24 at 93-94 %, one core):
   // 12x8 at 0.72 of the others, so that 40 columns run as 4x24 / 6x16 tiles
   // (5/6 of their lanes) rather than five 12x8 tiles.
-  auto make = [&](double eff_12x8) -> ConvTable {
+  auto make = [](double eff_12x8) constexpr -> ConvTable {
     ConvTable t = {
         "avx2",
         8,
@@ -92,7 +92,7 @@ const ConvTable* avx2_table(bool zen3) {
     fill_dot16<V, kDotRowsAvx2, 2>(t.dot16[2], std::make_integer_sequence<int, kMaxDotColumns>{});
     return t;
   };
-  static const ConvTable table = make(0.85), zen3_table = make(0.72);
+  static constexpr ConvTable table = make(0.85), zen3_table = make(0.72);
   return zen3 ? &zen3_table : &table;
 }
 }  // namespace

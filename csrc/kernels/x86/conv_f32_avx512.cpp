@@ -112,7 +112,7 @@ const ConvTable* avx512_table(bool intel) {
     ConvTileFn t12x16[12];
     ConvTileFn t12x16_loads[12];
   };
-  static const Partials partials = [] {
+  static constexpr Partials partials = []() constexpr {
     Partials t{};
     t.t6x64[0] = conv_f32_avx512_6x64;
     t.t8x48[0] = conv_f32_avx512_8x48;
@@ -129,7 +129,7 @@ const ConvTable* avx512_table(bool intel) {
   // Speeds: bench_conv_f32's in-cache micro runs on Zen 5 (12x16 86-89 %,
   // the others 96-99 %); on the SPR VM the 12x16 tile without permutes runs
   // at 74-86 % against 85-100 % for the others: 0.85 of them.
-  auto make = [&](const ConvGemmTile& one_vector) -> ConvTable {
+  auto make = [](const ConvGemmTile& one_vector) constexpr -> ConvTable {
     ConvTable t = {
         "avx512",
         16,
@@ -172,9 +172,9 @@ const ConvTable* avx512_table(bool intel) {
     fill_gemm16<VecAvx512Loads, 12, 1, 2>(t.gemm16[2][3]);
     return t;
   };
-  static const ConvTable table =
+  static constexpr ConvTable table =
       make({"avx512_12x16", conv_f32_avx512_12x16, 12, 16, 0.87, partials.t12x16});
-  static const ConvTable intel_table = make(
+  static constexpr ConvTable intel_table = make(
       {"avx512_12x16l", conv_f32_avx512_12x16_loads, 12, 16, 0.85, partials.t12x16_loads});
   return intel ? &intel_table : &table;
 }

@@ -269,7 +269,7 @@ void dot_tile_fn(const ConvTileArgs* args) {
   dot_tile<V, MR, NC, IN>(args);
 }
 template <class V, const int* ROWS, int KIND, int... I>
-void fill_dot16(ConvTileFn* dot16, std::integer_sequence<int, I...>) {
+constexpr void fill_dot16(ConvTileFn* dot16, std::integer_sequence<int, I...>) {
   ((dot16[I + 1] = dot_tile_fn<V, ROWS[I + 1], I + 1, KIND>), ...);
 }
 
@@ -360,7 +360,7 @@ void partial_tile(const ConvTileArgs* args) {
 
 // t[m] = the tile computing the first m rows, for 1 <= m < MR.
 template <class V, int MR, int NV, int M = 1, int IN = 0>
-void fill_partial(ConvTileFn* t) {
+constexpr void fill_partial(ConvTileFn* t) {
   if constexpr (M < MR) {
     t[M] = &partial_tile<V, MR, NV, M, IN>;
     fill_partial<V, MR, NV, M + 1, IN>(t);
@@ -370,7 +370,7 @@ void fill_partial(ConvTileFn* t) {
 // The 16-bit input (IN 1 bf16, 2 f16) form of an MR x (W*NV) GEMM tile and
 // its partials: t[0] the whole tile, t[m] its first m rows.
 template <class V, int MR, int NV, int IN>
-void fill_gemm16(ConvTileFn* t) {
+constexpr void fill_gemm16(ConvTileFn* t) {
   t[0] = &partial_tile<V, MR, NV, MR, IN>;
   fill_partial<V, MR, NV, 1, IN>(t);
 }

@@ -106,7 +106,7 @@ void gemm_m(const PlanarGemmArgs* a) {
 }
 
 template <int M>
-void fill_gemm(PlanarF32Table& t) {
+constexpr void fill_gemm(PlanarF32Table& t) {
   t.gemm[M] = &gemm_m<M>;
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
@@ -192,7 +192,7 @@ void planar_f32_avx2_strided_copy(const float* src, int64_t step, int64_t n, flo
 }
 
 const PlanarF32Table* planar_f32_table_avx2() {
-  static const PlanarF32Table table = [] {
+  static constexpr PlanarF32Table table = []() constexpr {
     PlanarF32Table t{};
     t.isa = "avx2";
     t.vl = 8;

@@ -69,7 +69,7 @@ void gemm(const PlanarGemmArgs* a) {
 }
 
 template <int M>
-void fill_gemm(PlanarF32Table& t) {
+constexpr void fill_gemm(PlanarF32Table& t) {
   t.gemm[M] = &gemm<M>;
   if constexpr (M < kPlanarGemmMaxM) fill_gemm<M + 1>(t);
 }
@@ -146,7 +146,7 @@ void planar_f32_avx512_strided_copy(const float* src, int64_t step, int64_t n, f
 }
 
 const PlanarF32Table* planar_f32_table_avx512() {
-  static const PlanarF32Table table = [] {
+  static constexpr PlanarF32Table table = []() constexpr {
     PlanarF32Table t{};
     t.isa = "avx512";
     t.vl = 16;

@@ -77,7 +77,7 @@ void planar_tile(const PlanarTileArgs* a) {
 
 // Fills t.tile[M][NV] for M <= MaxM, NV <= MaxNV, M * NV <= MaxAccs.
 template <class V, int MaxAccs, int MaxM, int MaxNV, int M = 1, int NV = 1>
-void fill_planar_tiles(PlanarF32Table& t) {
+constexpr void fill_planar_tiles(PlanarF32Table& t) {
   if constexpr (M * NV <= MaxAccs) t.tile[M][NV] = &planar_tile<V, M, NV>;
   if constexpr (NV < MaxNV) {
     fill_planar_tiles<V, MaxAccs, MaxM, MaxNV, M, NV + 1>(t);
@@ -127,7 +127,7 @@ void planar_dot(const PlanarDotArgs* a) {
 
 // Fills t.dot[M][N] for M * N <= MaxAccs.
 template <class V, int MaxAccs, int M = 1, int N = 1>
-void fill_planar_dots(PlanarF32Table& t) {
+constexpr void fill_planar_dots(PlanarF32Table& t) {
   if constexpr (M * N <= MaxAccs) t.dot[M][N] = &planar_dot<V, M, N>;
   if constexpr (N < kPlanarDotMaxN) {
     fill_planar_dots<V, MaxAccs, M, N + 1>(t);
