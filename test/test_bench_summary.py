@@ -273,7 +273,10 @@ def test_run_pass_lowp(bench):
         reuse = bench.run_pass(p16, "fwd", args, 100.0, prob32=p32, f32_row=r32)
     assert r32["status"] == "ok" and r32["dtype"] == "f32" and "ratio_vs_f32" not in r32
     for r in (alone, reuse):
-        assert r["status"] == "ok" and r["dtype"] == "bf16" and r["torch_check"] == "ok"
+        assert r["status"] == "ok" and r["dtype"] == "bf16"
+        # torch's own bf16 kernel: within the tolerance where it sums in f32 (oneDNN); on
+        # an AVX2 Zen 3 it rounds partial sums ("off", 0.44 % of max|ref| here).
+        assert r["torch_check"] in ("ok", "off") and r["torch_max_rel_err"] < 0.02
         assert r["ratio_vs_f32"] > 0 and r["ours_pct_peak"] is None  # no %peak for 16-bit
         assert r["rtol"] == 2.0**-7
     assert alone["ours_f32_source"] == "interleaved"
