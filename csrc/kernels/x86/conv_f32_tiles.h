@@ -162,8 +162,13 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 32
     for (int m = 0; m < M; ++m) {
       uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + col_off;
+      int v = 0;
+      if (args->ncols >= NR) {
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) V::store16(o + W * v, acc[m][v], args->ncols - W * v, args->out16);
+        for (; v + 2 <= NV; v += 2) V::store16x2(o + W * v, acc[m][v], acc[m][v + 1], args->out16);
+      }
+#pragma GCC unroll 8
+      for (; v < NV; ++v) V::store16(o + W * v, acc[m][v], args->ncols - W * v, args->out16);
     }
     return;
   }
@@ -312,9 +317,7 @@ void dw_tile(const ConvTileArgs* args) {
     if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
-        uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + c;
-        V::store16(o, acc[m][0], W, args->out16);
-        V::store16(o + W, acc[m][1], W, args->out16);
+        V::store16x2(reinterpret_cast<uint16_t*>(args->out[m]) + c, acc[m][0], acc[m][1], args->out16);
       }
       continue;
     }

@@ -38,11 +38,7 @@ void bf16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n) {
 void f32_to_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    // packus per 128-bit lane: [a0-3 b0-3 | a4-7 b4-7] -> qwords (0, 2, 1, 3).
-    const __m256i p = _mm256_packus_epi32(VecAvx2::to_bf16_32(_mm256_loadu_ps(src + i)),
-                                          VecAvx2::to_bf16_32(_mm256_loadu_ps(src + i + 8)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0)));
+    VecAvx2::store16x2(dst + i, _mm256_loadu_ps(src + i), _mm256_loadu_ps(src + i + 8), 1);
   }
   for (; i < n; ++i) dst[i] = round_bf16_1(src[i]);
 }

@@ -46,16 +46,18 @@ struct VecAvx2 {
   static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool) { store_part(p, v, k, n); }
   static inline float hsum(Reg v) { return ::tct::x86::hsum(v); }
   // f32 -> bf16 bits in each 32-bit lane, rounded to nearest even, NaN kept
-  // a (quiet) NaN.
+  // a (quiet) NaN: its top half with the quiet bit set (the rounding add
+  // could carry a NaN's mantissa into its exponent). Integer instructions
+  // only, one shift after the select (8; they were 9. A float compare for
+  // the NaN test ran faster alone but slowed the 6x16 tiles' stores, Zen 3).
   static inline __m256i to_bf16_32(Reg x) {
     const __m256i u = _mm256_castps_si256(x);
-    const __m256i top = _mm256_srli_epi32(u, 16);
-    const __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
+    const __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+    return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, nan), 16);
   }
   // The 8 lanes as bf16 (kind 1) or f16 (kind 2), rounded to nearest even.
   static inline __m128i to16(Reg v, int64_t kind) {
@@ -64,7 +66,6 @@ struct VecAvx2 {
     return _mm256_castsi256_si128(
         _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), _MM_SHUFFLE(3, 1, 2, 0)));
   }
-  // The first min(n, 8) lanes of v rounded to bf16 / f16 at p.
   // 8 bf16 (KIND 1: a shift) or f16 (KIND 2: vcvtph2ps) values at p as
   // floats; load16_part: the first n (1 <= n <= 8), reading no further.
   template <int KIND>
@@ -93,20 +94,23 @@ struct VecAvx2 {
   }
   template <int KIND>
   static inline Reg load16_part(Mask, const uint16_t* p, int64_t n) {
-    alignas(16) uint16_t t[8] = {};
-    for (int64_t i = 0; i < n && i < 8; ++i) t[i] = p[i];
-    return widen16<KIND>(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+    return widen16<KIND>(load_first16(p, n));
   }
+  // The first min(n, 8) lanes of v rounded to bf16 / f16 at p.
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
-    if (n <= 0) return;
-    const __m128i h = to16(v, kind);
-    if (n >= 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
-    } else {
-      alignas(16) uint16_t t[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(t), h);
-      for (int64_t i = 0; i < n; ++i) p[i] = t[i];
+    if (n > 0) store_first16(p, to16(v, kind), n);
+  }
+  // v0's and v1's 16 lanes rounded to bf16 / f16 at p (one pack and one
+  // permute for both bf16 vectors).
+  static inline void store16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
+    if (kind == 2) {
+      store16(p, v0, W, kind);
+      store16(p + W, v1, W, kind);
+      return;
     }
+    const __m256i b = _mm256_packus_epi32(to_bf16_32(v0), to_bf16_32(v1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_permute4x64_epi64(b, _MM_SHUFFLE(3, 1, 2, 0)));
   }
   // Planar tiles stream a full vector aligned to 32 bytes (half a line).
   static constexpr uintptr_t kStreamAlign = 32;

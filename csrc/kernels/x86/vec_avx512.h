@@ -109,6 +109,11 @@ struct VecAvx512 {
     if (n <= 0) return;
     _mm256_mask_storeu_epi16(p, first(n), kind == 2 ? to_f16(v) : to_bf16(v));
   }
+  // v0's and v1's 32 lanes rounded to bf16 / f16 at p.
+  static inline void store16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
+    store16(p, v0, W, kind);
+    store16(p + W, v1, W, kind);
+  }
   // out[0..4) = the lane sums of v0..v3.
   // The lane sum of v.
   static inline float hsum(Reg v) { return _mm512_reduce_add_ps(v); }

@@ -69,6 +69,9 @@ std::vector<float> narrowing_inputs() {
   for (uint32_t h = 0x3f80; h < 0x3f90; ++h) v.push_back(from_bits((h << 16) | 0x8000));
   for (int k = 0; k < 16; ++k) v.push_back(1.f + (2 * k + 1) * std::ldexp(1.f, -11));
   v.push_back(from_bits(0x7f800001));  // signalling NaN
+  // NaNs whose rounding add would carry into the exponent or the sign
+  for (uint32_t b : {0x7fffffffu, 0xffffffffu, 0x7f80ffffu, 0x7fbfffffu, 0xffc0ffffu})
+    v.push_back(from_bits(b));
   return v;
 }
 

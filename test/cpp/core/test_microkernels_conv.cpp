@@ -417,8 +417,11 @@ TEST_P(ConvMicrokernels, Depthwise16TileMatchesScalar) {
   for (int kind : {1, 2}) {
     ASSERT_NE(tab->dw16[kind], nullptr);
     const uint16_t poison = kind == 1 ? 0x7FC1 : 0x7E01;
-    for (int64_t C : {int64_t{1}, int64_t{L - 1}, int64_t{L}, int64_t{L + 1}, int64_t{2 * L},
-                      int64_t{2 * L + 3}, int64_t{4 * L + 5}, int64_t{100}}) {
+    // (every tail length of a 16-bit vector: the partial loads and stores are
+    // put together from pieces per length)
+    std::vector<int64_t> Cs = {L, L + 1, 2 * L, 4 * L + 5, 100};
+    for (int64_t t = 1; t < L; ++t) Cs.push_back(t % 2 ? t : 2 * L + t);
+    for (int64_t C : Cs) {
       for (int f = 0; f < 8; ++f) {
         const int64_t T = rng.uni(1, 5);
         const bool row_mode = f & 1, use_wtap = f & 2, out16 = (f & 4) == 0;
