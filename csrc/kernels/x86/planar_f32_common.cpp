@@ -2473,7 +2473,11 @@ bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const Con
   // channels-last. Since its 16 diff_dst channels' fused taps run line by
   // line (dropping a line's padded outer taps: see run_lines), it runs
   // 1.2x faster channels-last (Zen 5): fused problems stay channels-last.
-  if (!forward && amd512 && p.G == 1 && p.ICg > 4 && !backward_data_fuses_taps(p) &&
+  // AVX2 likewise, fused or not: the same problem (17 columns in tiles of
+  // 24) ran 1.35-1.5x faster planar on Zen 3 (ncx_paths.py, three runs), its
+  // line-by-line fused taps notwithstanding.
+  const bool sparse_rule = amd512 ? !backward_data_fuses_taps(p) : isa == Isa::Avx2;
+  if (!forward && sparse_rule && p.G == 1 && p.ICg > 4 &&
       valid_tap_share(p) * gemm_column_share(isa, p.ICg) < 0.2)
     return true;
   const Geometry g = geometry(p, forward);

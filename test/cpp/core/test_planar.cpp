@@ -324,6 +324,13 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, dw, Pass::Forward, false));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, dw, Pass::BackwardData, false));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, alex, Pass::BackwardData, false));
+  // AVX2, backward-data mostly multiplying zeros (17 of 24 lanes, 24 % of
+  // the pairs inside): planar, fused taps too (Zen 3); not without the
+  // cropping pads (77 % inside).
+  for (bool amd : {false, true}) {
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, tail, Pass::BackwardData, amd));
+    EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, tail_uncropped, Pass::BackwardData, amd));
+  }
 }
 
 TEST(PlanarF32, ThreadCounts) {
