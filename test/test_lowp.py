@@ -870,7 +870,7 @@ def test_wide16_chunks_rounded_once(op, wf, dtype, isa):
     _assert_equal_nonfinite(got, want)
 
 
-# Dense NCX activations on AVX-512 where the tiles round the result: each
+# Dense NCX activations (AVX-512 and AVX2) where the tiles round the result: each
 # batch chunk transposed into a 16-bit channels-last copy, the tiles reading
 # it (or widening it), the 16-bit result transposed back (ncx16=1 in the plan
 # line, heuristics A24); fewer than 32 channels a side (not depthwise) and
@@ -890,11 +890,11 @@ NCX16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, groups, ncx16)
 ]
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("case", NCX16_CASES,
                          ids=lambda c: f"{c[0]}_{c[1]}d_n{c[2]}_{c[3]}to{c[4]}_g{c[9]}")
-def test_ncx16_exact(case, dtype):
-    isa = "avx512"
+def test_ncx16_exact(case, dtype, isa):
     P.require_isa(isa)
     op, S, N, IC, OC, sp, K, s, p, g, ncx16 = case
     x = _ints((N, IC) + sp, dtype, 77)
@@ -908,6 +908,26 @@ def test_ncx16_exact(case, dtype):
     if N >= 40:
         assert " chunks=2 " in ln, ln[:300]
     assert torch.equal(got, want)
+
+
+# AVX2: not where the f32 route would run the problem planar in place (a
+# one-pixel diff_src under a covering kernel: the planar dot products read
+# the NCX diff_dst as it is; through ncx16 it ran 1.3x slower on Zen 3); the
+# channels-last path forced, ncx16 again. Exact either way.
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_ncx16_not_where_planar_avx2(dtype):
+    P.require_isa("avx2")
+    S, s, p = 2, 1, 0
+    x = _ints((3, 40, 1, 1), dtype, 81)
+    w = _ints((40, 48, 4, 4), dtype, 82)
+    dy = _ints((3, 48, 4, 4), dtype, 83)
+    want = _oracle("bwd_d", x, w, S, s, p, dy=dy).to(dtype)
+    a = dict(_attrs(S, s, p), groups=1, data_format="NCX", weights_format="IOX")
+    for path, ncx16 in (("auto", False), ("channels_last", True)):
+        with tct.use_ncx_path(path):
+            got, ln = _call("bwd_d", x, w, dy, S, a, "avx2")
+        assert (" ncx16=1 " in ln) == ncx16, (path, ln[:400])
+        assert torch.equal(got, want), path
 
 
 GEMM16_CASES = [  # (op, S, N, IC, OC, spatial, K, s, p, d, reads16)

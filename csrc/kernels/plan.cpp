@@ -959,10 +959,14 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   // Dense NCX a and b where those tiles round the result: through 16-bit
   // channels-last copies of each chunk (heuristics A24); not for a one-pixel
   // a, which the f32 route reads as channels-last in place, nor for fewer
-  // than 32 channels a side (whole 32 x 32 transpose blocks) unless depthwise.
+  // than 32 channels a side (whole 32 x 32 transpose blocks) unless depthwise;
+  // on AVX2 not where the f32 route runs planar in place (a one-pixel
+  // diff_src: DCGAN z's backward-data 1.3x slower through ncx16 on Zen 3).
   const bool ncx16_channels =
       std::min(sd.a_c, sd.b_c) >= 32 || (p.ICg == 1 && p.OCg == 1);
-  if (spec.pass != Pass::BackwardWeights && spec.isa == Isa::Avx512 && spec.a.ncx &&
+  const bool ncx16_isa = spec.isa == Isa::Avx512 ||
+                         (spec.isa == Isa::Avx2 && !use_planar(spec, p, spec.pass));
+  if (spec.pass != Pass::BackwardWeights && ncx16_isa && spec.a.ncx &&
       !spec.a.nxc && spec.b.ncx && ncx16_channels &&
       x86::conv_f32_out16_applies(spec.isa, spec.pass, chunk, spec.nthreads)) {
     c.direct16 = c.ncx16 = true;

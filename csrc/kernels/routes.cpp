@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "plan.h"
 #include "x86/conv_f32_kernels.h"
+#include "x86/transpose.h"
 #include "x86/x86.h"
 
 namespace tct {
@@ -289,19 +290,25 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
+// The 32 x 32 16-bit transpose block of a call's vector ISA (AVX-512: the
+// pair tiles' routes and ncx16; AVX2: ncx16).
+Transpose16Block u16_block(Isa isa) {
+  return isa == Isa::Avx2 ? x86::transpose_u16_block32_avx2 : x86::transpose_u16_block32_avx512;
+}
+
 // n images of the 16-bit activation a, dense NCX, into channels-last at dst;
 // and n images of a 16-bit channels-last result y into b's dense NCX at dst
 // (the pair tiles' and ncx16's chunks).
 void a_chunk_to_nxc16(const Ctx& c, const uint16_t* a, uint16_t* dst, int64_t n) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
-  transpose_u16(a, dst, n, sd.a_c, sd.a_pixels(), s.nthreads, x86::transpose_u16_block32_avx512);
+  transpose_u16(a, dst, n, sd.a_c, sd.a_pixels(), s.nthreads, u16_block(s.isa));
 }
 
 void b_chunk_to_ncx16(const Ctx& c, const uint16_t* y, uint16_t* dst, int64_t n) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
-  transpose_u16(y, dst, n, sd.b_pixels(), sd.b_c, s.nthreads, x86::transpose_u16_block32_avx512);
+  transpose_u16(y, dst, n, sd.b_pixels(), sd.b_c, s.nthreads, u16_block(s.isa));
 }
 
 // Images [n0, n0 + n) of a Convert16 plan on the pair tiles: the bf16 activation a,

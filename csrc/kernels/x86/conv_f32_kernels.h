@@ -262,8 +262,7 @@ const ConvTable* conv_bf16_table_avx512bf16();
 void pack_pairs_taps_avx512(const uint16_t* s0, const uint16_t* s1, int64_t cs, int64_t ntaps,
                             int64_t jn, uint32_t* const* rows);
 void pack_pairs_row_avx512(const uint16_t* s0, const uint16_t* s1, int64_t jn, uint32_t* dst);
-// dst[c*ldd + r] = src[r*lds + c] for r, c < 32 (16-bit elements).
-void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+// (transpose_u16_block32_avx512: x86/transpose.h)
 
 // bf16 backward-weights on the pair tiles (bwd_weights_bf16_common.cpp). One
 // block of 32 rows (input channels) x ncols <= 32 columns (output channels)

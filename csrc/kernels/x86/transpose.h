@@ -12,6 +12,12 @@ void transpose_block16_avx512(const float* src, int64_t src_stride, float* dst,
                               int64_t dst_stride);
 void transpose_block16_avx2(const float* src, int64_t src_stride, float* dst, int64_t dst_stride);
 
+// 16-bit elements: dst[c * ldd + r] = src[r * lds + c] for r, c < 32 (the
+// 16-bit layout changes: the pair tiles' routes and ncx16; the AVX-512 one
+// needs AVX-512 BW, pairs_avx512.cpp).
+void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+void transpose_u16_block32_avx2(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+
 // dst[j][i] = src[i * src_stride + j] for i < rows, j < cols (rows, cols <= 16):
 // each destination row j at its own pointer (rows floats written). Nothing
 // outside the rows x cols source block is read (masked loads).

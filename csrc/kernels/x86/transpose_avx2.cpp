@@ -68,5 +68,39 @@ void transpose_rows_stream_avx2(const float* src, int64_t src_stride, int rows, 
   }
 }
 
+// --- 16-bit transposes (ncx16's layout changes, heuristics A24) ---
+
+// dst[c * ldd + r] = src[r * lds + c] for r < 8, c < 16: the 8 x 16 block as
+// two 8 x 8 transposes side by side (one per 128-bit lane) in three rounds of
+// interleaves (16-, 32-, 64-bit).
+static inline void transpose_u16_8x16(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd) {
+  __m256i r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds));
+  for (int i = 0; i < 4; ++i) {  // rows 2i, 2i + 1: columns 0-3 (lo), 4-7 (hi) as pairs
+    t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 4h..4h+3: columns (0,1) (2,3) (4,5) (6,7) as quads
+    r[4 * h] = _mm256_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
+    r[4 * h + 1] = _mm256_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
+    r[4 * h + 2] = _mm256_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
+    r[4 * h + 3] = _mm256_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int q = 0; q < 4; ++q) {  // columns 2q, 2q + 1: rows 0-3 from r[q], 4-7 from r[4 + q]
+    const __m256i lo = _mm256_unpacklo_epi64(r[q], r[4 + q]), hi = _mm256_unpackhi_epi64(r[q], r[4 + q]);
+    for (int l = 0; l < 2; ++l) {  // lane l: columns 8l + 2q, 8l + 2q + 1
+      const __m128i a = l ? _mm256_extracti128_si256(lo, 1) : _mm256_castsi256_si128(lo);
+      const __m128i b = l ? _mm256_extracti128_si256(hi, 1) : _mm256_castsi256_si128(hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (8 * l + 2 * q) * ldd), a);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (8 * l + 2 * q + 1) * ldd), b);
+    }
+  }
+}
+
+void transpose_u16_block32_avx2(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd) {
+  for (int r = 0; r < 32; r += 8)
+    for (int c = 0; c < 32; c += 16) transpose_u16_8x16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+}
+
 }  // namespace x86
 }  // namespace tct

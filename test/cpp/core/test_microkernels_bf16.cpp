@@ -151,18 +151,7 @@ TEST_F(PairPacking, PairPackingMatchesScalar) {
   }
 }
 
-TEST_F(PairPacking, Transpose16MatchesScalar) {
-  Rng rng;
-  for (int iter = 0; iter < 20; ++iter) {
-    const int64_t lds = 32 + rng.uni(0, 9), ldd = 32 + rng.uni(0, 9);
-    std::vector<uint16_t> src(static_cast<size_t>(32 * lds)), dst(static_cast<size_t>(32 * ldd), 0xBEEF);
-    for (auto& v : src) v = static_cast<uint16_t>(rng.uni(0, 65535));
-    x86::transpose_u16_block32_avx512(src.data(), lds, dst.data(), ldd);
-    for (int64_t c = 0; c < 32; ++c)
-      for (int64_t r = 0; r < ldd; ++r)
-        ASSERT_EQ(dst[c * ldd + r], r < 32 ? src[r * lds + c] : uint16_t{0xBEEF}) << c << " " << r;
-  }
-}
+// (The 16-bit transpose blocks: test_transpose.cpp.)
 
 // n elements of T at a 64-byte boundary (the pair and gather kernels store whole aligned vectors).
 template <class T>

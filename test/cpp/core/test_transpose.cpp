@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdint>
+#include <random>
 #include <tuple>
 #include <vector>
 
+#include "kernels/convert.h"
 #include "kernels/dispatch.h"
+#include "kernels/x86/transpose.h"
 
 namespace tct {
 namespace {
@@ -40,6 +44,41 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
 }
 
 // Sources with their own row and batch strides (a slab of each channel plane).
+// The 16-bit 32 x 32 blocks (ncx16's and the pair tiles' layout changes) of
+// each ISA the CPU has, alone (strides not multiples of anything, a guard
+// after each destination row) and in the batched driver (edges in scalar).
+TEST(Transpose, U16BlocksMatchNaive) {
+  std::mt19937 rng(5);
+  std::vector<std::pair<Isa, Transpose16Block>> blocks;
+  if (isa_supported(Isa::Avx2)) blocks.push_back({Isa::Avx2, x86::transpose_u16_block32_avx2});
+  if (isa_supported(Isa::Avx512)) blocks.push_back({Isa::Avx512, x86::transpose_u16_block32_avx512});
+  if (blocks.empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  for (auto [isa, block] : blocks) {
+    for (int iter = 0; iter < 20; ++iter) {
+      const int64_t lds = 32 + rng() % 11, ldd = 32 + rng() % 11;
+      std::vector<uint16_t> src(static_cast<size_t>(32 * lds)), dst(static_cast<size_t>(32 * ldd), 0xBEEF);
+      for (auto& v : src) v = static_cast<uint16_t>(rng());
+      block(src.data(), lds, dst.data(), ldd);
+      for (int64_t c = 0; c < 32; ++c)
+        for (int64_t r = 0; r < ldd; ++r)
+          ASSERT_EQ(dst[c * ldd + r], r < 32 ? src[r * lds + c] : uint16_t{0xBEEF})
+              << isa_name(isa) << " lds " << lds << " ldd " << ldd << " at " << c << "," << r;
+    }
+    for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{2, 64, 96}, {3, 37, 40},
+                                     {1, 100, 33}, {2, 5, 70}}) {
+      std::vector<uint16_t> src(static_cast<size_t>(batch * rows * cols)), dst(src.size() + 16, 0xBEEF);
+      for (auto& v : src) v = static_cast<uint16_t>(rng());
+      transpose_u16(src.data(), dst.data(), batch, rows, cols, 2, block);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j)
+            ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
+                << isa_name(isa) << " " << batch << "x" << rows << "x" << cols;
+      for (size_t i = src.size(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+    }
+  }
+}
+
 TEST(Transpose, StridedSourceMatchesNaive) {
   const Isa before = active_isa();
   for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
