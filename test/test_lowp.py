@@ -131,6 +131,22 @@ def test_backward_weights_chunks_rounded_once(dtype, isa):
     assert not torch.equal(per_chunk.to(dtype), got)
 
 
+# The f32 copies' batch chunks are of equal size: 8 images of 64 channels on
+# 32x32 / 64x64 (1.25 MiB of f32 a chunk allows 7) in 4 + 4, not 7 + 1 (a
+# one-image chunk is a call of its own); 9 in 5 + 4. Plans only (dry run);
+# the chunked routes' results: the test above and test_exact_and_routed.
+@pytest.mark.parametrize("N, images, chunks", [(8, 4, 2), (9, 5, 2)])
+def test_convert16_chunks_are_balanced(N, images, chunks):
+    P.require_isa("avx2")
+    x = torch.zeros((N, 64, 32, 32), dtype=torch.bfloat16)
+    dy = torch.zeros((N, 64, 64, 64), dtype=torch.bfloat16)
+    a = dict(_attrs(2, 2, 1), groups=64, data_format="NCX", weights_format="IOX",
+             weights_shape=[64, 1, 4, 4])
+    with P.use_isa("avx2"), tct.plans(execute=False) as lines:
+        torch.ops.graph.conv_transpose_backward_weights(x, dy, **a)
+    assert f"route=convert16 images={images} chunks={chunks} " in lines[0], lines[0][:300]
+
+
 def _chunk_grad(x, dy, w_shape, padding):
     w = torch.zeros(w_shape, dtype=torch.float64, requires_grad=True)
     torch.nn.functional.conv_transpose1d(x, w, padding=padding).backward(dy)

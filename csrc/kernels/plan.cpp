@@ -936,6 +936,10 @@ static void plan_convert16(const CallSpec& spec, CallPlan* plan) {
   Convert16Plan& c = plan->convert;
   c.images = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(target / per_image)), 1, p.N);
   c.chunks = (p.N + c.images - 1) / c.images;
+  // Chunks of equal size (8 images in 4 + 4, not 7 + 1: a one-image chunk
+  // is a call of its own, with its own parallel regions), no larger.
+  c.images = (p.N + c.chunks - 1) / c.chunks;
+  c.chunks = (p.N + c.images - 1) / c.images;
   c.a_floats = c.images * a_img;
   c.b_floats = c.images * b_img;
   c.w_floats = w;  // fwd / bwd-data: the weights' span is set by execute from the view
