@@ -21,7 +21,7 @@ Weights: weights_format="IOX" (torch's ConvTranspose weight layout). Forward wit
 Data types (--dtype f32|bf16|f16|all, default f32; a comma list works too): every
 tensor of the problem (src, weights, bias, diff_dst) in that dtype, drawn once in f32
 and rounded, for ours and torch alike. A 16-bit row times our op and torch's in that
-dtype, interleaved as for f32 (the order rotated every round), and our f32 op on the
+dtype, interleaved as for f32 (the order changed every round), and our f32 op on the
 same case (interleaved with them;
 with --dtype all the f32 row's timing of ours, measured just before, is reused).
 
@@ -79,6 +79,7 @@ import argparse
 import csv
 import ctypes
 import gc
+import itertools
 import math
 import os
 import platform
@@ -322,12 +323,13 @@ def time_pair(fns, reps, warmup, budget, min_reps):
     rounds of one call each are taken until `budget` seconds are spent (at least
     min_reps, at most `reps`; 20x more when a round takes under 5 ms: the minimum of
     single calls is the statistic most robust to other processes' interference).
-    The order is rotated every round, so that no callable always runs right after
-    the same other one: a call right after a long single-threaded one (torch's
-    16-bit fallbacks on CPUs without native 16-bit kernels) finds the OpenMP
-    threads asleep and the caches cold, and our 16-bit op, always timed right after
-    torch's, ran small layers 2-5x slower than when timed after our f32 op (AMD
-    Zen 3: a 20 us depthwise layer 0.144 against 0.029 ms).
+    The order changes every round (every permutation in turn), so that no
+    callable always runs right after the same other one: a call right after a
+    long single-threaded one (torch's 16-bit fallbacks on CPUs without native
+    16-bit kernels) finds the OpenMP threads asleep and the caches cold, and our
+    16-bit op, always timed right after torch's, ran small layers 2-5x slower
+    than when timed after our f32 op (AMD Zen 3: a 20 us depthwise layer 0.144
+    against 0.029 ms).
     """
     results = {k: f() for k, f in fns.items()}  # also the first warm-up call
     for _ in range(max(0, warmup - 1)):
@@ -337,11 +339,12 @@ def time_pair(fns, reps, warmup, budget, min_reps):
         if time.perf_counter() - t0 > 1.0:  # slow: enough warm-up
             break
     samples = {k: [] for k in fns}
-    names = list(fns)
+    # every order in turn (with 3 callables a rotation alone would still put
+    # one right after the same other in 2 rounds of 3)
+    orders = list(itertools.permutations(fns))
 
     def one_round(r):
-        k0 = r % len(names)
-        for k in names[k0:] + names[:k0]:
+        for k in orders[r % len(orders)]:
             t0 = time.perf_counter()
             fns[k]()
             samples[k].append(time.perf_counter() - t0)
