@@ -291,7 +291,8 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
 // The 32 x 32 16-bit transpose block of a call's vector ISA (AVX-512: the
-// pair tiles' routes and ncx16; AVX2: ncx16).
+// pair tiles' routes and ncx16; AVX2: ncx16). Every 16-bit layout change
+// takes its block from here.
 Transpose16Block u16_block(Isa isa) {
   return isa == Isa::Avx2 ? x86::transpose_u16_block32_avx2 : x86::transpose_u16_block32_avx512;
 }
@@ -368,12 +369,11 @@ void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
   if (c.plan.spec.a.ncx) {
     ncx_to_cnx_u16(a, bits16(abuf), s.p.N, sd.a_c, a_pix, s.nthreads);
   } else {  // (N*X, C) -> (C, N*X)
-    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads,
-                  x86::transpose_u16_block32_avx512);
+    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads, u16_block(s.isa));
   }
   a = bits16(abuf);
   if (bbuf) {
-    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, x86::transpose_u16_block32_avx512);
+    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, u16_block(s.isa));
     b = bits16(bbuf);
   }
   if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, s.nthreads))
@@ -391,7 +391,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
   const bool forward = c.forward(), ncx = cv.pairs_ncx;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
-  const auto block = x86::transpose_u16_block32_avx512;
+  const Transpose16Block block = u16_block(s.isa);
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   uint16_t* const b16buf = cv.b16_floats ? bits16(c.ws.buffer(kOutput, cv.b16_floats)) : nullptr;
