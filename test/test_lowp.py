@@ -587,6 +587,36 @@ SLAB_SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("isa", VEC_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("op,N,C,streamed", [
+    ("fwd", 8, 64, True),     # 4 MiB of results, 128-byte pixels
+    ("fwd", 16, 32, True),    # 4 MiB, one 64-byte line a pixel
+    ("fwd", 8, 48, False),    # 3 MiB, 96-byte pixels: lines shared, not streamed
+    ("fwd", 3, 64, False),    # 1.5 MiB: below the rule
+    ("bwd_d", 32, 64, True),  # diff_src of 4 MiB
+    ("fwd", 16, 64, False),   # NCX: chunks of channels-last workspace, not streamed
+])
+def test_depthwise16_large_results_streamed(op, N, C, streamed, dtype, isa):
+    # Channels-last depthwise 16-bit results of 2 MiB and more, whole 64-byte
+    # lines a pixel, go out with streaming stores (as the f32 ones); exact.
+    # NCX (route ncx16): the tiles write a workspace that is transposed right
+    # after, never streamed.
+    S, s, p = 2, 2, 1
+    ncx = (op, N, C) == ("fwd", 16, 64)
+    x = _ints((N, C, 32, 32), dtype, 81)
+    w = _ints((C, 1, 4, 4), dtype, 82)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, C).shape, dtype, 83)
+    b = _ints((C,), dtype, 84)
+    bias = b if op == "fwd" else None
+    want = _oracle(op, x, w, S, s, p, C, dy, b=bias).to(dtype)
+    a = dict(_attrs(S, s, p), groups=C, data_format="NCX" if ncx else "NXC", weights_format="IOX")
+    got, ln = _call(op, x, w, dy, S, a, isa, bias)
+    assert "route=depthwise" in ln and f" stream={int(streamed)} " in ln, ln[:600]
+    assert ("ncx16=1" in ln) == ncx, ln[:600]
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", SLAB_SHAPES, ids=lambda s: f"{s[1]}ch" + "x".join(map(str, s[3])))

@@ -516,7 +516,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
         const int in16 = c.in16 ? kind16(plan.spec.dtype) : 0;
         os << (c.ncx16 ? " ncx16=1" : "") << (c.wide16 ? " wide16={" : " direct16={")
            << x86::describe_conv_f32_out16(plan.spec.isa, plan.spec.pass, q, plan.spec.nthreads,
-                                           in16, c.wide16)
+                                           in16, c.wide16, !c.ncx16)
            << "}";
         return;
       }

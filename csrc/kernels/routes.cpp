@@ -584,7 +584,7 @@ bool run_convert16(const Ctx& c) {
                                      s.nthreads, widen_fn(s.isa, s.dtype), f32_weights)
               : x86::conv_f32_out16(s.isa, s.pass, q, a, cv.in16, c.args.w,
                                     static_cast<const float*>(in.bias), b16, kind16(s.dtype),
-                                    s.nthreads, widen_fn(s.isa, s.dtype), f32_weights);
+                                    s.nthreads, !cv.ncx16, widen_fn(s.isa, s.dtype), f32_weights);
       if (!ok)
         throw std::logic_error("convert16: the f32 plan declined a 16-bit route it applied to");
       if (cv.ncx16)

@@ -1105,6 +1105,16 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
       if (b < c.phases[i].blocks) c.block_order.push_back({static_cast<int32_t>(i), b});
 }
 
+// Whether a depthwise plan writes its result (elements of elem_bytes) with
+// streaming stores: whole 64-byte lines per pixel, from 2 MiB of output
+// (the k4 s2 upsampler, 2-8 MiB: f32 on Zen 3 forward -20 %, backward-data
+// -12 %; Zen 4 AVX-512 forward -40 %. bf16 / f16 on Zen 3, 4 MiB: forward
+// 2x faster, where each tile's stores waited on reads for ownership).
+bool dw_streams(const ConvPlan& c, int64_t elem_bytes) {
+  const double bytes = static_cast<double>(elem_bytes) * c.N * c.out_pix * c.out_c;
+  return c.dw && (c.out_c * elem_bytes) % 64 == 0 && bytes >= 2.0 * (1 << 20);
+}
+
 // Whether the tiles go line by line (run_lines).
 bool lines_preferred(const ConvPlan& c, bool by_columns, double w_bytes) {
   // Tiles line by line (run_lines): depthwise, and backward-data with fused
@@ -1195,15 +1205,14 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   c.lazy = by_columns && (!fwd || w_bytes >= 8 * in_bytes);
 
   // Outputs beyond the caches: written with streaming stores (whole 64-byte
-  // lines), saving the read for ownership of every output line. Depthwise
-  // from 2 MiB (the k4 s2 upsampler, 2-8 MiB outputs: on Zen 3 forward
-  // -20 %, backward-data -12 %; Zen 4 AVX-512 forward -40 %). AVX-512 GEMM
+  // lines), saving the read for ownership of every output line. Depthwise:
+  // dw_streams. AVX-512 GEMM
   // tiles written in one pass from 16 MiB (measured on Zen 5, interleaved with
   // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
   // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
   // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
   const double out_bytes = kFloatBytes * static_cast<double>(c.N) * c.out_pix * c.out_c;
-  c.stream = (c.dw && c.out_c % kLineFloats == 0 && out_bytes >= 2.0 * (1 << 20)) ||
+  c.stream = dw_streams(c, kFloatBytes) ||
              (tab.stream_gemm && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
               out_bytes >= 16.0 * (1 << 20));
 
@@ -2971,7 +2980,8 @@ bool stage16_pays(const ConvPlan& c) {
 
 // The f32 plan with a 16-bit result (out16: 1 bf16, 2 f16) where its GEMM,
 // depthwise or dot tiles round it themselves: one reduction chunk, any
-// schedule, no streaming stores; else out_bytes stays 4. With in16 (the same
+// schedule, streaming stores from depthwise tiles only (dw_streams, to_dst:
+// the result is the caller's tensor); else out_bytes stays 4. With in16 (the same
 // kind), depthwise and dot tiles that read the 16-bit inputs themselves
 // (ConvTable::dw16, dot16) where the table has them: in_bytes 2; else
 // in_bytes stays 4. f32_out: a GEMM plan that needs several reduction
@@ -2979,7 +2989,7 @@ bool stage16_pays(const ConvPlan& c) {
 // and still packs 16-bit weights as it reads them (w16; heuristics A23).
 ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
                         int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr,
-                        bool f32_out = false) {
+                        bool f32_out = false, bool to_dst = false) {
   const ConvTable* tab = table_for(isa);
   // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
   // A16) where 512 KiB chunks would take several; the f32 result and its
@@ -3014,7 +3024,9 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
     if (!wide) {
       c.out_bytes = 2;
       c.out16 = out16;
-      c.stream = false;
+      // (only the depthwise tiles stream 16-bit results, and only into the
+      // caller's tensor: a workspace is read right after)
+      c.stream = to_dst && dw_streams(c, 2);
     }
     ConvTileFn reads16 = !in16                          ? nullptr
                          : c.route == Route::Depthwise ? tab->dw16[out16]
@@ -3160,8 +3172,8 @@ bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, 
 
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
                     WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
-                    Widen16Fn w16, const std::function<const void*()>& f32_weights) {
-  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16);
+                    bool to_dst, Widen16Fn w16, const std::function<const void*()>& f32_weights) {
+  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16, false, to_dst);
   if (plan.out_bytes != 2 || (plan.in_bytes == 2) != in16) return false;
   if (w16 && !plan.w16 && !f32_weights) return false;  // 16-bit weights, no f32 copy to run on
   const void* W = w16 && !plan.w16 ? f32_weights() : w.data;
@@ -3189,9 +3201,9 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
 }
 
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
-                                    int in16, bool f32_out) {
+                                    int in16, bool f32_out, bool to_dst) {
   return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
-                                 in16 ? in16 : 1, in16 != 0, no_widen, f32_out));
+                                 in16 ? in16 : 1, in16 != 0, no_widen, f32_out, to_dst));
 }
 
 }  // namespace x86

@@ -317,7 +317,11 @@ void dw_tile(const ConvTileArgs* args) {
     if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
-        V::store16x2(reinterpret_cast<uint16_t*>(args->out[m]) + c, acc[m][0], acc[m][1], args->out16);
+        uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + c;
+        if (args->stream && (reinterpret_cast<uintptr_t>(o) & (V::kStream16Align - 1)) == 0)
+          V::stream16x2(o, acc[m][0], acc[m][1], args->out16);
+        else
+          V::store16x2(o, acc[m][0], acc[m][1], args->out16);
       }
       continue;
     }

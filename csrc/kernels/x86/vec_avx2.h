@@ -100,17 +100,28 @@ struct VecAvx2 {
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n > 0) store_first16(p, to16(v, kind), n);
   }
-  // v0's and v1's 16 lanes rounded to bf16 / f16 at p (one pack and one
+  // v0's and v1's 16 lanes rounded to bf16 / f16, in order (one pack and one
   // permute for both bf16 vectors).
+  static inline __m256i to16x2(Reg v0, Reg v1, int64_t kind) {
+    if (kind == 2)
+      return _mm256_set_m128i(_mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                              _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i b = _mm256_packus_epi32(to_bf16_32(v0), to_bf16_32(v1));
+    return _mm256_permute4x64_epi64(b, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+  // to16x2 at p; stream16x2: with a streaming store, p aligned to
+  // kStream16Align (half a line: the caller writes whole lines).
   static inline void store16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
-    if (kind == 2) {
+    if (kind == 2) {  // (two 16-byte stores: no insert)
       store16(p, v0, W, kind);
       store16(p + W, v1, W, kind);
       return;
     }
-    const __m256i b = _mm256_packus_epi32(to_bf16_32(v0), to_bf16_32(v1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm256_permute4x64_epi64(b, _MM_SHUFFLE(3, 1, 2, 0)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to16x2(v0, v1, kind));
+  }
+  static constexpr uintptr_t kStream16Align = 32;
+  static inline void stream16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to16x2(v0, v1, kind));
   }
   // Planar tiles stream a full vector aligned to 32 bytes (half a line).
   static constexpr uintptr_t kStreamAlign = 32;

@@ -53,11 +53,12 @@ std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, i
 // out16's kind; heuristics A15), w's data is the 16-bit weights: the GEMM
 // packing widens them as it reads them where its order allows, else the
 // call runs on f32_weights() (the same strides, widened by the caller).
+// to_dst: out is the caller's tensor (large depthwise results may stream).
 bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                             int in16 = 0);
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
                     WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
-                    Widen16Fn w16 = nullptr,
+                    bool to_dst, Widen16Fn w16 = nullptr,
                     const std::function<const void*()>& f32_weights = nullptr);
 // Where the GEMM plan needs several reduction chunks (no 16-bit result from
 // the tiles): the f32 result into out (f32, dense channels-last; the caller
@@ -71,7 +72,7 @@ bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, 
 // (The description assumes dense IOX weights: ":w16" in its pack field where
 // those would be packed from 16 bits; f32_out: conv_f32_wide16's plan.)
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
-                                    int in16 = 0, bool f32_out = false);
+                                    int in16 = 0, bool f32_out = false, bool to_dst = false);
 // The channels-last f32 forward / backward-data planned once and run on
 // several inputs of the same problem (the slabs of route convert16: the
 // driver's tables are built once, not per slab). out16 (1 bf16, 2 f16): a
