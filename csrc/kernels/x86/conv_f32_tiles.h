@@ -337,7 +337,31 @@ void dw_tile(const ConvTileArgs* args) {
       }
     }
   }
-  for (; c < C; c += W) {
+  // The last channels: where C >= W, whole vectors, the last one ending at C
+  // (it recomputes some channels of the one before it with the same FMAs in
+  // the same order, so it rewrites them with the same values): plain loads
+  // and stores instead of masked or pieced ones (Zen 3, 17 channels: ...).
+  for (; c < C && C >= W; c += W) {
+    const int64_t c0 = c < C - W ? c : C - W;
+    Reg acc[R];
+    const Reg b = V::loadu(args->bias + c0);
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) acc[m] = b;
+    for (int64_t t = 0; t < T; ++t) {
+      const Reg w = V::loadu(wrow(t) + c0);
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) acc[m] = V::fmadd(load_in<V, IN>(in(t, m) + c0), w, acc[m]);
+    }
+    if (args->out16) {
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m)
+        V::store16(reinterpret_cast<uint16_t*>(args->out[m]) + c0, acc[m], W, args->out16);
+      continue;
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) V::storeu(args->out[m] + c0, acc[m]);
+  }
+  for (; c < C; c += W) {  // fewer than W channels in all
     const typename V::Mask k = V::first(C - c);
     Reg acc[R];
     const Reg b = V::load_part(k, args->bias + c);
