@@ -2987,9 +2987,9 @@ bool stage16_pays(const ConvPlan& c) {
 // in_bytes stays 4. f32_out: a GEMM plan that needs several reduction
 // chunks even so keeps them (the f32 plan's own budget) and its f32 result,
 // and still packs 16-bit weights as it reads them (w16; heuristics A23).
-ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
-                        int nthreads, int out16, bool in16 = false, Widen16Fn w16 = nullptr,
-                        bool f32_out = false, bool to_dst = false) {
+ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
+                         int nthreads, int out16, bool in16, Widen16Fn w16, bool f32_out,
+                         bool to_dst) {
   const ConvTable* tab = table_for(isa);
   // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
   // A16) where 512 KiB chunks would take several; the f32 result and its
@@ -3083,6 +3083,33 @@ ConvPlan plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const WeightsV
   return c;
 }
 
+// build_f32_out16's plan, from the thread's recent ones (plan_memo.h): a
+// 16-bit call plans it several times (the route's checks, the run), and a
+// copy of a plan is many allocations (small layers, Zen 3: 7-10 us a call).
+struct Out16Key {
+  PlanKey f32;
+  int out16;
+  bool in16;
+  Widen16Fn w16;
+  bool f32_out, to_dst;
+  bool operator==(const Out16Key& o) const {
+    return out16 == o.out16 && in16 == o.in16 && w16 == o.w16 && f32_out == o.f32_out &&
+           to_dst == o.to_dst && f32 == o.f32;
+  }
+};
+std::shared_ptr<const ConvPlan> plan_f32_out16(Isa isa, Pass pass, const ConvProblem& p,
+                                               const WeightsView& wv, int nthreads, int out16,
+                                               bool in16 = false, Widen16Fn w16 = nullptr,
+                                               bool f32_out = false, bool to_dst = false) {
+  thread_local PlanMemo<Out16Key, ConvPlan, 8> memo;
+  const Out16Key key{{table_for(isa), isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]},
+                      nthreads, 0},
+                     out16, in16, w16, f32_out, to_dst};
+  return memo.get(key, [&] {
+    return build_f32_out16(isa, pass, p, wv, nthreads, out16, in16, w16, f32_out, to_dst);
+  });
+}
+
 PairsConvInfo conv_bf16_pairs_info(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
   PairsConvInfo info;
   if (pass == Pass::BackwardWeights) return info;
@@ -3146,9 +3173,9 @@ std::string describe_conv_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, i
 bool conv_f32_out16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                             int in16) {
   if (pass == Pass::BackwardWeights) return false;
-  const ConvPlan c = plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
-                                    in16 ? in16 : 1, in16 != 0);
-  return c.out_bytes == 2 && (in16 == 0 || c.in_bytes == 2);
+  const auto c = plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, in16 ? in16 : 1,
+                                in16 != 0);
+  return c->out_bytes == 2 && (in16 == 0 || c->in_bytes == 2);
 }
 
 // (The description's stand-in for the call's widening.)
@@ -3156,15 +3183,16 @@ static void no_widen(const uint16_t*, float*, int64_t) {}
 
 bool conv_f32_wide16_applies(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
   if (pass == Pass::BackwardWeights) return false;
-  const ConvPlan c =
+  const auto c =
       plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads, 1, false, no_widen, true);
-  return c.out_bytes == 4 && c.route == Route::Gemm && c.nchunks > 1 && c.w16;
+  return c->out_bytes == 4 && c->route == Route::Gemm && c->nchunks > 1 && c->w16;
 }
 
 bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, WeightsView w,
                      const float* bias, float* out, int kind, int nthreads, Widen16Fn w16,
                      const std::function<const void*()>& f32_weights) {
-  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, kind, false, w16, true);
+  const auto planp = plan_f32_out16(isa, pass, p, w, nthreads, kind, false, w16, true);
+  const ConvPlan& plan = *planp;
   if (plan.out_bytes != 4 || plan.route != Route::Gemm) return false;
   const void* W = plan.w16 ? w.data : f32_weights();
   return run_conv(plan, in, W, pass == Pass::Forward ? bias : nullptr, out);
@@ -3173,7 +3201,8 @@ bool conv_f32_wide16(Isa isa, Pass pass, const ConvProblem& p, const float* in, 
 bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bool in16,
                     WeightsView w, const float* bias, uint16_t* out, int out16, int nthreads,
                     bool to_dst, Widen16Fn w16, const std::function<const void*()>& f32_weights) {
-  const ConvPlan plan = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16, false, to_dst);
+  const auto planp = plan_f32_out16(isa, pass, p, w, nthreads, out16, in16, w16, false, to_dst);
+  const ConvPlan& plan = *planp;
   if (plan.out_bytes != 2 || (plan.in_bytes == 2) != in16) return false;
   if (w16 && !plan.w16 && !f32_weights) return false;  // 16-bit weights, no f32 copy to run on
   const void* W = w16 && !plan.w16 ? f32_weights() : w.data;
@@ -3181,7 +3210,7 @@ bool conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const void* in, bo
 }
 
 struct PreparedConv {
-  ConvPlan plan;
+  std::shared_ptr<const ConvPlan> plan;
 };
 
 std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const ConvProblem& p,
@@ -3189,21 +3218,21 @@ std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const C
                                                      int nthreads) {
   auto prepared = std::make_shared<PreparedConv>();
   prepared->plan = out16 ? plan_f32_out16(isa, pass, p, w, nthreads, out16)
-                         : *plan_conv(table_for(isa), isa, pass, p, w, nthreads);
+                         : plan_conv(table_for(isa), isa, pass, p, w, nthreads);
   return prepared;
 }
 
-bool prepared_out16(const PreparedConv& c) { return c.plan.out_bytes == 2; }
+bool prepared_out16(const PreparedConv& c) { return c.plan->out_bytes == 2; }
 
 bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, const float* bias,
                        void* out) {
-  return run_conv(c.plan, in, w.data, c.plan.fwd ? bias : nullptr, out);
+  return run_conv(*c.plan, in, w.data, c.plan->fwd ? bias : nullptr, out);
 }
 
 std::string describe_conv_f32_out16(Isa isa, Pass pass, const ConvProblem& p, int nthreads,
                                     int in16, bool f32_out, bool to_dst) {
-  return describe(plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
-                                 in16 ? in16 : 1, in16 != 0, no_widen, f32_out, to_dst));
+  return describe(*plan_f32_out16(isa, pass, p, dense_iox_strides(p), nthreads,
+                                  in16 ? in16 : 1, in16 != 0, no_widen, f32_out, to_dst));
 }
 
 }  // namespace x86
