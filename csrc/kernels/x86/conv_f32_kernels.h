@@ -48,7 +48,8 @@ struct ConvTileArgs {
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
   // GEMM, depthwise and dot tiles: when not 0, out's rows hold 16-bit values (uint16_t),
-  // accumulate and stream are 0, and each result (sum plus bias) is rounded
+  // accumulate is 0, stream too except for the depthwise tiles (whole 64-byte
+  // lines of rows that start on a line), and each result (sum plus bias) is rounded
   // once, to nearest even: 1 = bf16 (NaN kept a NaN), 2 = f16 (2: not the
   // VNNI tiles, which are bf16 only).
   int64_t out16 = 0;

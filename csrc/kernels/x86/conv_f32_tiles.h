@@ -318,7 +318,10 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
         uint16_t* o = reinterpret_cast<uint16_t*>(args->out[m]) + c;
-        if (args->stream && (reinterpret_cast<uintptr_t>(o) & (V::kStream16Align - 1)) == 0)
+        // (rows that start on a line: with whole lines a pixel (the plan's
+        // rule), each of its lines is then streamed whole, by this row's
+        // consecutive stores: AVX2 writes half a line a store)
+        if (args->stream && (reinterpret_cast<uintptr_t>(args->out[m]) & 63) == 0)
           V::stream16x2(o, acc[m][0], acc[m][1], args->out16);
         else
           V::store16x2(o, acc[m][0], acc[m][1], args->out16);
@@ -358,8 +361,11 @@ void dw_tile(const ConvTileArgs* args) {
         V::store16(reinterpret_cast<uint16_t*>(args->out[m]) + c0, acc[m], W, args->out16);
       continue;
     }
+    // (a vector that does not overlap the one before may stream, as in the
+    // masked loop: AVX-512, whole aligned lines)
 #pragma GCC unroll 16
-    for (int m = 0; m < R; ++m) V::storeu(args->out[m] + c0, acc[m]);
+    for (int m = 0; m < R; ++m)
+      V::store_tail(args->out[m] + c0, acc[m], V::first(W), W, args->stream != 0 && c0 == c);
   }
   for (; c < C; c += W) {  // fewer than W channels in all
     const typename V::Mask k = V::first(C - c);

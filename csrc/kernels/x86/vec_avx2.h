@@ -109,8 +109,8 @@ struct VecAvx2 {
     const __m256i b = _mm256_packus_epi32(to_bf16_32(v0), to_bf16_32(v1));
     return _mm256_permute4x64_epi64(b, _MM_SHUFFLE(3, 1, 2, 0));
   }
-  // to16x2 at p; stream16x2: with a streaming store, p aligned to
-  // kStream16Align (half a line: the caller writes whole lines).
+  // to16x2 at p; stream16x2: with a streaming store, p aligned to 32
+  // bytes (half a line: the caller writes whole lines).
   static inline void store16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
     if (kind == 2) {  // (two 16-byte stores: no insert)
       store16(p, v0, W, kind);
@@ -119,7 +119,6 @@ struct VecAvx2 {
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to16x2(v0, v1, kind));
   }
-  static constexpr uintptr_t kStream16Align = 32;
   static inline void stream16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to16x2(v0, v1, kind));
   }

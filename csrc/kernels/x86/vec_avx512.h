@@ -114,8 +114,7 @@ struct VecAvx512 {
     store16(p, v0, W, kind);
     store16(p + W, v1, W, kind);
   }
-  // The same with one streaming store, p aligned to kStream16Align (a line).
-  static constexpr uintptr_t kStream16Align = 64;
+  // The same with one streaming store, p aligned to 64 bytes (a line).
   static inline void stream16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
     const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(kind == 2 ? to_f16(v0) : to_bf16(v0)),
                                          kind == 2 ? to_f16(v1) : to_bf16(v1), 1);
