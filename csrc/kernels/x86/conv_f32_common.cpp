@@ -1206,11 +1206,11 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
 
   // Outputs beyond the caches: written with streaming stores (whole 64-byte
   // lines), saving the read for ownership of every output line. Depthwise:
-  // dw_streams. AVX-512 GEMM
-  // tiles written in one pass from 16 MiB (measured on Zen 5, interleaved with
-  // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
-  // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are transposed
-  // right after, no change; 4 MiB outputs, which stay in L3, up to 10 % slower).
+  // dw_streams. AVX-512 GEMM tiles written in one pass from 16 MiB (measured
+  // on Zen 5, interleaved with torch: 36 <- 4 k3 s3 backward-data, 33 MB, and
+  // ResNet's 1x1 s2 forward, 26 MB, 1.2x faster; the same outputs as NCX
+  // workspaces that are transposed right after, no change; 4 MiB outputs,
+  // which stay in L3, up to 10 % slower).
   const double out_bytes = kFloatBytes * static_cast<double>(c.N) * c.out_pix * c.out_c;
   c.stream = dw_streams(c, kFloatBytes) ||
              (tab.stream_gemm && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
@@ -2862,14 +2862,18 @@ struct PlanKey {
            p == o.p;
   }
 };
+PlanKey plan_key(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
+                 const WeightsView& wv, int nthreads, int64_t one_chunk_bytes) {
+  return {tab, isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]}, nthreads,
+          one_chunk_bytes};
+}
 
 // build_conv_plan's result, from the thread's recent plans (plan_memo.h).
 std::shared_ptr<const ConvPlan> plan_conv(const ConvTable* tab, Isa isa, Pass pass,
                                           const ConvProblem& p, const WeightsView& wv,
                                           int nthreads, int64_t one_chunk_bytes = 0) {
   thread_local PlanMemo<PlanKey, ConvPlan> memo;
-  const PlanKey key{tab, isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]},
-                    nthreads, one_chunk_bytes};
+  const PlanKey key = plan_key(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
   return memo.get(key, [&] {
     return build_conv_plan(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
   });
@@ -3102,9 +3106,8 @@ std::shared_ptr<const ConvPlan> plan_f32_out16(Isa isa, Pass pass, const ConvPro
                                                bool in16 = false, Widen16Fn w16 = nullptr,
                                                bool f32_out = false, bool to_dst = false) {
   thread_local PlanMemo<Out16Key, ConvPlan, 8> memo;
-  const Out16Key key{{table_for(isa), isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]},
-                      nthreads, 0},
-                     out16, in16, w16, f32_out, to_dst};
+  const Out16Key key{plan_key(table_for(isa), isa, pass, p, wv, nthreads, 0), out16, in16, w16,
+                     f32_out, to_dst};
   return memo.get(key, [&] {
     return build_f32_out16(isa, pass, p, wv, nthreads, out16, in16, w16, f32_out, to_dst);
   });

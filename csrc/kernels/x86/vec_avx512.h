@@ -104,10 +104,12 @@ struct VecAvx512 {
     if constexpr (KIND == 2) return _mm512_broadcast_f32x4(_mm_cvtph_ps(h));
     return _mm512_broadcast_f32x4(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16)));
   }
-  // The first min(n, 16) lanes of v rounded to bf16 (kind 1) or f16 (kind 2) at p.
+  // The 16 lanes as bf16 (kind 1) or f16 (kind 2).
+  static inline __m256i to16(Reg v, int64_t kind) { return kind == 2 ? to_f16(v) : to_bf16(v); }
+  // The first min(n, 16) lanes of v rounded to bf16 / f16 at p.
   static inline void store16(uint16_t* p, Reg v, int64_t n, int64_t kind) {
     if (n <= 0) return;
-    _mm256_mask_storeu_epi16(p, first(n), kind == 2 ? to_f16(v) : to_bf16(v));
+    _mm256_mask_storeu_epi16(p, first(n), to16(v, kind));
   }
   // v0's and v1's 32 lanes rounded to bf16 / f16 at p.
   static inline void store16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
@@ -116,9 +118,8 @@ struct VecAvx512 {
   }
   // The same with one streaming store, p aligned to 64 bytes (a line).
   static inline void stream16x2(uint16_t* p, Reg v0, Reg v1, int64_t kind) {
-    const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(kind == 2 ? to_f16(v0) : to_bf16(v0)),
-                                         kind == 2 ? to_f16(v1) : to_bf16(v1), 1);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p),
+                        _mm512_inserti64x4(_mm512_castsi256_si512(to16(v0, kind)), to16(v1, kind), 1));
   }
   // out[0..4) = the lane sums of v0..v3.
   // The lane sum of v.
