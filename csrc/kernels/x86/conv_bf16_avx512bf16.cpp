@@ -228,7 +228,7 @@ const ConvTable* conv_bf16_table_avx512bf16() {
       {nullptr, nullptr, nullptr, nullptr, nullptr},
       {0, 0, 0, 0, 0},
       1.0,
-      false,
+      0,
       transpose_rows_avx512,
       transpose_rows_stream_avx512,
       2,

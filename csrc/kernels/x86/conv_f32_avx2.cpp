@@ -72,7 +72,7 @@ const ConvTable* avx2_table(bool zen3) {
         {nullptr, conv_f32_avx2_dot1, conv_f32_avx2_dot2, conv_f32_avx2_dot3, conv_f32_avx2_dot4},
         {0, kDotRowsAvx2[1], kDotRowsAvx2[2], kDotRowsAvx2[3], kDotRowsAvx2[4]},
         0.9,
-        false,
+        4.0 * (1 << 20),
         transpose_rows_avx2,
         transpose_rows_stream_avx2,
     };

@@ -1206,15 +1206,22 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
 
   // Outputs beyond the caches: written with streaming stores (whole 64-byte
   // lines), saving the read for ownership of every output line. Depthwise:
-  // dw_streams. AVX-512 GEMM tiles written in one pass from 16 MiB (measured
-  // on Zen 5, interleaved with torch: 36 <- 4 k3 s3 backward-data, 33 MB, and
-  // ResNet's 1x1 s2 forward, 26 MB, 1.2x faster; the same outputs as NCX
-  // workspaces that are transposed right after, no change; 4 MiB outputs,
-  // which stay in L3, up to 10 % slower).
+  // dw_streams. GEMM tiles written in one pass from the table's
+  // stream_gemm_bytes: AVX-512 16 MiB (measured on Zen 5, interleaved with
+  // torch: 36 <- 4 k3 s3 backward-data, 33 MB, and ResNet's 1x1 s2 forward,
+  // 26 MB, 1.2x faster; the same outputs as NCX workspaces that are
+  // transposed right after, no change; 4 MiB outputs, which stay in L3, up
+  // to 10 % slower). AVX2 4 MiB, and only where every tile row is whole
+  // lines (its vectors are half lines; a half streamed alone costs a partial
+  // write-combining flush: the 36 <- 4 backward-data, 36 channels a pixel,
+  // ran 4x slower streamed): Zen 3 (heuristics C20).
   const double out_bytes = kFloatBytes * static_cast<double>(c.N) * c.out_pix * c.out_c;
+  const bool half_line_vectors = tab.lanes < kLineFloats;
+  const bool whole_lines =
+      c.NR % kLineFloats == 0 && c.ncol % kLineFloats == 0 && c.out_c % kLineFloats == 0;
   c.stream = dw_streams(c, kFloatBytes) ||
-             (tab.stream_gemm && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
-              out_bytes >= 16.0 * (1 << 20));
+             (tab.stream_gemm_bytes > 0 && !c.whole_pixel && !c.dot && c.nchunks == 1 &&
+              (whole_lines || !half_line_vectors) && out_bytes >= tab.stream_gemm_bytes);
 
   // Short reductions per tap (a few channels, or the fused taps of a few):
   // a tile's inputs are a few cache lines per row, consumed faster than the

@@ -184,8 +184,9 @@ struct ConvTable {
   // Dot tiles regroup a phase's rows by valid taps when that leaves at most
   // this share of the natural multiply-adds (group_rows_by_taps).
   double regroup_dot_share;
-  // GEMM tiles write outputs of 16 MiB and more with streaming stores.
-  bool stream_gemm;
+  // GEMM tiles write f32 outputs of this many bytes and more with streaming
+  // stores (0: never; plan_schedule, heuristics C20).
+  double stream_gemm_bytes;
   ConvTransposeRowsFn transpose_rows, transpose_rows_stream;
   // The activations' element bytes: 4 (f32), or 2 (bf16: the tiles read the
   // activations as uint16_t; pairs16: the weights are bf16 too, packed as

@@ -29,8 +29,9 @@ struct Lane {
 // Writes an M x (W*NV) accumulator tile with streaming stores, whole 64-byte
 // lines only. Rows that follow each other in memory (ncols is the output's
 // row length) are staged in L1 and written as M * ncols / 16 lines;
-// otherwise each full vector that is a whole aligned line is streamed and
-// the others stored as usual.
+// otherwise each full vector aligned to its size is streamed (V::store_tail:
+// a line with AVX-512; half of one with AVX2, whose plans stream whole lines
+// only) and the others stored as usual.
 template <class V, int M, int NV>
 inline __attribute__((always_inline)) void store_tile_streaming(
     const ConvTileArgs* args, typename V::Reg (&acc)[M][NV], const typename V::Mask (&k)[NV]) {
@@ -183,11 +184,9 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
     }
     return;
   }
-  if constexpr (V::kStreamGemm) {
-    if (args->stream) {
-      store_tile_streaming<V, M, NV>(args, acc, k);
-      return;
-    }
+  if (args->stream) {
+    store_tile_streaming<V, M, NV>(args, acc, k);
+    return;
   }
   if (args->ncols >= NR) {
 #pragma GCC unroll 32
@@ -373,7 +372,8 @@ void dw_tile(const ConvTileArgs* args) {
       continue;
     }
     // (a vector that does not overlap the one before may stream, as in the
-    // masked loop: AVX-512, whole aligned lines)
+    // masked loop: AVX-512, whole aligned lines; AVX2 never gets here with
+    // stream set, since dw_streams asks for whole lines a pixel)
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m)
       V::store_tail(args->out[m] + c0, acc[m], V::first(W), W, args->stream != 0 && c0 == c);

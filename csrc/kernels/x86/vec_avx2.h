@@ -22,8 +22,6 @@ struct VecAvx2 {
   // 1 row 87-89 %, 3 rows spill registers: 70 %).
   static constexpr int permute_rows(int M) { return M >= 12 ? 2 : 0; }
   static constexpr bool kPermuteBcast = true;  // (see VecAvx512)
-  // No streaming stores from the GEMM tiles (measured with AVX-512 only).
-  static constexpr bool kStreamGemm = false;
 
   static inline Mask first(int64_t n) { return first_lanes(n); }
   static inline Mask tail(int n) { return first_lanes(n); }  // 1 <= n <= 8
@@ -42,8 +40,15 @@ struct VecAvx2 {
   // The first n lanes of v, no masked store (avx2_util.h: slow on AMD).
   static inline void store_part(float* p, Reg v, Mask, int64_t n) { store_first_lanes(p, v, n); }
   static inline void stream(float* p, Reg v) { _mm256_stream_ps(p, v); }
-  // Column tails are never streamed (a vector is half a line).
-  static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool) { store_part(p, v, k, n); }
+  // A whole vector aligned to 32 bytes (half a line) streams when the caller
+  // allows it (plans that stream GEMM tiles on AVX2 write whole lines: both
+  // halves); partial vectors never do.
+  static inline void store_tail(float* p, Reg v, Mask k, int64_t n, bool stream_ok) {
+    if (stream_ok && n >= W && (reinterpret_cast<uintptr_t>(p) & 31) == 0)
+      stream(p, v);
+    else
+      store_part(p, v, k, n);
+  }
   static inline float hsum(Reg v) { return ::tct::x86::hsum(v); }
   // f32 -> bf16 bits in each 32-bit lane, rounded to nearest even, NaN kept
   // a (quiet) NaN: its top half with the quiet bit set (the rounding add

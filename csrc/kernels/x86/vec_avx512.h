@@ -26,8 +26,6 @@ struct VecAvx512 {
   // One-vector tiles broadcast some rows' inputs by in-lane permutes (the
   // conv tiles' permute_rows, the backward-weights tiles' first 4 rows).
   static constexpr bool kPermuteBcast = true;
-  // GEMM tiles may write whole output lines with streaming stores.
-  static constexpr bool kStreamGemm = true;
 
   // The first n lanes (none for n <= 0, all for n >= 16).
   static inline Mask first(int64_t n) {
