@@ -938,11 +938,13 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
                 : taps_dense && tap_stride == 1 ? PackMove::TapTranspose
                                                 : PackMove::Slab;
   // The reduction is cut into chunks of CB channels (all taps of a phase)
-  // only when a column block's packed weights, [tap][c][NR], outgrow about a
-  // quarter of L2: the tiles of a row block then accumulate chunk by chunk,
-  // each chunk's weights staying in L2. (Chunks small enough for L1 were
-  // measured slower: the extra passes over the outputs cost more than the
-  // L2-resident weights, which the tiles stream at full speed.)
+  // only when a column block's packed weights, [tap][c][NR], outgrow the
+  // table's chunk_bytes (512 KiB, about a quarter of SPR's L2): the tiles of
+  // a row block then accumulate chunk by chunk, each chunk's weights staying
+  // in L2. (Chunks small enough for L1 were measured slower: the extra passes
+  // over the outputs cost more than the L2-resident weights, which the tiles
+  // stream at full speed. On Zen 3, 512 KiB is all of L2, and one chunk of
+  // up to 1 MiB ran faster: the zen3 table's chunk_bytes.)
   // CB is a multiple of 16, so that the packing can split the channels in
   // blocks of 16 that each lie in one chunk.
   // VNNI tiles: bf16 pairs, and a budget of 1 MiB (AMX cores have 2 MiB of
@@ -951,7 +953,7 @@ void plan_packing(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   // VDPBF16PS tiles take the same, not measured (Zen 4 / 5: 1 MiB of L2).
   const int64_t f32_row = std::max<int64_t>(c.Tmax, 1) * c.NR * kFloatBytes;
   int64_t cb_cap = c.vnni ? (1 << 20) / (std::max<int64_t>(c.Tmax, 1) * c.NR * 2) / 32 * 32
-                          : (512 << 10) / f32_row / 16 * 16;
+                          : tab.chunk_bytes / f32_row / 16 * 16;
   if (!c.vnni && c.one_chunk_bytes / f32_row / 16 * 16 >= (cred + 15) / 16 * 16)
     cb_cap = c.one_chunk_bytes / f32_row / 16 * 16;
   c.CB = c.dot ? std::max<int64_t>(cred, 1)

@@ -215,6 +215,9 @@ struct ConvTable {
   // GEMM tiles regroup a phase's rows by valid taps when that leaves less
   // than this share of the natural multiply-adds (group_rows_by_taps).
   double regroup_gemm_share = 0.97;
+  // f32 tiles: the reduction is cut into chunks only where a column block's
+  // packed weights exceed this many bytes (plan_packing, heuristics C12).
+  int64_t chunk_bytes = 512 << 10;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

@@ -107,5 +107,27 @@ TEST_F(ForcedUarch, Zen3AvxTwoTileSpeeds) {
   EXPECT_TRUE(zen3 == "avx2_4x24" || zen3 == "avx2_6x16") << zen3;
 }
 
+// Reduction chunks: the 3D U-Net k3 512 -> 256 forward packs 512 channels x
+// 27 taps x 16 columns = 884 KB per column block. Generic AVX2 (512 KiB
+// chunks): two chunks of 288 and 224 channels; Zen 3 (1 MiB): one chunk.
+TEST_F(ForcedUarch, Zen3AvxTwoReductionChunks) {
+  const Attributes attrs = make_attributes({1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, "None",
+                                           {}, 1, "NXC", "IOX");
+  const ConvProblem p =
+      resolve_forward({1, 8, 9, 9, 512}, {512, 256, 3, 3, 3}, std::nullopt, attrs);
+  auto field = [&](const std::string& key) {
+    const std::string d = x86::describe_conv_f32(Isa::Avx2, Pass::Forward, p, 2);
+    const size_t at = d.find(" " + key + "=");
+    EXPECT_NE(at, std::string::npos) << d;
+    return std::stoll(d.substr(at + key.size() + 2));
+  };
+  set_uarch(Uarch::Generic);
+  EXPECT_EQ(field("cb"), 288);
+  EXPECT_EQ(field("chunks"), 2);
+  set_uarch(Uarch::Zen3);
+  EXPECT_EQ(field("cb"), 512);
+  EXPECT_EQ(field("chunks"), 1);
+}
+
 }  // namespace
 }  // namespace tct
