@@ -2458,12 +2458,15 @@ bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const Con
   // channels-last on Zen 5; dense NCX ones of 2 MiB and more arrive here
   // gathered, as stride 1: kernels/plan.cpp, gathers_1x1). A 1x1 kernel of stride 1, whose
   // im2col is diff_dst itself, keeps the GEMM up to 512 columns (GoogLeNet
-  // 4a's 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5).
+  // 4a's 192 <- 480: a tie on Zen 4, 1.1-1.2x planar on Zen 5). AVX2 (any
+  // vendor) takes the same cap: on Zen 3 the 3D U-Net one ran 1.11-1.43x
+  // faster channels-last, the 2D one 0.96-1.02x (ncx_paths.py, three runs).
   bool plain_1x1 = p.taps() == 1;
   for (int a = 0; a < kAxes; ++a) plain_1x1 = plain_1x1 && p.s[a] == 1;
   const bool amd512 = tab.rules.amd_rules && amd;
+  const bool cols_cap = amd512 || !tab.rules.amd_rules;  // (AVX2: no AMD rules of its own)
   if (!forward && planar_backward_data_gemm(isa, p) &&
-      !(amd512 && p.OCg * p.taps() >= 256 && !plain_1x1))
+      !(cols_cap && p.OCg * p.taps() >= 256 && !plain_1x1))
     return true;
   // AMD AVX-512, backward-data whose channels-last tiles would mostly
   // multiply zeros: lanes of padded columns times taps outside diff_dst
