@@ -53,8 +53,11 @@ inline __attribute__((always_inline)) void store_tile_streaming(
 #pragma GCC unroll 32
   for (int m = 0; m < M; ++m) {
     float* o = args->out[m] + col_off;
+    // (half-line vectors: only rows that start a line, whose lines the row's
+    // vectors then fill in pairs; a view starting mid-line stores as usual)
+    const bool lines = W * sizeof(float) >= 64 || (reinterpret_cast<uintptr_t>(o) & 63) == 0;
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) V::store_tail(o + W * v, acc[m][v], k[v], ncols - W * v, true);
+    for (int v = 0; v < NV; ++v) V::store_tail(o + W * v, acc[m][v], k[v], ncols - W * v, lines);
   }
 }
 

@@ -829,10 +829,16 @@ TilesPlan plan_tiles(const PlanarF32Table& tab, const ConvProblem& p, bool forwa
   // cache sets with each other and with the input rows, and the read for
   // ownership of every line evicts those (Zen 4, DCGAN 64 -> 3 channels on
   // 64x64, backward-data: 0.6 ms or 0.9 ms depending on where the buffers
-  // fall; streamed: 0.6 ms).
+  // fall; streamed: 0.6 ms). Only with vectors of a whole line (AVX-512):
+  // an AVX2 tile's rows end mid-line (24 floats), and a half line streamed
+  // alone flushes a partial write-combining buffer. Zen 3, bench.py against
+  // torch, 6 rounds, ours / torch with and without: DCGAN 64 -> 3
+  // backward-data 1.63 -> 1.14, masknet 1D 64 -> 3 1.11 -> 0.79, GoogLeNet
+  // k7 d2 1.21 -> 1.23 (streaming whole lines only: 1.32, 0.92, 1.29).
   const double out_bytes =
       static_cast<double>(kFloatBytes) * static_cast<double>(g.N) * g.G * g.Cout * out_plane;
-  q.stream = !q.out_buffer && q.cb >= g.Cin && out_bytes >= 2.0 * (1 << 20);
+  q.stream = !q.out_buffer && q.cb >= g.Cin && out_bytes >= 2.0 * (1 << 20) &&
+             tab.vl * kFloatBytes >= 64;
   q.buf_floats = tile_item_floats(q, chunk);
   return q;
 }
