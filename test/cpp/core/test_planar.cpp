@@ -324,12 +324,12 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, dw, Pass::Forward, false));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, dw, Pass::BackwardData, false));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, alex, Pass::BackwardData, false));
-  // AVX2, backward-data mostly multiplying zeros (17 of 24 lanes, 24 % of
-  // the pairs inside): planar, fused taps too (Zen 3); not without the
-  // cropping pads (77 % inside).
-  // AVX2, backward-data of k2 s2 as a GEMM: as on AMD's AVX-512 cores,
-  // channels-last from 256 (channel, tap) columns (the 3D U-Net's 64 x 8,
-  // Zen 3), and a stride-1 1x1 (GoogLeNet 4a) keeps the GEMM.
+  // AVX2 (amd has no effect): backward-data mostly multiplying zeros (17 of
+  // 24 lanes, 24 % of the pairs inside) planar, fused taps too (Zen 3); not
+  // without the cropping pads (77 % inside). Backward-data of k2 s2 as a
+  // GEMM: as on AMD's AVX-512 cores, channels-last from 256 (channel, tap)
+  // columns (the 2D U-Net's 64 x 4, the 3D one's 64 x 8; Zen 3), while a
+  // stride-1 1x1 (GoogLeNet 4a) keeps the GEMM.
   for (bool amd : {false, true}) {
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, tail, Pass::BackwardData, amd));
     EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, tail_uncropped, Pass::BackwardData, amd));
