@@ -681,6 +681,8 @@ PLANAR16_CASES = [
     ("bwd_d", 2, 1, 37, 30, (11, 9), 3, 3, 0, 1, 1, "im2col_gemm"),  # 270 columns, tails
     ("bwd_d", 2, 2, 40, 24, (16, 15), 2, 2, 0, 1, 1, "im2col_gemm"),  # k2 s2: rows, no phases
     ("bwd_d", 2, 2, 48, 40, (9, 8), 1, 2, 0, 1, 1, "im2col_gemm"),  # 1x1 s2
+    ("fwd", 2, 2, 40, 36, (17, 19), 1, 1, 0, 1, 1, "pointwise_gemm"),  # bias in the f32 sums
+    ("fwd", 1, 1, 33, 64, (300,), 1, 1, 0, 1, 1, "pointwise_gemm"),  # blocks of channels
 ]
 
 

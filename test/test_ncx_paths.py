@@ -62,7 +62,16 @@ LAYERS = [
     P.Problem(N=3, IC=16, OC=32, src_sp=(37,), K=(1,), strides=(2,), dilations=(1,),
               pads_begin=(0,), pads_end=(0,), output_padding=(1,), groups=2, bias=True,
               name="1x1_1d_g2"),
+] + [  # pointwise forwards on the backward-data GEMM (route pointwise_gemm)
+    P.Problem(N=2, IC=33, OC=40, src_sp=(9, 31), K=(1, 1), strides=(1, 1), dilations=(1, 1),
+              pads_begin=(0, 0), pads_end=(0, 0), bias=True, name="pointwise"),
+    P.Problem(N=1, IC=40, OC=64, src_sp=(300,), K=(1,), strides=(1,), dilations=(1,),
+              pads_begin=(0,), pads_end=(0,), weights_format="OIX", name="pointwise_1d_oix"),
+    P.Problem(N=3, IC=36, OC=33, src_sp=(3, 5, 7), K=(1, 1, 1), strides=(1, 1, 1),
+              dilations=(1, 1, 1), pads_begin=(0, 0, 0), pads_end=(0, 0, 0), bias=True,
+              name="pointwise_3d"),
 ]
+POINTWISE = [p for p in LAYERS if p.name.startswith("pointwise")]
 
 RANDOM = _problems(7, 40)
 
@@ -97,6 +106,23 @@ def _check(p, isa):
 def test_ncx_paths_exact(tct, isa, path, p):
     with tct.use_ncx_path(path):
         _check(p, isa)
+
+
+@pytest.mark.parametrize("vec_isa", [i for i in P.KNOWN_ISAS if i != "reference"])
+@pytest.mark.parametrize("p", POINTWISE, ids=lambda p: p.name)
+def test_pointwise_forward_runs_the_backward_data_gemm(tct, vec_isa, p):
+    # A 1x1 stride-1 forward of one group is the backward-data GEMM of the
+    # transposed problem (weights read transposed, bias added per row): the
+    # planar kernels' pick for it, exact with bias, any weights format,
+    # several chunks of positions per image (300, 279 > 256) and blocks of
+    # output channels (N = 1).
+    P.require_isa(vec_isa)
+    x, w, b = P.problem_tensors(p, torch.float32, seed=3, integer=True)
+    with P.use_isa(vec_isa), tct.use_ncx_path("auto"):
+        with tct.plans() as lines:
+            torch.ops.graph.conv_transpose(x, w, b, **p.attrs())
+        assert " route=ncx_planar " in lines[0] and " route=pointwise_gemm " in lines[0], lines[0]
+        _check(p, vec_isa)
 
 
 def test_ncx_path_round_trip(tct):

@@ -286,14 +286,26 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
   // AMD, one group of few channels with little work per element:
   // 16 channels under k3 on 32x32 planar both ways, 32 channels forward
   // channels-last (over 24 a side), 64 channels of a 1x1 backward-data planar.
+  // A 1x1 stride-1 forward of 32+ channels a side is planar too, on any
+  // CPU: the backward-data GEMM of its transposed problem (pointwise_gemm;
+  // the planar tiles had lost to channels-last there).
   const ConvProblem c16 = make(2, 8, 1, 16, 16, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
   const ConvProblem c32 = make(2, 8, 1, 32, 32, {32, 32}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
   const ConvProblem c64 = make(2, 8, 1, 64, 64, {32, 32}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c16, Pass::Forward, true));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c16, Pass::BackwardData, true));
   EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c32, Pass::Forward, true));
-  EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, c64, Pass::Forward, true));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c64, Pass::Forward, true));
   EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, c64, Pass::BackwardData, true));
+  EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, c64, Pass::Forward, false));
+  // ... not with groups, strides or pads (the im2col is not the src), nor
+  // below the GEMM's 32 columns (16 input channels).
+  const ConvProblem c64g = make(2, 8, 2, 64, 64, {32, 32}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
+  const ConvProblem c64s2 = make(2, 8, 1, 64, 64, {32, 32}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0});
+  const ConvProblem c16x64 = make(2, 8, 1, 16, 64, {32, 32}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, c64g, Pass::Forward, false));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, c64s2, Pass::Forward, false));
+  EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, c16x64, Pass::Forward, false));
   // AMD, backward-data whose channels-last tiles would mostly multiply
   // zeros: 17 of 32 lanes and 24 % of the (pixel, tap) pairs inside (3D,
   // cropping pads) planar with 32 diff_dst channels; with 16 (benchdnn's 3D
