@@ -560,6 +560,25 @@ def test_direct16_long_sums_rounded_once(op, dtype, isa):
     assert torch.equal(_ncx(got, S), want.to(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_planar16_pointwise_forward_rounded_once(dtype):
+    # A pointwise forward on the backward-data GEMM (AVX2): 300 input
+    # channels are two reduction parts of the GEMM; the bias joins the f32
+    # sums, which are rounded once (sums of small positive integers, about
+    # 5000, beyond the 16-bit types' precision, plus the bias).
+    P.require_isa("avx2")
+    x = _ints((1, 300, 500), dtype, 51, 1, 8)
+    w = _ints((300, 40, 1), dtype, 52, 1, 8)
+    b = _ints((40,), dtype, 53, 1, 8)
+    want = _oracle("fwd", x, w, 1, 1, 0, 1, d=1, b=b)
+    assert not torch.equal(want.to(dtype).double(), want)  # the rounding matters
+    with P.use_isa("avx2"), tct.use_ncx_path("auto"), tct.plans() as lines:
+        got = _run("fwd", x, w, None, 1, 1, 0, 1, d=1, b=b)
+    assert "planar16={" in lines[0] and " route=pointwise_gemm " in lines[0], lines[0][:600]
+    assert int(lines[0].split(" part_columns=")[1].split()[0]) < 300  # two parts
+    assert torch.equal(got, want.to(dtype))
+
+
 @pytest.mark.parametrize("isa", VEC_ISAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])

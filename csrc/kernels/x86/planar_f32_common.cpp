@@ -534,14 +534,16 @@ bool im2col_identity(const ConvProblem& p) {
 //   dst[n, oc, q] = bias[oc] + sum_ic W(ic, oc) * src[n, ic, q],
 // is the backward-data GEMM (run_im_gemm) of the problem with the channels
 // swapped, reading src as its diff_dst, the weights transposed, plus the
-// bias: one GEMM per image in place, no layout changes (the planar tiles
-// re-read each output row per block of 36 input channels: GoogLeNet 4a's
-// 192 -> 480 1x1 on 14x14, N = 16, ran 1.2x slower than channels-last).
-// Zen 3, 2 threads, against channels-last, calls interleaved: that layer
-// 5.58 -> 4.70 ms (torch 7.70); eight 1x1 layers of 32-512 channels on 7x7
-// to 128x128 1.03-1.36x where taken, 512 -> 256 on 32x32 N = 1 a tie; bf16 /
-// f16 (planar16) 1.15-1.58x. The planar pick on every CPU (planar_preferred);
-// AVX-512 unmeasured: its backward-data twin is planar there too.
+// bias: GEMMs on the NCX tensors themselves, no layout changes (the planar
+// tiles re-read each output row per block of 36 input channels: GoogLeNet
+// 4a's 192 -> 480 1x1 on 14x14, N = 16, ran 1.2x slower than channels-last).
+// The weights are read transposed: packed once per call unless the layout
+// has the forward's output channels outermost (OIX, XOI). AVX2 only, where
+// it was measured (Zen 3, 2 threads, against channels-last, calls
+// interleaved: that layer 5.58 -> 4.70 ms, torch 7.70; eight 1x1 layers of
+// 32-512 channels on 7x7 to 128x128 1.03-1.36x where taken, 512 -> 256 on
+// 32x32 N = 1 a tie; bf16 / f16 (planar16) 1.15-1.58x); AVX-512 keeps its
+// measured rules (P10: AMD's 1x1 forwards of 32-64 channels channels-last).
 ConvProblem transposed_pointwise(const ConvProblem& p) {
   ConvProblem t = p;
   std::swap(t.ICg, t.OCg);
@@ -549,7 +551,8 @@ ConvProblem transposed_pointwise(const ConvProblem& p) {
 }
 
 bool pointwise_forward_gemm(Isa isa, const ConvProblem& p) {
-  return p.G == 1 && im2col_identity(p) && planar_backward_data_gemm(isa, transposed_pointwise(p));
+  return vector_isa(isa) == Isa::Avx2 && p.G == 1 && im2col_identity(p) &&
+         planar_backward_data_gemm(isa, transposed_pointwise(p));
 }
 
 // Whether the im2col taps go through phase rows (see PhaseRows): strided, the
@@ -1777,9 +1780,9 @@ void add_to_row(float* row, int64_t n, float v) {
 // Software prefetch of the cache lines of elements [0, n) of run.
 template <class T>
 void prefetch_run(const T* run, int64_t n) {
-  const char* const end = reinterpret_cast<const char*>(run + n);
-  for (const char* c = reinterpret_cast<const char*>(run); c < end; c += 64)
-    _mm_prefetch(c, _MM_HINT_T0);
+  const char* const c = reinterpret_cast<const char*>(run);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
 }
 
 // Im2col's software prefetch: the columns of a chunk are gathered one after
@@ -1905,7 +1908,10 @@ class Im2col {
 // the GEMM tiles (planar_f32.h) run over the slices, the reduction cut into
 // parts of at most kJp columns, against the weights rows (read in place when
 // they are IOX-dense, else packed once to [ic][j]), writing diff_src in place.
-// Extra memory: one chunk of D^T per thread, and the packed weights.
+// Extra memory: one chunk of D^T per thread, and the packed weights. A
+// pointwise forward (PlanarPlan::transposed, transposed_pointwise) runs here
+// too: src as diff_dst, dst as diff_src, the weights transposed, and its bias
+// added to each item's rows once their sums are complete.
 
 // GEMM tiles of one item: src channels [a_lo, a_hi) of group gi, kc
 // positions, over the slices of pack ([slice][j][32]), into c: the row of
@@ -2548,7 +2554,7 @@ bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const Con
                                    bool forward, bool amd) {
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
-  if (forward && pointwise_forward_gemm(isa, p)) return true;  // one GEMM per image
+  if (forward && pointwise_forward_gemm(isa, p)) return true;  // AVX2: GEMMs in place
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
   // only below 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
   // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5, the
