@@ -1999,18 +1999,21 @@ bool run_im_gemm(const PlanarPlan& pl, const TA* dy, WeightsView w, TO* dx,
       }
       const int64_t a_lo = ab * AB, a_hi = std::min(ICg, a_lo + AB);
       TO* const out = dx + (n * IC + gi * ICg + a_lo) * P + p0;  // row i at + i * P
+      // The sums: in place (f32), else per item in f32, rounded once below.
+      float* c = nullptr;
+      int64_t ldc = 0;
       if constexpr (!kIs16<TO>) {
-        im_gemm_slices(pl, A, a_stride, pack, gi, kc, a_lo, a_hi, out, P);
-        if (bias)  // (the item's rows, still in the caches)
-          for (int64_t i = 0; i < a_hi - a_lo; ++i) add_to_row(out + i * P, kc, bias[gi * ICg + a_lo + i]);
+        c = out, ldc = P;
       } else {
-        float* const sums = thread_buffer(3, AB * kc_max);
-        im_gemm_slices(pl, A, a_stride, pack, gi, kc, a_lo, a_hi, sums, kc_max);
-        for (int64_t i = 0; i < a_hi - a_lo; ++i) {
-          if (bias) add_to_row(sums + i * kc_max, kc, bias[gi * ICg + a_lo + i]);  // then rounded once
-          store_row(*pl.tab, sums + i * kc_max, kc, out + i * P, 1, nullptr);
-        }
+        c = thread_buffer(3, AB * kc_max), ldc = kc_max;
       }
+      im_gemm_slices(pl, A, a_stride, pack, gi, kc, a_lo, a_hi, c, ldc);
+      if (bias)  // (the item's rows, still in the caches)
+        for (int64_t i = 0; i < a_hi - a_lo; ++i)
+          add_to_row(c + i * ldc, kc, bias[gi * ICg + a_lo + i]);
+      if constexpr (kIs16<TO>)
+        for (int64_t i = 0; i < a_hi - a_lo; ++i)
+          store_row(*pl.tab, c + i * ldc, kc, out + i * P, 1, nullptr);
     }
   }
   return true;
@@ -2554,7 +2557,8 @@ bool planar_preferred_fwd_bwd_data(Isa isa, const PlanarF32Table& tab, const Con
                                    bool forward, bool amd) {
   if (!forward && one_pixel_covering(p)) return true;  // dot products per output (z -> 4x4: 8x faster)
   if (forward && one_pixel_forward(p)) return true;    // one GEMM
-  if (forward && pointwise_forward_gemm(isa, p)) return true;  // AVX2: GEMMs in place
+  // AVX2, a pointwise forward: the backward-data GEMM of its transposed problem
+  if (forward && pointwise_forward_gemm(isa, p)) return true;
   // The backward-data GEMM (kernels that do not overlap); on AMD's AVX-512
   // only below 256 (channel, tap) columns: the 3D U-Net k2 s2 128 -> 64
   // (512 columns) runs 1.15x faster channels-last on Zen 4 and Zen 5, the
