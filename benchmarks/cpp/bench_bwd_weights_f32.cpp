@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "kernels/dispatch.h"
 #include "kernels/x86/bwd_weights_f32.h"
 #include "kernels/x86/peak.h"
@@ -199,8 +200,11 @@ void bench_layer(Isa isa, const Layer& L, int nt, double peak1, WeightsFormat wf
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int nt = argc > 1 ? std::atoi(argv[1]) : 2;
-  const std::string isa_filter = argc > 2 ? argv[2] : "all";
+  const char* usage = "bench_bwd_weights_f32 [nthreads] [avx512|avx2|all] [layer-name substring]";
+  tct_bench::help_exit(argc, argv, usage);
+  const int nt = static_cast<int>(tct_bench::int_arg(argc, argv, 1, "nthreads", 2, 1, 4096, usage));
+  const std::string isa_filter =
+      tct_bench::choice_arg(argc, argv, 2, "isa", "all", {"avx512", "avx2", "all"}, usage);
   const char* layer_filter = argc > 3 ? argv[3] : nullptr;
   const std::vector<Layer> layers = {
       {"2D N=2 64->32 32x32->64x64 k4 s2 p1", 2, 2, 64, 32, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {0, 0}},

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "kernels/dispatch.h"
 #include "kernels/x86/conv_f32_kernels.h"
 #include "kernels/x86/peak.h"
@@ -217,9 +218,14 @@ void bench_layer(const Layer& L, Isa isa, int nthreads, double peak) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int nthreads = argc > 1 ? std::atoi(argv[1]) : omp_get_max_threads();
+  const char* usage =
+      "bench_conv_f32 [nthreads] [layer-name-substring] [avx512|avx2|avx512_bf16|avx512_amx]";
+  tct_bench::help_exit(argc, argv, usage);
+  const int nthreads = static_cast<int>(
+      tct_bench::int_arg(argc, argv, 1, "nthreads", omp_get_max_threads(), 1, 4096, usage));
   const std::string filter = argc > 2 ? argv[2] : "";
-  const std::string only_isa = argc > 3 ? argv[3] : "";
+  const std::string only_isa = tct_bench::choice_arg(
+      argc, argv, 3, "isa", "", {"avx512", "avx2", "avx512_bf16", "avx512_amx"}, usage);
   const std::vector<Layer> layers = {
       {"2D N=4 64->32 32x32 k4 s2 p1 (->64x64)", 4, 64, 32, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
       {"2D N=2 64->32 32x32 k4 s2 p1 (->64x64)", 2, 64, 32, 1, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},

@@ -5,12 +5,16 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "args.h"
 #include "kernels/dispatch.h"
 #include "kernels/x86/peak.h"
 
 int main(int argc, char** argv) {
-  const double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
-  const int all = argc > 2 ? std::atoi(argv[2]) : omp_get_max_threads();
+  const char* usage = "bench_peak [seconds] [nthreads]";
+  tct_bench::help_exit(argc, argv, usage);
+  const double seconds = tct_bench::seconds_arg(argc, argv, 1, "seconds", 0.5, usage);
+  const int all = static_cast<int>(
+      tct_bench::int_arg(argc, argv, 2, "nthreads", omp_get_max_threads(), 1, 4096, usage));
   std::printf("detected ISA: %s, active ISA: %s, threads: %d\n", tct::isa_name(tct::detected_isa()),
               tct::isa_name(tct::active_isa()), all);
   for (tct::Isa isa : {tct::Isa::Avx512, tct::Isa::Avx2}) {

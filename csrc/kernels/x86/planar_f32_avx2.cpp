@@ -219,7 +219,7 @@ const PlanarF32Table* planar_f32_table_avx2() {
     t.rules.gemm_min_channel_run = 1024;
     t.rules.gemm_min_inside = 0.75;
     t.rules.fused_taps_channels_last = false;
-    t.rules.deep_channels_last_macs = 0;
+    t.rules.deep_channels_last_macs = 1000;
     t.rules.depthwise_dots = false;
     t.rules.amd_rules = false;
     t.rules.little_work_min_line = 0;

@@ -2536,10 +2536,13 @@ bool planar_preferred_bwd_weights(const PlanarF32Table& tab, const ConvProblem& 
   if (r.fused_taps_channels_last && p.OCg <= 4 && p.ICg >= 16 && innermost_taps_fusable(p) &&
       (macs_per_element(p) >= 64 || kFloatBytes * activation_elements(p) <= 4.0 * (1 << 20)))
     return false;
-  // AVX-512, deep layers with 400+ multiply-adds per activation element
-  // (512 -> 256 k16 s8 on 1D lines: 819): the layout changes are a small
-  // share, and the channels-last tiles beat the im2col GEMMs (HiFi-GAN
-  // and the vocoder 1.04-1.14x on Zen 5, ncx_paths.py, three runs).
+  // Deep layers with many multiply-adds per activation element: the layout
+  // changes are a small share, and the channels-last tiles beat the im2col
+  // GEMMs. AVX-512 from 400 (512 -> 256 k16 s8 on 1D lines, 819: HiFi-GAN
+  // and the vocoder 1.04-1.14x on Zen 5, ncx_paths.py, three runs). AVX2
+  // from 1000 (Zen 3, heuristics P2: 512 -> 256 k4 s2, 1365, 1.22x; the 3D
+  // U-Net k3, 2260-3575, 1.05-1.24x; between 560 and 864 a tie either way,
+  // and the 512 -> 512 k3 s2 on 4x4, 760, 1.42x planar).
   if (r.deep_channels_last_macs > 0 && p.ICg >= 64 && p.OCg >= 64 &&
       macs_per_element(p) >= r.deep_channels_last_macs)
     return false;

@@ -282,6 +282,18 @@ TEST(PlanarF32, NcxRuleIntelAmd) {
     const ConvProblem hifi = make(1, 1, 1, 512, 256, {256}, {16}, {8}, {1}, {4}, {4});
     EXPECT_TRUE(x86::planar_preferred(Isa::Avx512, up, Pass::BackwardWeights, amd));
     EXPECT_FALSE(x86::planar_preferred(Isa::Avx512, hifi, Pass::BackwardWeights, amd));
+    // AVX2 from 1000 per element: HiFi-GAN (819) and the 512 -> 512 k3 s2
+    // on 4x4 (760) stay planar; 512 -> 256 k4 s2 on 32x32 (1365) and the 3D
+    // U-Net 512 -> 256 k3 on 8x9x9 (3575) go channels-last.
+    const ConvProblem d4x4 = make(2, 4, 1, 512, 512, {4, 4}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0});
+    const ConvProblem d32 = make(2, 1, 1, 512, 256, {32, 32}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1});
+    const ConvProblem d3d =
+        make(3, 1, 1, 512, 256, {8, 9, 9}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0});
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, up, Pass::BackwardWeights, amd));
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, hifi, Pass::BackwardWeights, amd));
+    EXPECT_TRUE(x86::planar_preferred(Isa::Avx2, d4x4, Pass::BackwardWeights, amd));
+    EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, d32, Pass::BackwardWeights, amd));
+    EXPECT_FALSE(x86::planar_preferred(Isa::Avx2, d3d, Pass::BackwardWeights, amd));
   }
   // AMD, one group of few channels with little work per element:
   // 16 channels under k3 on 32x32 planar both ways, 32 channels forward
