@@ -1537,7 +1537,17 @@ struct TilesThread {
   float* stage;  // 16-bit inputs: a widened row span (RowCopy)
   std::vector<int64_t> seg_in, seg_w;
   std::vector<uint16_t> o16;  // 16-bit strided outputs: one rounded phase row
+  std::vector<int64_t> flat_in, flat_w;  // kFlatTaps (segment, channel, tap) offsets
 };
+
+// Tiles whose (segment, channel, tap) triples number at most kFlatTaps run
+// them as one flat list of offsets, one loop instead of three short ones,
+// when at least kFlatMinTiles tiles share the list (built per row, phase and
+// channel block). Zen 3, one thread: the 3-channel k4 s2 backward-data (4
+// segments x 3 channels x 4 taps) 1.07-1.09x, GoogLeNet's k7 d2 (7 x 3 x 7)
+// 1.02-1.05x; a 1D forward of 4 tiles a list lost 6 % to the building.
+constexpr int64_t kFlatTaps = 256, kFlatMinTiles = 8;
+constexpr int64_t kNoSegment[1] = {0};
 
 // Output row (o0, o1), positions [t0, t1) of each phase, channel blocks
 // [mb0, mb1), of image n and group gi; in_row(i0, i1, seg) is the buffer
@@ -1566,26 +1576,49 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
     }
   PlanarTileArgs args;
   args.in = th.buf;
-  args.seg_in = th.seg_in.data();
-  args.seg_w = th.seg_w.data();
-  args.nseg = nseg;
   args.c_in_stride = cis;
   const int64_t out_row = (o0 * g.out[1] + o1) * g.out[2];
   TO* out_img = static_cast<TO*>(c.out) + ((n * g.G + gi) * g.Cout) * out_plane + out_row;
   for (int64_t r = 0; r < L.out_phases; ++r) {
     const int64_t tend = std::min(t1, L.len[r]);
     if (tend <= t0) continue;
-    args.tap_in = c.tap_in[r].data();
-    args.tap_w = c.tap_w[r].data();
-    args.ntap = static_cast<int64_t>(c.tap_in[r].size());
-    args.c_w_stride = args.ntap * M;
+    const int64_t* const tap_in = c.tap_in[r].data();
+    const int64_t* const tap_w = c.tap_w[r].data();
+    const int64_t ntap = static_cast<int64_t>(c.tap_in[r].size());
+    const int64_t c_w_stride = ntap * M;
+    // Tiles per block of channels: enough to pay for a flat list.
+    const bool flat_tiles = (mb1 - mb0) * ((tend - t0 + TW - 1) / TW) >= kFlatMinTiles;
     for (int64_t c0 = 0; c0 < std::max<int64_t>(g.Cin, 1); c0 += cb) {
-      args.cin = std::min(cb, g.Cin - c0);
+      const int64_t cin = std::min(cb, g.Cin - c0);
       args.accumulate = c0 > 0;
+      if (flat_tiles && nseg * cin * ntap <= kFlatTaps) {
+        int64_t j = 0;
+        for (int64_t sg = 0; sg < nseg; ++sg)
+          for (int64_t ci = 0; ci < cin; ++ci)
+            for (int64_t t = 0; t < ntap; ++t, ++j) {
+              th.flat_in[j] = th.seg_in[sg] + ci * cis + tap_in[t];
+              th.flat_w[j] = th.seg_w[sg] + ci * c_w_stride + tap_w[t];
+            }
+        args.seg_in = args.seg_w = kNoSegment;
+        args.nseg = 1;
+        args.cin = 1;
+        args.tap_in = th.flat_in.data();
+        args.tap_w = th.flat_w.data();
+        args.ntap = j;
+      } else {
+        args.seg_in = th.seg_in.data();
+        args.seg_w = th.seg_w.data();
+        args.nseg = nseg;
+        args.cin = cin;
+        args.c_w_stride = c_w_stride;
+        args.tap_in = tap_in;
+        args.tap_w = tap_w;
+        args.ntap = ntap;
+      }
       for (int64_t mb = mb0; mb < mb1; ++mb) {
         const int m = static_cast<int>(std::min<int64_t>(M, g.Cout - mb * M));
         args.w = c.wp + (gi * NMB + mb) * block_floats + c.phase_base[r] * g.Cin * M +
-                 c0 * args.c_w_stride;
+                 c0 * c_w_stride;
         args.bias = bias && c0 == 0 ? bias + gi * g.Cout + mb * M : nullptr;
         args.stream = stream;
         for (int64_t u0 = t0; u0 < tend; u0 += TW) {
@@ -1704,9 +1737,14 @@ bool run_tiles(const PlanarPlan& pl, const void* in, WeightsView w, const float*
                                                              round_up(L.max_len, q.ts.VL) + q.ext,
                                                              L.in_step))
                              : nullptr;
-    TilesThread th{buf, buf + q.in_floats, stage, std::vector<int64_t>(q.max_seg),
+    TilesThread th{buf,
+                   buf + q.in_floats,
+                   stage,
                    std::vector<int64_t>(q.max_seg),
-                   std::vector<uint16_t>(kIs16<TO> ? q.chunk : 0)};
+                   std::vector<int64_t>(q.max_seg),
+                   std::vector<uint16_t>(kIs16<TO> ? q.chunk : 0),
+                   std::vector<int64_t>(kFlatTaps),
+                   std::vector<int64_t>(kFlatTaps)};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < q.items; ++item) {
       if (q.planes)
