@@ -1234,14 +1234,24 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   // 36 <- 4 k3 s3 on 1080x1920 backward-data 1.3x, the few-channel and
   // small benchdnn layers unchanged or 1-10 % faster; the AVX2 kernels on Zen 5
   // (with the column-order packing): 36 <- 4 backward-data 1.2-1.4x, none slower.
+  // Depthwise tiles (AVX2 table; heuristics C21): each prefetches, per tap
+  // and row, the line it reads (one per 16 channels) one tile on. A tile
+  // reads 16 taps x 4 pixels scattered over 4 input rows of the k4 s2
+  // upsampler, which the hardware prefetcher did not fetch in time: Zen 3,
+  // its backward-data NXC (64 channels, 8 MB of diff_dst) 2.3-2.5x on one
+  // thread (2.8 -> 1.2 ms; torch 1.3), 1.55-1.77x on two, the forward
+  // 1.1-1.25x; two tiles on 1.7x; the 17-channel layers within the caches
+  // unchanged (16-bit inputs: none, plan_convert16).
   // No prefetch where the distance would pass 2^30 floats (huge strides): useless there,
   // and the product could overflow.
   const int64_t tap_run = cred * c.K2;
   int64_t dist = 0;
-  if (!c.whole_pixel && !c.dot && tap_run <= 64 &&
-      (__builtin_mul_overflow(int64_t{4} * MR * c.in_c, fwd ? int64_t{1} : p.s[2], &dist) ||
-       dist > (int64_t{1} << 30)))
-    dist = 0;
+  if ((c.dw && tab.dw_prefetch) || (!c.dw && !c.whole_pixel && !c.dot && tap_run <= 64)) {
+    const int64_t ahead = c.dw ? 1 : 4;  // tiles on
+    if (__builtin_mul_overflow(ahead * MR * c.in_c, fwd ? int64_t{1} : p.s[2], &dist) ||
+        dist > (int64_t{1} << 30))
+      dist = 0;
+  }
   c.prefetch = dist;
 
   plan_row_blocks(c, by_columns);
@@ -3062,6 +3072,8 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
     if (reads16) {
       c.in_bytes = 2;
       c.fn = reads16;
+      // (16-bit depthwise inputs: half the lines; the prefetch within noise)
+      if (c.route == Route::Depthwise) c.prefetch = 0;
       if (partial16) c.partial = partial16;
       c.tile += in16_tag + "in";
     } else if (in16 && c.route == Route::Gemm && tab->widen16[out16] &&

@@ -218,6 +218,9 @@ struct ConvTable {
   // f32 tiles: the reduction is cut into chunks only where a column block's
   // packed weights exceed this many bytes (plan_packing, heuristics C12).
   int64_t chunk_bytes = 512 << 10;
+  // f32 depthwise tiles prefetch the next tile's input lines (plan_schedule,
+  // heuristics C21: measured on Zen 3, AVX2; off where not measured).
+  bool dw_prefetch = false;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

@@ -323,6 +323,7 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
         const T16* x = in(t, m) + c;
+        if (args->prefetch) _mm_prefetch(reinterpret_cast<const char*>(x + args->prefetch), _MM_HINT_T0);
         acc[m][0] = V::fmadd(load_in<V, IN>(x), w0, acc[m][0]);
         acc[m][1] = V::fmadd(load_in<V, IN>(x + W), w1, acc[m][1]);
       }
