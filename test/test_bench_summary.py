@@ -90,6 +90,18 @@ def _line(lines, prefix, after=None):
     return next(ln for ln in lines[start:] if ln.startswith(prefix))
 
 
+def test_rescale_peak(bench):
+    # A start reading of 100 GFLOP/s and one of 200 at the end: every %peak halves,
+    # rows without one (16-bit) keep None, peak_gflops follows.
+    rows = [
+        dict(ours_pct_peak=80.0, torch_pct_peak=60.0, peak_gflops=100.0),
+        dict(ours_pct_peak=None, torch_pct_peak=None, peak_gflops=100.0),
+    ]
+    assert bench.rescale_peak(rows, 100.0, 200.0) == 200.0
+    assert rows[0] == dict(ours_pct_peak=40.0, torch_pct_peak=30.0, peak_gflops=200.0)
+    assert rows[1] == dict(ours_pct_peak=None, torch_pct_peak=None, peak_gflops=200.0)
+
+
 def test_parse_dtype(bench):
     assert bench.parse_args([]).dtypes == ["f32"]
     assert bench.parse_args(["--dtype", "all"]).dtypes == ["f32", "bf16", "f16"]
