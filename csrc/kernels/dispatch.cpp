@@ -74,6 +74,18 @@ bool avx512_bf16_supported() {
 
 }  // namespace
 
+bool prefetchw_supported() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(0x80000001u, &a, &b, &c, &d) && ((c >> 8) & 1);
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Reference: return "reference";

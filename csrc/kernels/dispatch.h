@@ -31,6 +31,9 @@ inline Isa bf16_isa(Isa isa) {
 // to use the tile data, asked once with arch_prctl on Linux).
 Isa detected_isa();
 bool isa_supported(Isa isa);
+// PREFETCHW (CPUID 8000_0001h:ECX bit 8, "3DNowPrefetch"): AMD since K8,
+// Intel since Broadwell. The tiles that prefetch lines for writing ask.
+bool prefetchw_supported();
 // The ISA in use: TORCH_CONVTRANSPOSE_ISA when set (read once), else detected_isa().
 Isa active_isa();
 // Forces an ISA for this process (tests, reproducibility); throws ProblemError

@@ -47,6 +47,10 @@ struct ConvTileArgs {
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
   // (row m's input of the tap) + prefetch floats (a later tile's).
   int64_t prefetch = 0;
+  // GEMM tiles writing f32 (not accumulating): when not 0, each output row m
+  // is prefetched for writing (PREFETCHW) at out[m] + col_off + prefetch_out
+  // floats (a later tile's) before the tile computes.
+  int64_t prefetch_out = 0;
   // GEMM, depthwise and dot tiles: when not 0, out's rows hold 16-bit values (uint16_t),
   // accumulate is 0, stream too except for the depthwise tiles (whole 64-byte
   // lines of rows that start on a line), and each result (sum plus bias) is rounded
@@ -221,6 +225,9 @@ struct ConvTable {
   // f32 depthwise tiles prefetch the next tile's input lines (plan_schedule,
   // heuristics C21: measured on Zen 3, AVX2; off where not measured).
   bool dw_prefetch = false;
+  // GEMM tiles line by line prefetch their large f32 outputs for writing
+  // (plan_schedule, heuristics C21; Zen 3, AVX2; off where not measured).
+  bool prefetch_out = false;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

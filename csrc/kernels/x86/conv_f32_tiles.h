@@ -83,6 +83,11 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
       for (int v = 0; v < NV; ++v) acc[m][v] = V::load_part(k[v], o + W * v);
     }
   } else {
+    if (args->prefetch_out) {  // (plans set it for f32 outputs only)
+#pragma GCC unroll 32
+      for (int m = 0; m < M; ++m)
+        asm volatile("prefetchw %0" ::"m"(*(args->out[m] + col_off + args->prefetch_out)));
+    }
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const Reg b = V::loadu(args->bias + W * v);

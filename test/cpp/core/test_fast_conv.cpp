@@ -418,7 +418,9 @@ TEST(FastConvF32, FusedBackwardDataLines) {
   check_case(make(2, 2, 1, 20, 6, {7, 9}, {4, 4}, {1, 1}, {1, 1}, {3, 4}, {3, 3}), 68);
 }
 
-// GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores).
+// GEMM tiles writing outputs of 16 MiB and more (AVX-512: streaming stores;
+// AVX2: the 36-channel backward-data line by line, each tile prefetching the
+// rows four tiles on for writing).
 // Backward-data to 36 channels (8x48 tiles of 36 columns: consecutive rows
 // staged and written as whole lines; the last tile of 3 rows line by line),
 // and a forward of 96 columns in two 48-column blocks (whole-line vectors

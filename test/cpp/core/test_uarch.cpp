@@ -4,7 +4,9 @@
 // chunk budget) and nothing else.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "kernels/dispatch.h"
@@ -130,6 +132,25 @@ TEST_F(ForcedUarch, Zen3AvxTwoReductionChunks) {
   set_uarch(Uarch::Zen3);
   EXPECT_EQ(field("cb"), 512);
   EXPECT_EQ(field("chunks"), 1);
+}
+
+// PREFETCHW detection against the kernel's reading of the same CPUID bit
+// (Linux names it 3dnowprefetch in /proc/cpuinfo's flags).
+TEST(Cpu, PrefetchwMatchesProcCpuinfo) {
+  std::ifstream f("/proc/cpuinfo");
+  if (!f) GTEST_SKIP() << "no /proc/cpuinfo on this system";
+  std::string line;
+  bool found_flags = false, has = false;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    found_flags = true;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::string w;
+    while (words >> w) has = has || w == "3dnowprefetch";
+    break;
+  }
+  if (!found_flags) GTEST_SKIP() << "/proc/cpuinfo lists no flags (not x86?)";
+  EXPECT_EQ(prefetchw_supported(), has);
 }
 
 }  // namespace
