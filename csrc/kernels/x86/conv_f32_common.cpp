@@ -1249,7 +1249,8 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   int64_t dist = 0;
   if ((c.dw && tab.dw_prefetch) || (!c.dw && !c.whole_pixel && !c.dot && tap_run <= 64)) {
     const int64_t ahead = c.dw ? 1 : 4;  // tiles on
-    if (__builtin_mul_overflow(ahead * MR * c.in_c, fwd ? int64_t{1} : p.s[2], &dist) ||
+    if (__builtin_mul_overflow(ahead * MR, c.in_c, &dist) ||
+        __builtin_mul_overflow(dist, fwd ? int64_t{1} : p.s[2], &dist) ||
         dist > (int64_t{1} << 30))
       dist = 0;
   }
@@ -1268,11 +1269,13 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   // pixel), alternating calls in one process: 1.10x on one thread, 1.14x on
   // two; two tiles on the same. Outputs within the caches (1D GoogLeNet,
   // 0.9 MB) gained nothing: from 4 MiB.
-  if (tab.prefetch_out && by_lines && !c.dw && !c.stream &&
-      out_bytes >= 4.0 * (1 << 20) &&
-      (__builtin_mul_overflow(int64_t{4} * MR, c.out_c, &c.prefetch_out) ||
-       c.prefetch_out > (int64_t{1} << 30)))
-    c.prefetch_out = 0;
+  // (A forward's phase rows are s apart along the output line.)
+  int64_t dout = 0;
+  if (tab.prefetch_out && by_lines && !c.dw && !c.stream && out_bytes >= 4.0 * (1 << 20) &&
+      !__builtin_mul_overflow(int64_t{4} * MR, c.out_c, &dout) &&
+      !__builtin_mul_overflow(dout, fwd ? p.s[2] : int64_t{1}, &dout) &&
+      dout <= (int64_t{1} << 30))
+    c.prefetch_out = dout;
 }
 
 // Line runs (run_lines): per (image, phase, axis-0 row), its axis-1 lines
@@ -2970,6 +2973,7 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
   c.stream = false;
   if (c.route == Route::Gemm && c.nchunks == 1) {
     c.out_bytes = 2, c.out16 = 1;
+    c.prefetch_out = 0;  // (f32 outputs only)
     const double out_bytes = 2.0 * static_cast<double>(c.N) * c.out_pix * c.out_c;
     c.stream = to_dst && tab->stream16_bytes > 0 && c.NR == 32 && c.ncol >= 32 && !c.whole_pixel &&
                out_bytes >= tab->stream16_bytes;

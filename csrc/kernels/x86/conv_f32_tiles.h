@@ -84,9 +84,13 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
     }
   } else {
     if (args->prefetch_out) {  // (plans set it for f32 outputs only)
+      // (addresses as integers: a later tile's rows may lie past the tensor)
+      const uintptr_t ahead = static_cast<uintptr_t>(args->prefetch_out) * sizeof(float);
 #pragma GCC unroll 32
-      for (int m = 0; m < M; ++m)
-        asm volatile("prefetchw %0" ::"m"(*(args->out[m] + col_off + args->prefetch_out)));
+      for (int m = 0; m < M; ++m) {
+        const uintptr_t q = reinterpret_cast<uintptr_t>(args->out[m] + col_off) + ahead;
+        asm volatile("prefetchw (%0)" ::"r"(q));
+      }
     }
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
@@ -328,7 +332,10 @@ void dw_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
         const T16* x = in(t, m) + c;
-        if (args->prefetch) _mm_prefetch(reinterpret_cast<const char*>(x + args->prefetch), _MM_HINT_T0);
+        if (args->prefetch)  // (as an integer: the next tile may lie past the tensor)
+          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(x) +
+                                                     args->prefetch * sizeof(T16)),
+                       _MM_HINT_T0);
         acc[m][0] = V::fmadd(load_in<V, IN>(x), w0, acc[m][0]);
         acc[m][1] = V::fmadd(load_in<V, IN>(x + W), w1, acc[m][1]);
       }

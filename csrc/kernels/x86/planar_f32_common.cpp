@@ -1603,6 +1603,7 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
         args.seg_in = args.seg_w = kNoSegment;
         args.nseg = 1;
         args.cin = 1;
+        args.c_w_stride = c_w_stride;  // (unused with one channel)
         args.tap_in = th.flat_in.data();
         args.tap_w = th.flat_w.data();
         args.ntap = j;

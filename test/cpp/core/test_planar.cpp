@@ -211,6 +211,22 @@ TEST(PlanarF32, LargerLayers) {
   check(make(2, 1, 1, 3, 64, {90, 100}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 12);  // forward
 }
 
+// The tiles' flat (segment, channel, tap) lists (compute_row: at most
+// kFlatTaps = 256 triples, at least kFlatMinTiles = 8 tiles a list) and the
+// nested loops, on either side of both limits: 2D k4 s2 with 60-68 channels
+// each way (2 segments x 2 taps a phase: 240-272 triples where a channel
+// block holds them all; the rest in a block of fewer channels), and 1D
+// lines of 1-3 tiles with 4-32 output channels (1-8 channel blocks).
+TEST(PlanarF32, FlatTapListLimits) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX2/AVX-512";
+  uint32_t seed = 300;
+  for (int64_t c : {60, 63, 64, 65, 68})
+    check(make(2, 1, 1, c, c, {5, 9}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), seed++);
+  for (int64_t line : {10, 20, 35})
+    for (int64_t oc : {4, 8, 12, 16, 32})
+      check(make(1, 2, 1, 3, oc, {line}, {4}, {2}, {1}, {1}, {1}), seed++);
+}
+
 // Depthwise backward-data (its own rows kernel): planes whose rows stay in
 // the buffer whole (runs of interior rows in one call) and larger ones
 // (rows copied per output row), few planes (items split into row ranges),

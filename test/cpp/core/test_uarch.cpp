@@ -137,6 +137,9 @@ TEST_F(ForcedUarch, Zen3AvxTwoReductionChunks) {
 // PREFETCHW detection against the kernel's reading of the same CPUID bit
 // (Linux names it 3dnowprefetch in /proc/cpuinfo's flags).
 TEST(Cpu, PrefetchwMatchesProcCpuinfo) {
+#if !(defined(__x86_64__) || defined(_M_X64))
+  GTEST_SKIP() << "not x86-64 (prefetchw_supported() is false there)";
+#endif
   std::ifstream f("/proc/cpuinfo");
   if (!f) GTEST_SKIP() << "no /proc/cpuinfo on this system";
   std::string line;
