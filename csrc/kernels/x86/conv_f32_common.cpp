@@ -2964,6 +2964,14 @@ const ConvTable* bf16_table_for(Isa isa) {
   return nullptr;
 }
 
+// The tiles write 16-bit results (1 bf16, 2 f16), rounded once; the output
+// prefetch, sized and measured for f32 rows, is dropped.
+void set_out16(ConvPlan& c, int out16) {
+  c.out_bytes = 2;
+  c.out16 = out16;
+  c.prefetch_out = 0;
+}
+
 // to_dst: the result goes to the caller's tensor (not a workspace read right
 // after), where the table's streaming stores may write it.
 ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& wv,
@@ -2972,8 +2980,7 @@ ConvPlan plan_bf16_pairs(Isa isa, Pass pass, const ConvProblem& p, const Weights
   ConvPlan c = *plan_conv(tab, isa, pass, p, wv, nthreads);
   c.stream = false;
   if (c.route == Route::Gemm && c.nchunks == 1) {
-    c.out_bytes = 2, c.out16 = 1;
-    c.prefetch_out = 0;  // (f32 outputs only)
+    set_out16(c, 1);
     const double out_bytes = 2.0 * static_cast<double>(c.N) * c.out_pix * c.out_c;
     c.stream = to_dst && tab->stream16_bytes > 0 && c.NR == 32 && c.ncol >= 32 && !c.whole_pixel &&
                out_bytes >= tab->stream16_bytes;
@@ -3053,9 +3060,7 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
   // a stage as it takes them, instead of a copy of the whole input
   // (heuristics A20).
   if (c.route == Route::Patch && tab->narrow16[out16]) {
-    c.out_bytes = 2;
-    c.prefetch_out = 0;  // (f32 outputs only)
-    c.out16 = out16;
+    set_out16(c, out16);
     c.narrow16 = tab->narrow16[out16];
     c.patch.stream = patch_streams(c, 2);
     if (in16 && tab->widen16[out16]) {
@@ -3067,9 +3072,7 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
   }
   if (rounds && (c.nchunks == 1 || wide)) {
     if (!wide) {
-      c.out_bytes = 2;
-      c.prefetch_out = 0;  // (f32 outputs only)
-      c.out16 = out16;
+      set_out16(c, out16);
       // (only the depthwise tiles stream 16-bit results, and only into the
       // caller's tensor: a workspace is read right after)
       c.stream = to_dst && dw_streams(c, 2);

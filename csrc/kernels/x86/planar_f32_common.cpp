@@ -1542,8 +1542,8 @@ struct TilesThread {
 
 // Tiles whose (segment, channel, tap) triples number at most kFlatTaps run
 // them as one flat list of offsets, one loop instead of three short ones,
-// when at least kFlatMinTiles tiles share the list (built per row, phase
-// and channel block; heuristics L13). Zen 3, one thread: the 3-channel k4
+// when at least kFlatMinTiles tiles share the list (built per row and phase,
+// again only for a last block of fewer channels; heuristics L13). Zen 3, one thread: the 3-channel k4
 // s2 backward-data (4 segments x 3 channels x 4 taps) 1.07-1.09x,
 // GoogLeNet's k7 d2 (7 x 3 x 7) 1.02-1.05x; a 1D forward of 4 tiles a list
 // lost 6 % to the building.
@@ -1587,32 +1587,37 @@ void compute_row(const TilesCall& c, TilesThread& th, int64_t n, int64_t gi, int
     const int64_t* const tap_w = c.tap_w[r].data();
     const int64_t ntap = static_cast<int64_t>(c.tap_in[r].size());
     const int64_t c_w_stride = ntap * M;
-    // Tiles per block of channels: enough to pay for a flat list.
+    args.c_w_stride = c_w_stride;  // (unused by a flat list: one channel)
+    // Tiles per block of channels: enough to pay for a flat list. Its offsets
+    // are relative to the block (in_off, w), so a list serves every block of
+    // as many channels.
     const bool flat_tiles = (mb1 - mb0) * ((tend - t0 + TW - 1) / TW) >= kFlatMinTiles;
+    int64_t flat_cin = 0;  // the channels of the list built (0: none)
     for (int64_t c0 = 0; c0 < std::max<int64_t>(g.Cin, 1); c0 += cb) {
       const int64_t cin = std::min(cb, g.Cin - c0);
       args.accumulate = c0 > 0;
       if (flat_tiles && nseg * cin * ntap <= kFlatTaps) {
-        int64_t j = 0;
-        for (int64_t sg = 0; sg < nseg; ++sg)
-          for (int64_t ci = 0; ci < cin; ++ci)
-            for (int64_t t = 0; t < ntap; ++t, ++j) {
-              th.flat_in[j] = th.seg_in[sg] + ci * cis + tap_in[t];
-              th.flat_w[j] = th.seg_w[sg] + ci * c_w_stride + tap_w[t];
-            }
+        if (cin != flat_cin) {
+          int64_t j = 0;
+          for (int64_t sg = 0; sg < nseg; ++sg)
+            for (int64_t ci = 0; ci < cin; ++ci)
+              for (int64_t t = 0; t < ntap; ++t, ++j) {
+                th.flat_in[j] = th.seg_in[sg] + ci * cis + tap_in[t];
+                th.flat_w[j] = th.seg_w[sg] + ci * c_w_stride + tap_w[t];
+              }
+          flat_cin = cin;
+        }
         args.seg_in = args.seg_w = kNoSegment;
         args.nseg = 1;
         args.cin = 1;
-        args.c_w_stride = c_w_stride;  // (unused with one channel)
         args.tap_in = th.flat_in.data();
         args.tap_w = th.flat_w.data();
-        args.ntap = j;
+        args.ntap = nseg * cin * ntap;
       } else {
         args.seg_in = th.seg_in.data();
         args.seg_w = th.seg_w.data();
         args.nseg = nseg;
         args.cin = cin;
-        args.c_w_stride = c_w_stride;
         args.tap_in = tap_in;
         args.tap_w = tap_w;
         args.ntap = ntap;
