@@ -4,7 +4,9 @@
 // Leaf functions over raw pointers (ISA-file rule).
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "avx2_util.h"
 #include "transpose.h"
@@ -29,8 +31,41 @@ void transpose_block16_avx2(const float* src, int64_t src_stride, float* dst, in
       transpose8(src + i * src_stride + j, src_stride, dst + j * dst_stride + i, dst_stride);
 }
 
+namespace {
+
+// transpose_rows for 16 rows and NC columns, every bound known when compiled:
+// the weight packing's common case (16 columns of a channel, NC taps).
+template <int NC>
+void rows16(const float* src, int64_t ss, float* const* dst) {
+#pragma GCC unroll 2
+  for (int j0 = 0; j0 < NC; j0 += 8) {
+    const int nj = NC - j0 < 8 ? NC - j0 : 8;
+    const __m256i cm = first_lanes(nj);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        r[i] = nj == 8 ? _mm256_loadu_ps(src + (8 * h + i) * ss + j0)
+                       : _mm256_maskload_ps(src + (8 * h + i) * ss + j0, cm);
+      transpose8x8(r);
+#pragma GCC unroll 8
+      for (int j = 0; j < nj; ++j) _mm256_storeu_ps(dst[j0 + j] + 8 * h, r[j]);
+    }
+  }
+}
+
+template <int... I>
+constexpr auto rows16_table(std::integer_sequence<int, I...>) {
+  return std::array<void (*)(const float*, int64_t, float* const*), sizeof...(I)>{rows16<I + 1>...};
+}
+constexpr auto kRows16 = rows16_table(std::make_integer_sequence<int, 16>{});
+
+}  // namespace
+
 void transpose_rows_avx2(const float* src, int64_t src_stride, int rows, int cols,
                          float* const* dst) {
+  if (rows == 16 && cols >= 1 && cols <= 16) return kRows16[cols - 1](src, src_stride, dst);
   // 8x8 blocks: rows i0.. of columns j0.., loaded masked, stored masked.
   for (int j0 = 0; j0 < cols; j0 += 8) {
     const __m256i cm = first_lanes(cols - j0);
