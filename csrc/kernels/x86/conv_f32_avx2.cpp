@@ -82,6 +82,7 @@ const ConvTable* avx2_table(bool zen3) {
     t.chunk_bytes = chunk_bytes;
     t.dw_prefetch = true;
     t.prefetch_out = true;
+    t.prefetch_runs = true;
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
     t.widen16[1] = bf16_to_f32_avx2;

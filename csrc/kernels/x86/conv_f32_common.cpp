@@ -652,6 +652,10 @@ struct ConvPlan {
   // Stores and prefetch.
   bool stream = false;
   int64_t prefetch = 0;
+  // The input prefetch covers every line of a tap's run (ConvTileArgs::
+  // prefetch_run), and by rows only a row block's first column block of
+  // each group prefetches (the others find the rows in the caches).
+  bool prefetch_run = false, prefetch_first = false;
   int64_t prefetch_out = 0;  // ConvTileArgs::prefetch_out
   // The activations' element bytes (4: f32; 2: bf16, read by VNNI tiles
   // from bf16 weights packed as pairs: pairs16).
@@ -1255,6 +1259,26 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
       dist = 0;
   }
   c.prefetch = dist;
+  // AVX2 (table prefetch_runs): where every input element is read by one tap
+  // of one row only (forward: 1x1 kernels; backward-data: K <= s / gcd(s, d)
+  // on each axis, e.g. the k2 s2 upsamplers), all of the run's lines: nothing
+  // else brings them in ahead of the tile. And by rows, only a row block's
+  // first pass prefetches: the later column blocks read the rows it brought
+  // into L1/L2, and their prefetches only took load slots. Zen 3, 2 threads,
+  // alternating calls in one process (with / without both), over the 40
+  // layer-passes that have an input prefetch, two runs: GoogLeNet k7 d2
+  // backward-data NXC 1.27x, 3D U-Net 128 -> 64 k2 s2 backward-data
+  // 1.08-1.20x, 2D U-Net 128 -> 64 1.06-1.12x, AlexNet k11 s4 1.04-1.13x,
+  // HiFi-GAN 128 -> 64 1.03-1.07x, geomean 1.02 (the small layers within
+  // noise; the 3D 1x1 s2 in cache 0.90-0.97x). All lines where the inputs
+  // are re-read (AlexNet k5 g2) ran 2-8 % slower, hence "read once".
+  if (dist > 0 && tab.prefetch_runs && !c.dw) {
+    bool once = true;
+    for (int ax = 0; ax < kAxes; ++ax)
+      once = once && (fwd ? p.K[ax] == 1 : p.K[ax] <= p.s[ax] / std::gcd(p.s[ax], p.d[ax]));
+    c.prefetch_run = once;
+    c.prefetch_first = true;
+  }
 
   plan_row_blocks(c, by_columns);
 
@@ -1453,6 +1477,8 @@ std::string describe(const ConvPlan& c) {
     o << " items=" << c.line_items.size() << " lb=" << c.LB;
   }
   o << " stream=" << c.stream << " prefetch=" << c.prefetch;
+  if (c.prefetch_first) o << " prefetch_first=1";
+  if (c.prefetch_run) o << " prefetch_run=1";
   if (c.prefetch_out) o << " prefetch_out=" << c.prefetch_out;
   o << " workspace=" << workspace_bytes(c);
   return o.str();
@@ -2304,6 +2330,7 @@ void run_lines(const ConvPlan& pl, const ConvCall& call) {
     ConvTileArgs args;
     args.stream = pl.stream;
     args.prefetch = pl.prefetch;
+    args.prefetch_run = pl.prefetch_run;
     args.prefetch_out = prefetchw_supported() ? pl.prefetch_out : 0;  // (the plan: any CPU's)
     args.out16 = pl.out_bytes == 2 ? pl.out16 : 0;
     args.out = lb.outp.data();
@@ -2601,7 +2628,8 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bu
 // packed weights ([chunk][tap][c][NR]) start at wblock, chunk by chunk.
 template <class TA, class TO>
 void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& bufs, const Phase& ph,
-               int64_t ntiles, int64_t q, const float* wblock, int64_t nq = 1) {
+               int64_t ntiles, int64_t q, const float* wblock, int64_t nq = 1,
+               bool first_pass = true) {
   const int MR = pl.MR;
   const int64_t NR = pl.NR, cols = pl.cols, cred = pl.cred, CB = pl.CB, K2 = pl.K2;
   const int64_t g = q / pl.NB, nb = q % pl.NB;
@@ -2622,7 +2650,8 @@ void run_tiles(const ConvPlan& pl, const ConvCall& call, const RowBufs<TA, TO>& 
   ConvTileArgs args;
   args.stream = pl.stream;
   args.out16 = pl.out_bytes == 2 ? pl.out16 : 0;
-  args.prefetch = pl.prefetch;
+  args.prefetch = first_pass || !pl.prefetch_first ? pl.prefetch : 0;
+  args.prefetch_run = pl.prefetch_run;
   args.bias = call.biasp + q * NR;
   args.col_off = g * cols + nb * NR;
   args.ncols = nq > 1 ? cols - nb * NR : std::min<int64_t>(NR, cols - nb * NR);
@@ -2812,8 +2841,10 @@ void run_by_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bufs
     for (int64_t q = q_lo; q < q_hi;) {
       // VNNI tiles: the range's blocks of one group in one call
       const int64_t nq = pl.vnni ? std::min(q_hi, (q / pl.NB + 1) * pl.NB) - q : 1;
+      // (first pass over the rows: the range's first block, or a group's)
       run_tiles(pl, call, bufs, ph, ntiles, q,
-                pl.whole_pixel ? nullptr : call.wp + q * pl.block_floats, nq);
+                pl.whole_pixel ? nullptr : call.wp + q * pl.block_floats, nq,
+                q == q_lo || q % pl.NB == 0);
       q += nq;
     }
   }
@@ -3106,6 +3137,7 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
                c.schedule != Schedule::Lines && stage16_pays(c)) {
       c.in_bytes = 2;
       c.stage16 = true;
+      c.prefetch_run = false;  // (the tiles read the widened stage)
       c.widen16 = tab->widen16[out16];
       const int64_t Tm = std::max<int64_t>(c.Tmax, 1);
       c.row_bufs.stage = std::max<int64_t>(

@@ -45,8 +45,10 @@ struct ConvTileArgs {
   // are read).
   int64_t stream = 0;
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
-  // (row m's input of the tap) + prefetch floats (a later tile's).
+  // (row m's input of the tap) + prefetch floats (a later tile's): its first
+  // line, or with prefetch_run every line of its run of cred inputs.
   int64_t prefetch = 0;
+  int64_t prefetch_run = 0;
   // GEMM tiles writing f32 (not accumulating): when not 0, each output row m
   // is prefetched for writing (PREFETCHW) at out[m] + col_off + prefetch_out
   // floats (a later tile's) before the tile computes.
@@ -228,6 +230,10 @@ struct ConvTable {
   // GEMM tiles line by line prefetch their large f32 outputs for writing
   // (plan_schedule, heuristics C21; Zen 3, AVX2; off where not measured).
   bool prefetch_out = false;
+  // GEMM tiles' input prefetch (heuristics C21; Zen 3, AVX2; off where not
+  // measured): by rows, only the first pass over a row block's column blocks
+  // prefetches; runs read once (ConvPlan::prefetch_run) get every line.
+  bool prefetch_runs = false;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

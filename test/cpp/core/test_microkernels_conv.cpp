@@ -145,12 +145,12 @@ struct Taps {
 
 struct GemmCase {
   int64_t ntaps, cred, a_off, col_off, ncols;
-  bool accumulate, row_mode, wtap, stream, prefetch;
+  bool accumulate, row_mode, wtap, stream, prefetch, prefetch_run;
   Layout layout;
   std::string str() const {
     return Desc()("ntaps", ntaps)("cred", cred)("a_off", a_off)("col_off", col_off)("ncols", ncols)(
                "accumulate", accumulate)("row_mode", row_mode)("wtap", wtap)("stream", stream)(
-               "prefetch", prefetch)("layout", static_cast<int>(layout))
+               "prefetch", prefetch)("prefetch_run", prefetch_run)("layout", static_cast<int>(layout))
         .str();
   }
 };
@@ -199,6 +199,7 @@ struct GemmCase {
   args.accumulate = k.accumulate;
   args.stream = k.stream;
   args.prefetch = k.prefetch ? 64 : 0;
+  args.prefetch_run = k.prefetch_run;
   fn(&args);
   _mm_sfence();
   ::testing::AssertionResult r = matches(o.out, want);
@@ -282,6 +283,7 @@ TEST_P(ConvMicrokernels, GemmTilesMatchScalar) {
           k.wtap = bitsf & 4;
           k.stream = (bitsf & 8) && !k.accumulate;  // (streams only fresh tiles)
           k.prefetch = rng.coin();
+          k.prefetch_run = k.prefetch && rng.coin();
           k.layout = static_cast<Layout>(k.stream ? rng.uni(1, 2) : rng.uni(0, 2));
           const std::string name =
               std::string(g.name) + (full ? "" : " partial " + std::to_string(M));

@@ -356,5 +356,45 @@ TEST(PlansConv, DefaultWeightsAreIox) {
             "conv pass=forward route=reference");
 }
 
+// Heuristics C21, AVX2 only: plans with an input prefetch prefetch only in a
+// row block's first pass, and every line of a tap's run where each input is
+// read once (backward-data with K <= s / gcd(s, d) on every axis; forward
+// with 1x1 kernels). Few channels (64 -> 3 or 128 -> 64) so that the tiles
+// prefetch at all (runs of <= 64 inputs a tap).
+TEST(PlansConv, InputPrefetchRunsReadOnce) {
+  auto plan = [](Isa isa, Pass pass, std::vector<int64_t> K, std::vector<int64_t> s,
+                 std::vector<int64_t> d) {
+    const std::vector<int64_t> pads(K.size(), 0), I(K.size(), 32);
+    const Layer c{"rule", static_cast<int>(K.size()), 2, 1, 128, 64, I, K, s, d, pads, pads, {}, WF::IOX};
+    const Problems pr = resolve(c);
+    return x86::describe_conv_f32(isa, pass, pass == Pass::Forward ? pr.fwd : pr.bwd, pr.w, 2);
+  };
+  auto has = [](const std::string& plan, const char* what) {
+    return plan.find(what) != std::string::npos;
+  };
+  struct Case {
+    Pass pass;
+    std::vector<int64_t> K, s, d;
+    bool once;
+  };
+  const std::vector<Case> cases = {
+      {Pass::BackwardData, {2, 2}, {2, 2}, {1, 1}, true},   // the k2 s2 upsampler
+      {Pass::BackwardData, {3}, {3}, {1}, true},            // K = s
+      {Pass::BackwardData, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, true},
+      {Pass::BackwardData, {4, 4}, {2, 2}, {1, 1}, false},  // overlapping taps
+      {Pass::BackwardData, {2, 3}, {2, 2}, {1, 1}, false},  // one axis overlapping
+      {Pass::BackwardData, {2}, {2}, {2}, false},           // d = s: both taps on one phase
+      {Pass::BackwardData, {2}, {4}, {2}, true},            // s / gcd(s, d) = 2
+  };
+  for (const Case& k : cases) {
+    const std::string avx2 = plan(Isa::Avx2, k.pass, k.K, k.s, k.d);
+    ASSERT_TRUE(has(avx2, " prefetch=") && !has(avx2, " prefetch=0 ")) << avx2;
+    EXPECT_TRUE(has(avx2, " prefetch_first=1")) << avx2;
+    EXPECT_EQ(has(avx2, " prefetch_run=1"), k.once) << avx2;
+    const std::string avx512 = plan(Isa::Avx512, k.pass, k.K, k.s, k.d);
+    EXPECT_FALSE(has(avx512, " prefetch_first=1") || has(avx512, " prefetch_run=1")) << avx512;
+  }
+}
+
 }  // namespace
 }  // namespace tct
