@@ -653,8 +653,9 @@ struct ConvPlan {
   bool stream = false;
   int64_t prefetch = 0;
   // The input prefetch covers every line of a tap's run (ConvTileArgs::
-  // prefetch_run), and by rows only a row block's first column block of
-  // each group prefetches (the others find the rows in the caches).
+  // prefetch_run), and (schedule by rows) only a row block's first pass
+  // prefetches: the first column block of its range, and each group's first
+  // (the others find the rows in the caches).
   bool prefetch_run = false, prefetch_first = false;
   int64_t prefetch_out = 0;  // ConvTileArgs::prefetch_out
   // The activations' element bytes (4: f32; 2: bf16, read by VNNI tiles
@@ -1264,7 +1265,9 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
   // on each axis, e.g. the k2 s2 upsamplers), all of the run's lines: nothing
   // else brings them in ahead of the tile. And by rows, only a row block's
   // first pass prefetches: the later column blocks read the rows it brought
-  // into L1/L2, and their prefetches only took load slots. Zen 3, 2 threads,
+  // into the caches, and their prefetches only took load slots (line by line
+  // and by columns every call prefetches: there a call is the first over
+  // its rows, or follows right after). Zen 3, 2 threads,
   // alternating calls in one process (with / without both), over the 40
   // layer-passes that have an input prefetch, two runs: GoogLeNet k7 d2
   // backward-data NXC 1.27x, 3D U-Net 128 -> 64 k2 s2 backward-data
@@ -1277,13 +1280,13 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
     for (int ax = 0; ax < kAxes; ++ax)
       once = once && (fwd ? p.K[ax] == 1 : p.K[ax] <= p.s[ax] / std::gcd(p.s[ax], p.d[ax]));
     c.prefetch_run = once;
-    c.prefetch_first = true;
   }
 
   plan_row_blocks(c, by_columns);
 
   const bool by_lines = lines_preferred(c, by_columns, w_bytes);
   c.schedule = by_lines ? Schedule::Lines : by_columns ? Schedule::Columns : Schedule::Rows;
+  c.prefetch_first = dist > 0 && tab.prefetch_runs && !c.dw && c.schedule == Schedule::Rows;
 
   // GEMM tiles line by line whose f32 outputs go out of the caches without
   // streaming stores (rows of a few lines, not whole lines): each tile
@@ -3137,7 +3140,9 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
                c.schedule != Schedule::Lines && stage16_pays(c)) {
       c.in_bytes = 2;
       c.stage16 = true;
-      c.prefetch_run = false;  // (the tiles read the widened stage)
+      // (the tiles read the widened stage, in cache: nothing to prefetch)
+      c.prefetch = 0;
+      c.prefetch_run = c.prefetch_first = false;
       c.widen16 = tab->widen16[out16];
       const int64_t Tm = std::max<int64_t>(c.Tmax, 1);
       c.row_bufs.stage = std::max<int64_t>(

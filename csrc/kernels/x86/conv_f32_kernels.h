@@ -45,8 +45,9 @@ struct ConvTileArgs {
   // are read).
   int64_t stream = 0;
   // GEMM tiles: when not 0, each tap prefetches, per row m, the input at
-  // (row m's input of the tap) + prefetch floats (a later tile's): its first
-  // line, or with prefetch_run every line of its run of cred inputs.
+  // (row m's input of the tap) + prefetch elements (a later tile's): the
+  // line there, or with prefetch_run every line its run of cred inputs
+  // touches.
   int64_t prefetch = 0;
   int64_t prefetch_run = 0;
   // GEMM tiles writing f32 (not accumulating): when not 0, each output row m

@@ -607,6 +607,9 @@ TEST_P(ConvMicrokernels, Gemm16TilesMatchScalar) {
           args.col_off = col_off;
           args.ncols = ncols;
           args.out16 = out16 ? kind : 0;
+          // (the prefetches, of a later tile's inputs, change no result)
+          args.prefetch = rng.coin() ? 32 * rng.uni(1, 64) : 0;
+          args.prefetch_run = args.prefetch && rng.coin();
           fn(&args);
           for (int m = 0; m < g.mr; ++m)
             for (int64_t c = 0; c < OW; ++c) {

@@ -356,16 +356,18 @@ TEST(PlansConv, DefaultWeightsAreIox) {
             "conv pass=forward route=reference");
 }
 
-// Heuristics C21, AVX2 only: plans with an input prefetch prefetch only in a
-// row block's first pass, and every line of a tap's run where each input is
-// read once (backward-data with K <= s / gcd(s, d) on every axis; forward
-// with 1x1 kernels). Few channels (64 -> 3 or 128 -> 64) so that the tiles
-// prefetch at all (runs of <= 64 inputs a tap).
+// Heuristics C21, AVX2 only: plans with an input prefetch prefetch every
+// line of a tap's run where each input is read once (backward-data with
+// K <= s / gcd(s, d) on every axis; forward with 1x1 kernels), and by rows
+// only in a row block's first pass. 64 channels on the reduction side (128
+// -> 64 backward-data, 64 -> 64 forward), so that the tiles prefetch at all
+// (runs of <= 64 inputs a tap).
 TEST(PlansConv, InputPrefetchRunsReadOnce) {
   auto plan = [](Isa isa, Pass pass, std::vector<int64_t> K, std::vector<int64_t> s,
                  std::vector<int64_t> d) {
     const std::vector<int64_t> pads(K.size(), 0), I(K.size(), 32);
-    const Layer c{"rule", static_cast<int>(K.size()), 2, 1, 128, 64, I, K, s, d, pads, pads, {}, WF::IOX};
+    const int64_t ICg = pass == Pass::Forward ? 64 : 128;
+    const Layer c{"rule", static_cast<int>(K.size()), 2, 1, ICg, 64, I, K, s, d, pads, pads, {}, WF::IOX};
     const Problems pr = resolve(c);
     return x86::describe_conv_f32(isa, pass, pass == Pass::Forward ? pr.fwd : pr.bwd, pr.w, 2);
   };
@@ -385,11 +387,15 @@ TEST(PlansConv, InputPrefetchRunsReadOnce) {
       {Pass::BackwardData, {2, 3}, {2, 2}, {1, 1}, false},  // one axis overlapping
       {Pass::BackwardData, {2}, {2}, {2}, false},           // d = s: both taps on one phase
       {Pass::BackwardData, {2}, {4}, {2}, true},            // s / gcd(s, d) = 2
+      {Pass::BackwardData, {2}, {4}, {3}, true},            // gcd 1 (K <= s / d would say no)
+      {Pass::BackwardData, {3}, {4}, {2}, false},           // s / gcd(s, d) = 2 < 3
+      {Pass::Forward, {1, 1}, {2, 2}, {1, 1}, true},        // 1x1: one tap per input
+      {Pass::Forward, {2, 2}, {2, 2}, {1, 1}, false},       // each input under 4 taps
   };
   for (const Case& k : cases) {
     const std::string avx2 = plan(Isa::Avx2, k.pass, k.K, k.s, k.d);
     ASSERT_TRUE(has(avx2, " prefetch=") && !has(avx2, " prefetch=0 ")) << avx2;
-    EXPECT_TRUE(has(avx2, " prefetch_first=1")) << avx2;
+    EXPECT_EQ(has(avx2, " prefetch_first=1"), has(avx2, " schedule=rows")) << avx2;
     EXPECT_EQ(has(avx2, " prefetch_run=1"), k.once) << avx2;
     const std::string avx512 = plan(Isa::Avx512, k.pass, k.K, k.s, k.d);
     EXPECT_FALSE(has(avx512, " prefetch_first=1") || has(avx512, " prefetch_run=1")) << avx512;
