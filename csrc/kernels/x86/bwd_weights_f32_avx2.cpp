@@ -56,16 +56,9 @@ void grouped_kernel(const TileArgs& t) {
 // Packed rows are far apart (strided layers: one page per row), out of reach
 // of the hardware prefetcher: the packing fetches the row kAhead ahead.
 constexpr int64_t kAhead = 8;
-inline void prefetch_row(const float* row, int64_t floats) {
-  const char* f = reinterpret_cast<const char*>(row);
-  for (int64_t j = 0; j < floats * 4; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-  _mm_prefetch(f + floats * 4 - 1, _MM_HINT_T0);
-}
-
-inline void prefetch_row16(const uint16_t* row, int64_t n) {
-  const char* f = reinterpret_cast<const char*>(row);
-  for (int64_t j = 0; j < n * 2; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-  _mm_prefetch(f + n * 2 - 1, _MM_HINT_T0);
+template <class T>
+inline void prefetch_row(const T* row, int64_t n) {
+  prefetch_lines(reinterpret_cast<uintptr_t>(row), static_cast<uintptr_t>(n) * sizeof(T));
 }
 
 // pack_panels_avx2 over 16-bit rows.
@@ -75,7 +68,7 @@ void pack_panels16_kind(const Pix* pix, int64_t n, int64_t off, int64_t readable
   const int64_t width = starts[nblocks];
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t* s = reinterpret_cast<const uint16_t*>(pix[i].a) + off;
-    if (i + kAhead < n) prefetch_row16(reinterpret_cast<const uint16_t*>(pix[i + kAhead].a) + off, width);
+    if (i + kAhead < n) prefetch_row(reinterpret_cast<const uint16_t*>(pix[i + kAhead].a) + off, width);
     for (int64_t j = 0; j < nblocks; ++j) {
       const int64_t m0 = starts[j], r = starts[j + 1] - m0;
       float* d = dst + m0 * block + j * kPanelSlack + i * r;

@@ -166,12 +166,8 @@ void pack_rows(const Pix* pix, int64_t n, bool side_b, int64_t off, int width, i
   };
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) {
-      if (const T* r = row(i + kAhead)) {
-        const char* f = reinterpret_cast<const char*>(r);
-        const int64_t bytes = width * static_cast<int64_t>(sizeof(T));
-        for (int64_t j = 0; j < bytes; j += 64) _mm_prefetch(f + j, _MM_HINT_T0);
-        _mm_prefetch(f + bytes - 1, _MM_HINT_T0);
-      }
+      if (const T* r = row(i + kAhead))
+        prefetch_lines(reinterpret_cast<uintptr_t>(r), static_cast<uintptr_t>(width) * sizeof(T));
     }
     const T* s = row(i);
     float* d = dst + i * ld;

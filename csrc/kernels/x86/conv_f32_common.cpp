@@ -1260,6 +1260,12 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
       dist = 0;
   }
   c.prefetch = dist;
+
+  plan_row_blocks(c, by_columns);
+
+  const bool by_lines = lines_preferred(c, by_columns, w_bytes);
+  c.schedule = by_lines ? Schedule::Lines : by_columns ? Schedule::Columns : Schedule::Rows;
+
   // AVX2 (table prefetch_runs): where every input element is read by one tap
   // of one row only (forward: 1x1 kernels; backward-data: K <= s / gcd(s, d)
   // on each axis, e.g. the k2 s2 upsamplers), all of the run's lines: nothing
@@ -1280,13 +1286,8 @@ void plan_schedule(ConvPlan& c, const ConvTable& tab) {
     for (int ax = 0; ax < kAxes; ++ax)
       once = once && (fwd ? p.K[ax] == 1 : p.K[ax] <= p.s[ax] / std::gcd(p.s[ax], p.d[ax]));
     c.prefetch_run = once;
+    c.prefetch_first = c.schedule == Schedule::Rows;
   }
-
-  plan_row_blocks(c, by_columns);
-
-  const bool by_lines = lines_preferred(c, by_columns, w_bytes);
-  c.schedule = by_lines ? Schedule::Lines : by_columns ? Schedule::Columns : Schedule::Rows;
-  c.prefetch_first = dist > 0 && tab.prefetch_runs && !c.dw && c.schedule == Schedule::Rows;
 
   // GEMM tiles line by line whose f32 outputs go out of the caches without
   // streaming stores (rows of a few lines, not whole lines): each tile

@@ -115,23 +115,11 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 32
       for (int m = 0; m < M; ++m) p[m] = a[m] + a_off;
     }
-    if (args->prefetch) {
-      // (addresses as integers: a later tile's rows may lie past the tensor)
+    if (args->prefetch) {  // the line there, or every line of the run (prefetch_run)
       const uintptr_t ahead = static_cast<uintptr_t>(args->prefetch) * sizeof(T);
-      if (args->prefetch_run) {  // every line the run touches, from its first
-        const uintptr_t bytes = static_cast<uintptr_t>(args->cred) * sizeof(T);
+      const uintptr_t bytes = args->prefetch_run ? static_cast<uintptr_t>(args->cred) * sizeof(T) : 1;
 #pragma GCC unroll 32
-        for (int m = 0; m < M; ++m) {
-          const uintptr_t q = reinterpret_cast<uintptr_t>(p[m]) + ahead;
-          for (uintptr_t l = q & ~uintptr_t{63}; l < q + bytes; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
-        }
-      } else {
-#pragma GCC unroll 32
-        for (int m = 0; m < M; ++m)
-          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p[m]) + ahead),
-                       _MM_HINT_T0);
-      }
+      for (int m = 0; m < M; ++m) prefetch_lines(reinterpret_cast<uintptr_t>(p[m]) + ahead, bytes);
     }
     auto step = [&](int64_t c) __attribute__((always_inline)) {
       Reg wv[NV];

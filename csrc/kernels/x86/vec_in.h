@@ -1,14 +1,23 @@
 // Vector loads of activations in any of their storages, for the tiles written
 // over the vector traits V (vec_avx512.h, vec_avx2.h): IN 0 f32 (T float), 1
 // bf16 or 2 f16 (T uint16_t, widened as loaded: a shift or vcvtph2ps).
-// Internal linkage (an unnamed namespace), as the traits.
+// Internal linkage (an unnamed namespace), as the traits. And their prefetch.
 #pragma once
+
+#include <immintrin.h>
 
 #include <cstdint>
 
 namespace tct {
 namespace x86 {
 namespace {
+
+// Prefetches (into L1) every 64-byte line that [addr, addr + bytes) touches.
+// Addresses as integers: a later tile's or row's inputs may lie past the tensor.
+inline __attribute__((always_inline)) void prefetch_lines(uintptr_t addr, uintptr_t bytes) {
+  for (uintptr_t l = addr & ~uintptr_t{63}; l < addr + bytes; l += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+}
 
 // V::W elements at p as floats.
 template <class V, int IN, class T>
