@@ -262,6 +262,31 @@ def test_plans_nest_and_collect_in_order(tct):
     assert torch.equal(y, torch.nn.functional.conv_transpose1d(x, w, stride=2))
 
 
+def test_bwd_weights_plan_is_the_gradient_layouts(tct):
+    """A backward-weights plan line names the gradient's layout and shows the
+    driver plan for it (the driver follows the gradient's strides: with the
+    taps innermost, IOX, the tiles write a scratch that a final pass
+    transposes; XOI takes them directly)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 8, 8, 16, generator=gen)
+    dy = torch.randn(2, 15, 15, 24, generator=gen)
+    kw = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], dilations=[1, 1],
+              data_format="NXC")
+    got = {}
+    for wf, shape in (("IOX", [16, 24, 3, 3]), ("XOI", [3, 3, 24, 16])):
+        with tct.plans() as lines:
+            got[wf] = torch.ops.graph.conv_transpose_backward_weights(
+                x, dy, weights_shape=shape, weights_format=wf, **kw)
+        assert len(lines) == 1 and f" weights={wf} " in lines[0] + " ", lines
+        if tct.get_isa() != "reference":
+            assert ("taps_inner=1" if wf == "IOX" else "taps_inner=0") in lines[0], lines[0]
+    w = torch.zeros(16, 24, 3, 3, requires_grad=True)
+    y = torch.nn.functional.conv_transpose2d(x.permute(0, 3, 1, 2), w, stride=2, padding=1)
+    (ref,) = torch.autograd.grad(y, w, dy.permute(0, 3, 1, 2))
+    torch.testing.assert_close(got["IOX"], ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got["XOI"].permute(3, 2, 0, 1), ref, rtol=1e-4, atol=1e-4)
+
+
 VERBOSE_SCRIPT = r"""
 import sys, torch, torch_convtranspose as tct
 x = torch.randn(2, 8, 6, 6, requires_grad=True)

@@ -415,7 +415,8 @@ std::string problem_token(const ConvProblem& p) {
 std::string driver(const CallPlan& plan, const RouteStep& st, const ConvProblem& q) {
   const CallSpec& s = plan.spec;
   if (st.route == Route::NcxPlanar) return x86::describe_planar_f32(s.isa, s.pass, q, s.nthreads);
-  if (s.pass == Pass::BackwardWeights) return x86::describe_bwd_weights_f32(s.isa, q, s.nthreads);
+  if (s.pass == Pass::BackwardWeights)
+    return x86::describe_bwd_weights_f32(s.isa, q, s.nthreads, s.weights);
   return x86::describe_conv_f32(s.isa, s.pass, q, s.nthreads);
 }
 
@@ -500,7 +501,7 @@ void describe_step(std::ostream& os, const CallPlan& plan, const RouteStep& st) 
       if (c.bww16) {
         os << " bww16={"
            << x86::describe_bwd_weights16(plan.spec.isa, plan.spec.p, plan.spec.nthreads,
-                                          kind16(plan.spec.dtype))
+                                          kind16(plan.spec.dtype), plan.spec.weights)
            << "}";
         return;
       }
@@ -671,6 +672,7 @@ std::string describe_spec(const CallSpec& s) {
      << " isa=" << isa_name(s.bf16 != Isa::Reference ? s.bf16 : s.isa)
      << " amd=" << s.amd << " ncx_path=" << ncx_path_name(s.ncx_path)
      << " threads=" << s.nthreads << " problem=" << problem_token(s.p);
+  if (s.pass == Pass::BackwardWeights) os << " weights=" << to_string(s.weights);
   return os.str();
 }
 

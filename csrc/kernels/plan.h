@@ -45,6 +45,9 @@ struct CallSpec {
   bool amd = false;
   NcxPath ncx_path = NcxPath::Auto;
   int nthreads = 1;
+  // Backward-weights: the gradient's layout (its driver plan follows the
+  // gradient's strides); the other passes ignore it.
+  WeightsFormat weights = WeightsFormat::XOI;
 };
 
 enum class Route : uint8_t {

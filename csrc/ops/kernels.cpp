@@ -120,8 +120,9 @@ ActLayout layout_of(const Tensor& t, DataFormat f) {
 // The inputs of a call's plan: the ISA, the NCX path setting and the thread
 // count are read here, once per call.
 CallSpec call_spec(Pass pass, const ConvProblem& p, const Tensor& a, const Tensor& b,
-                   DataFormat f) {
+                   DataFormat f, WeightsFormat wf) {
   CallSpec s;
+  s.weights = wf;
   s.pass = pass;
   s.dtype = dtype_of(a.scalar_type());
   s.p = p;
@@ -190,10 +191,13 @@ bool dry_run() {
 // The plan of a call: the default one, or in benchmark mode (tune.h) the
 // fastest candidate for its spec, timed on this call's tensors the first
 // time (run: executes a plan on them; the caller runs the chosen plan after).
-CallPlan call_plan(const CallSpec& spec, WeightsFormat wf,
-                   const std::function<void(const CallPlan&)>& run) {
+CallPlan call_plan(const CallSpec& spec, const std::function<void(const CallPlan&)>& run) {
   if (!benchmark_enabled()) return make_call_plan(spec);
-  const std::string extra = std::string("weights=") + to_string(wf);
+  // The weights' layout is part of every tuning key: backward-weights'
+  // spec names it already (describe_spec), the other passes add it here.
+  const std::string extra = spec.pass == Pass::BackwardWeights
+                                ? std::string()
+                                : std::string("weights=") + to_string(spec.weights);
   if (dry_run()) return cached_call_plan(spec, extra);
   bool timed = false;
   CallPlan plan = tuned_call_plan(
@@ -256,7 +260,7 @@ Tensor conv_transpose_cpu(TCT_CONV_TRANSPOSE_ARGS) {
     execute(call, args, ws);
   };
   const CallPlan call =
-      call_plan(call_spec(Pass::Forward, p, src, dst, df), plan.attrs.weights_format, run);
+      call_plan(call_spec(Pass::Forward, p, src, dst, df, plan.attrs.weights_format), run);
   if (observe(call)) run(call);
   return dst;
 }
@@ -286,8 +290,8 @@ Tensor backward_data_cpu(TCT_BACKWARD_DATA_ARGS) {
     AtenWorkspace ws;
     execute(call, args, ws);
   };
-  const CallPlan call = call_plan(call_spec(Pass::BackwardData, p, diff_dst, diff_src, df),
-                                  plan.attrs.weights_format, run);
+  const CallPlan call = call_plan(
+      call_spec(Pass::BackwardData, p, diff_dst, diff_src, df, plan.attrs.weights_format), run);
   if (observe(call)) run(call);
   return diff_src;
 }
@@ -337,8 +341,8 @@ Tensor backward_weights_cpu(TCT_BACKWARD_WEIGHTS_ARGS) {
     AtenWorkspace ws;
     execute(call, args, ws);
   };
-  const CallPlan call = call_plan(call_spec(Pass::BackwardWeights, p, src, diff_dst, df),
-                                  plan.attrs.weights_format, run);
+  const CallPlan call = call_plan(
+      call_spec(Pass::BackwardWeights, p, src, diff_dst, df, plan.attrs.weights_format), run);
   if (observe(call)) run(call);
   return diff_w;
 }

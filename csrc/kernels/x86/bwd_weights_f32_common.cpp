@@ -1580,9 +1580,9 @@ bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
   return bww::run_bwd_weights16(*plan, src, diff_dst, static_cast<float*>(diff_w.data));
 }
 
-std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind) {
-  return bww::describe(*bww::plan_bwd_weights(isa, p, dense_weights_view(p, WeightsFormat::IOX),
-                                              nthreads, kind));
+std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind,
+                                   WeightsFormat wf) {
+  return bww::describe(*bww::plan_bwd_weights(isa, p, dense_weights_view(p, wf), nthreads, kind));
 }
 
 std::string describe_bwd_weights_f32(Isa isa, const ConvProblem& p, int nthreads,

@@ -126,7 +126,8 @@ bool backward_weights_f32(Isa isa, const ConvProblem& p, const float* src, const
 bool backward_weights16_applies(Isa isa, const ConvProblem& p, int nthreads, int kind);
 bool backward_weights16(Isa isa, const ConvProblem& p, const uint16_t* src,
                         const uint16_t* diff_dst, WeightsView diff_w, int nthreads, int kind);
-std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind);
+std::string describe_bwd_weights16(Isa isa, const ConvProblem& p, int nthreads, int kind,
+                                   WeightsFormat wf);
 // Reproducible reductions (SPEC 5: the same bits on every call and for any
 // thread count). The backward-weights kernels cut their reduction (over
 // pixels / rows / chunks) into this many pieces, a function of the problem
