@@ -120,10 +120,13 @@ void transpose_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int 
 void transpose_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, int nt, int nn,
                     float* dst, int64_t ld_n, bool stream);
 // Every tap of such a tile (taps of any count): transpose_* per chunk of 16
-// taps, into dst + t0. AVX-512, a contiguous run (ld_n == taps, 17 to
-// kMaxStagedTaps taps: 3D k3) goes through a buffer in L1 and out as whole
-// vectors instead of 16 runs of 16 and of 11 floats per chunk pair (Zen 5,
-// rotated A/B: 3D U-Net k3 backward-weights 1.05x, its dilated layer 1.12x).
+// taps, into dst + t0. A contiguous run (ld_n == taps, 17 to kMaxStagedTaps
+// taps: 3D k3) goes through a buffer in L1 and out as whole vectors instead
+// of 16 runs of 16 and of 11 floats per chunk pair (AVX-512, Zen 5, rotated
+// A/B: 3D U-Net k3 backward-weights 1.05x, its dilated layer 1.12x). AVX2
+// stages streamed runs of 1-15 taps too, so that their whole lines are
+// streamed (no read for ownership; Zen 3: U-Net 1024 -> 512 k2 s2 NXC
+// 1.23x, 3D U-Net k3 1.03-1.09x, 512 -> 512 k3 s2 on 4x4 1.05x).
 constexpr int64_t kMaxStagedTaps = 64;
 void transpose_taps_avx512(const float* src, int64_t ld_t, int64_t ld_q, int nq, int64_t taps,
                            int nn, float* dst, int64_t ld_n, bool stream);
