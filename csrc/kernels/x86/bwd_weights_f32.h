@@ -265,6 +265,7 @@ struct BwdWeightsPlan {
   Final final = Final::None;
   bool final_stream = false, final_n_outer = false;
   int final_ord[3] = {0, 1, 2};  // sum: dims (0 tap, 1 m, 2 n) by output stride, innermost first
+  bool final_rows = false;       // sum: n contiguous in the output too, summed row by row
   // Buffers, in floats (per thread: times nt).
   int64_t pack_floats = 0, local_floats = 0, gbuf_floats = 0, shared_a_floats = 0;
   int64_t scratch_bytes() const;     // the pieces' gradient copies
