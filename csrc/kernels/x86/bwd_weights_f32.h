@@ -266,6 +266,9 @@ struct BwdWeightsPlan {
   bool final_stream = false, final_n_outer = false;
   int final_ord[3] = {0, 1, 2};  // sum: dims (0 tap, 1 m, 2 n) by output stride, innermost first
   bool final_rows = false;       // sum: n contiguous in the output too, summed row by row
+  // Packed, not local: floats of a B panel row, the n-blocks of one (tap,
+  // group) packed at once from each pixel row.
+  int64_t b_span = 0;
   // Buffers, in floats (per thread: times nt).
   int64_t pack_floats = 0, local_floats = 0, gbuf_floats = 0, shared_a_floats = 0;
   int64_t scratch_bytes() const;     // the pieces' gradient copies
