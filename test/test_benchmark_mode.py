@@ -6,6 +6,7 @@ once (later calls reuse the choice), the choice is the fastest candidate or
 the default within the margin, every candidate is itself exact, dry runs time
 nothing, and the cache file carries the choices to another process."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -137,6 +138,25 @@ def test_plan_trace_shows_the_choice(bench):
     assert len(lines) == 2 and lines[0] == lines[1]
     for field in e["chosen"].split():  # "isa=... ncx_path=... threads=..."
         assert f" {field} " in lines[0]
+
+
+def test_gradient_layouts_are_tuned_apart(bench):
+    """Backward-weights calls that differ only in the gradient's layout have
+    plans of their own (the driver follows the gradient's strides): each is
+    timed and recorded under its own key, and each result is exact."""
+    tct = bench
+    p = LAYERS[2]
+    x, _, _ = P.problem_tensors(p, torch.float32, seed=3, integer=True)
+    dy = P.diff_dst_tensor(p, torch.float32, seed=4, integer=True)
+    for wf in ("XOI", "IOX", "XOI", "IOX"):
+        q = dataclasses.replace(p, weights_format=wf)
+        a, shape = q.attrs(), q.w_shape()
+        dw = torch.ops.graph.conv_transpose_backward_weights(x, dy, weights_shape=shape, **a)
+        P.assert_result(dw, P.ref_conv_transpose_backward_weights(x, dy, weights_shape=shape, **a),
+                        torch.float32, exact=True)
+    keys = [e["key"] for e in tct.benchmark_results()]
+    assert len(keys) == 2, keys
+    assert sorted(k.split()[-1] for k in keys) == ["weights=IOX", "weights=XOI"], keys
 
 
 def test_dry_run_times_nothing(bench):

@@ -101,8 +101,8 @@ std::string fast_key(const CallSpec& s, const std::string& extra) {
   const ConvProblem& p = s.p;
   std::vector<int64_t> v{static_cast<int64_t>(s.pass), static_cast<int64_t>(s.dtype),
                          s.a.nxc, s.a.ncx, s.b.nxc, s.b.ncx, static_cast<int64_t>(s.isa), static_cast<int64_t>(s.bf16),
-                         s.amd, static_cast<int64_t>(s.ncx_path), s.nthreads, p.spatial_rank,
-                         p.N, p.G, p.ICg, p.OCg};
+                         s.amd, static_cast<int64_t>(s.ncx_path), s.nthreads,
+                         static_cast<int64_t>(s.weights), p.spatial_rank, p.N, p.G, p.ICg, p.OCg};
   for (const auto* a : {&p.I, &p.O, &p.K, &p.s, &p.d, &p.pb, &p.pe, &p.op})
     v.insert(v.end(), a->begin(), a->end());
   std::string key(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));

@@ -178,7 +178,7 @@ void transpose_taps_avx2(const float* src, int64_t ld_t, int64_t ld_q, int nq, i
   // 4x4, 9.4 MB: the 9-tap runs took 24 % of the call with plain stores).
   const bool staged =
       ld_n == taps && taps <= kMaxStagedTaps && taps != 16 && (taps > 16 || stream);
-  alignas(64) float buf[16 * kMaxStagedTaps];
+  alignas(64) float buf[16 * kMaxStagedTaps + 8];  // + 8: the tail's whole-vector load
   float* const to = staged ? buf : dst;
   for (int64_t t0 = 0; t0 < taps; t0 += 16)
     transpose_avx2(src + t0 * ld_t, ld_t, ld_q, nq, static_cast<int>(taps - t0 < 16 ? taps - t0 : 16),
