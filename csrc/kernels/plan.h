@@ -45,8 +45,9 @@ struct CallSpec {
   bool amd = false;
   NcxPath ncx_path = NcxPath::Auto;
   int nthreads = 1;
-  // Backward-weights: the gradient's layout (its driver plan follows the
-  // gradient's strides); the other passes ignore it.
+  // The weights' layout: backward-weights' driver plan follows the
+  // gradient's strides; the other passes' plans do not read it (benchmark
+  // mode keys every pass's choices by it).
   WeightsFormat weights = WeightsFormat::XOI;
 };
 

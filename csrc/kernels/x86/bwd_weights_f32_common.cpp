@@ -1453,8 +1453,8 @@ void final_sum(const BwdWeightsPlan& pl, const float* scr, float* out) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < taps * G * Mg; ++r) {
       const int64_t t = r / (G * Mg), gm = r % (G * Mg), g = gm / Mg, m = gm % Mg;
-      sum_rows(scr + t * plane + gm * Ng, wstride, nbuf, Ng,
-               out + g * ICg * si + m * om + pl.koff[t], pl.direct);
+      sum_pieces(scr + t * plane + gm * Ng, wstride, nbuf, Ng,
+                 out + g * ICg * si + m * om + pl.koff[t], 1, pl.direct);
     }
     return;
   }
@@ -1527,10 +1527,10 @@ void run_tasks(const BwdWeightsPlan& pl, CallBuffers& cb, const TA* src, const T
 
 }  // namespace
 
-void sum_rows(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
-              bool accumulate) {
-  // In runs of kRun: the copies added in piece order into acc (loops the
-  // compiler vectorizes), then into dst; the same sums as sum_pieces'.
+void sum_pieces(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
+                int64_t dst_stride, bool accumulate) {
+  // In runs of kRun: the copies (contiguous) added in piece order into acc,
+  // in loops the compiler vectorizes, then acc into dst at its stride.
   constexpr int64_t kRun = 64;
   float acc[kRun];
   for (int64_t i0 = 0; i0 < len; i0 += kRun) {
@@ -1541,22 +1541,18 @@ void sum_rows(const float* copies, int64_t ld_copy, int n, int64_t len, float* d
       const float* cq = c + q * ld_copy;
       for (int64_t j = 0; j < k; ++j) acc[j] += cq[j];
     }
-    float* d = dst + i0;
-    if (accumulate) {
-      for (int64_t j = 0; j < k; ++j) d[j] += acc[j];
+    float* d = dst + i0 * dst_stride;
+    if (dst_stride == 1) {  // (a loop of its own: vectorized)
+      if (accumulate) {
+        for (int64_t j = 0; j < k; ++j) d[j] += acc[j];
+      } else {
+        for (int64_t j = 0; j < k; ++j) d[j] = acc[j];
+      }
+    } else if (accumulate) {
+      for (int64_t j = 0; j < k; ++j) d[j * dst_stride] += acc[j];
     } else {
-      for (int64_t j = 0; j < k; ++j) d[j] = acc[j];
+      for (int64_t j = 0; j < k; ++j) d[j * dst_stride] = acc[j];
     }
-  }
-}
-
-void sum_pieces(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
-                int64_t dst_stride, bool accumulate) {
-  for (int64_t i = 0; i < len; ++i) {
-    float acc = copies[i];
-    for (int q = 1; q < n; ++q) acc += copies[q * ld_copy + i];
-    if (accumulate) dst[i * dst_stride] += acc;
-    else dst[i * dst_stride] = acc;
   }
 }
 

@@ -1545,9 +1545,8 @@ struct TilesThread {
 // when at least kFlatMinTiles tiles share the list (built per row and phase,
 // again only for a last block of fewer channels; heuristics L13). Zen 3, one
 // thread: the 3-channel k4 s2 backward-data (4 segments x 3 channels x 4
-// taps) 1.07-1.09x,
-// GoogLeNet's k7 d2 (7 x 3 x 7) 1.02-1.05x; a 1D forward of 4 tiles a list
-// lost 6 % to the building.
+// taps) 1.07-1.09x, GoogLeNet's k7 d2 (7 x 3 x 7) 1.02-1.05x; a 1D forward
+// of 4 tiles a list lost 6 % to the building.
 constexpr int64_t kFlatTaps = 256, kFlatMinTiles = 8;
 constexpr int64_t kNoSegment[1] = {0};
 

@@ -146,9 +146,6 @@ int reduction_pieces(double act_floats, double grad_floats, int64_t units);
 // accumulate (dst already holds piece 0).
 void sum_pieces(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
                 int64_t dst_stride, bool accumulate);
-// sum_pieces into a contiguous dst (dst_stride 1), in vectors: the same sums.
-void sum_rows(const float* copies, int64_t ld_copy, int n, int64_t len, float* dst,
-              bool accumulate);
 
 // Backward-data of a one-pixel src whose kernel covers diff_dst exactly, as
 // dot products (planar_f32_common.cpp); dense NCX or (one group) NXC

@@ -466,34 +466,32 @@ TEST(FastBackwardWeights, TapTransposeMatchesNaive) {
   }
 }
 
-// The pieces' copies summed row by row (the final pass when n is contiguous
-// in the output): hand-computed sums in piece order, the same bits as the
-// strided sum_pieces, runs around the 64-float chunk, copies far apart.
-TEST(FastBackwardWeights, SumRowsAddsPiecesInOrder) {
+// The pieces' copies summed (the final passes): hand-computed sums in piece
+// order, written contiguously (whole rows) or at a stride, runs around the
+// 64-float chunk, copies far apart; nothing else of dst touched.
+TEST(FastBackwardWeights, SumPiecesAddsPiecesInOrder) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (int n : {1, 2, 5, 8})
     for (int64_t len : {1, 7, 63, 64, 65, 200})
-      for (bool acc : {false, true}) {
-        const int64_t ld = len + 13;
-        std::vector<float> copies(static_cast<size_t>(n * ld));
-        for (float& v : copies) v = u(rng);
-        std::vector<float> dst(static_cast<size_t>(len) + 8), want;
-        for (float& v : dst) v = u(rng);
-        want = dst;
-        for (int64_t i = 0; i < len; ++i) {
-          float s = copies[i];
-          for (int q = 1; q < n; ++q) s += copies[q * ld + i];
-          want[i] = acc ? want[i] + s : s;
+      for (int64_t stride : {1, 3})
+        for (bool acc : {false, true}) {
+          const int64_t ld = len + 13;
+          std::vector<float> copies(static_cast<size_t>(n * ld));
+          for (float& v : copies) v = u(rng);
+          std::vector<float> dst(static_cast<size_t>(len * stride) + 8), want;
+          for (float& v : dst) v = u(rng);
+          want = dst;
+          for (int64_t i = 0; i < len; ++i) {
+            float s = copies[i];
+            for (int q = 1; q < n; ++q) s += copies[q * ld + i];
+            want[i * stride] = acc ? want[i * stride] + s : s;
+          }
+          x86::sum_pieces(copies.data(), ld, n, len, dst.data(), stride, acc);
+          for (size_t i = 0; i < dst.size(); ++i)
+            ASSERT_EQ(dst[i], want[i]) << "n " << n << " len " << len << " stride " << stride
+                                       << " acc " << acc << " i " << i;
         }
-        std::vector<float> strided = dst;
-        x86::sum_pieces(copies.data(), ld, n, len, strided.data(), 1, acc);
-        x86::sum_rows(copies.data(), ld, n, len, dst.data(), acc);
-        for (size_t i = 0; i < dst.size(); ++i) {
-          ASSERT_EQ(dst[i], want[i]) << "n " << n << " len " << len << " acc " << acc << " i " << i;
-          ASSERT_EQ(strided[i], want[i]) << "sum_pieces n " << n << " len " << len << " i " << i;
-        }
-      }
 }
 
 // All taps of a tile at once (the chunks of 16; AVX-512 stages contiguous
