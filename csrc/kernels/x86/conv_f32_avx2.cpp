@@ -83,6 +83,7 @@ const ConvTable* avx2_table(bool zen3) {
     t.dw_prefetch = true;
     t.prefetch_out = true;
     t.prefetch_runs = true;
+    t.merge_cols = 16;
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
     t.widen16[1] = bf16_to_f32_avx2;

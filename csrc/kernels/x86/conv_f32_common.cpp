@@ -673,6 +673,13 @@ struct ConvPlan {
   // chunk (no accumulation).
   int out_bytes = 4;
   int out16 = 0;
+  // Small groups as super-groups (ConvTable::merge_cols, heuristics C28):
+  // merge = f groups a super-group, p the merged problem (G / f groups of
+  // f x ICg, f x OCg channels); run_conv builds its block-diagonal weights,
+  // dense IOX (merged_weights), from the caller's, whose strides these are.
+  int64_t merge = 1, merge_ICg = 0, merge_OCg = 0;
+  int64_t merge_si = 0, merge_so = 0;
+  std::array<int64_t, kAxes> merge_sk{};
   // Workspace.
   int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
   RowBufSizes row_bufs;
@@ -1057,7 +1064,7 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
   // rows is far less in cache; the indirection buffer stays below 256 KB.)
   // VNNI tiles (32 rows, a 32-channel step per tile load): no cap on the
   // pointed-at rows, whose weights chunk is then reused by TB tiles.
-  const int64_t tb_cap = std::max<int64_t>(
+  int64_t tb_cap = std::max<int64_t>(
       1, std::min<int64_t>({64, c.vnni ? int64_t{64} : (2048 << 10) / (MR * row_bytes),
                             (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * kPointerBytes)}));
   double abytes = 0;  // input rows of all phases, once
@@ -1074,6 +1081,7 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
   auto enough = [&](int64_t n) {
     return n >= want && (!even_items || n % nthreads == 0 || n >= 2 * want);
   };
+  if (const char* e = std::getenv("TCT_EXP_TBCAP")) tb_cap = std::atoi(e);
   c.TB = tb_cap;
   c.CG = 1;
   if (!by_columns) {
@@ -1387,8 +1395,57 @@ int64_t workspace_bytes(const ConvPlan& c) {
 // its only allocations are the geometry tables it holds (the phases' axis
 // maps, bounded by kLazyEntries per axis; the row orders; the line runs).
 // plan_conv (below) keeps the last few per thread.
+WeightsView dense_iox_strides(const ConvProblem& p);
+
+// The groups a super-group (ConvTable::merge_cols; 1: none). Zen 3, 2
+// threads, channels-last, alternating with torch in one process, the
+// block-diagonal weights built in Python against the plain groups: 8
+// channels a group (N=4 128 -> 128 g16 32x32 k4 s2, 256 -> 256 g32 16x16)
+// f = 2: forward 1.38-1.43x, backward-data 1.2-1.5x; 4 channels (g32 of 128)
+// f = 4: forward 1.8x (f = 2 1.33x, f = 8 1.18x), backward-data 1.17-1.24x;
+// 2 channels (g32 of 64, k3) f = 8: forward 2.3x, backward-data 2.9x. The
+// 12x8 tile reads 32 bytes of each 512-byte pixel per group pass and stores
+// as much, so each pass over a row block refetches every line; merged, the
+// 6x16 tile reads and writes whole runs of 64 bytes. (Backward-weights has
+// its own grouped tiles, and ran 0.6-0.9x merged: not merged.) Only where
+// the super-group fills the tile's columns exactly (f x the wider side =
+// merge_cols): benchdnn's 4 -> 5 channels a group (f = 2, 10 or 8 merged
+// columns) ran 0.8-1.1x merged, its 3D 4 -> 4 (f = 4) 1.3-1.6x. The merged
+// weights stay below 8 MiB.
+int64_t merge_factor(const ConvTable& tab, const ConvProblem& p) {
+  if (tab.merge_cols <= 0 || p.G < 2 || (p.ICg == 1 && p.OCg == 1)) return 1;
+  const int64_t widest = std::max(p.ICg, p.OCg);
+  int64_t f = 1;
+  for (int64_t d = 2; d * widest <= tab.merge_cols && d <= p.G; ++d)
+    if (p.G % d == 0) f = d;
+  const double merged_bytes = 4.0 * f * p.IC() * p.OCg * p.taps();
+  return f * widest == tab.merge_cols && merged_bytes <= 8.0 * (1 << 20) ? f : 1;
+}
+
+ConvPlan build_plan_of(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
+                       const WeightsView& wv, int nthreads, int64_t one_chunk_bytes);
+
 ConvPlan build_conv_plan(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
-                         const WeightsView& wv, int nthreads, int64_t one_chunk_bytes) {
+                         const WeightsView& wv, int nthreads, int64_t one_chunk_bytes,
+                         bool merge_ok) {
+  const int64_t f = merge_ok && tab && pass != Pass::BackwardWeights ? merge_factor(*tab, p) : 1;
+  if (f == 1) return build_plan_of(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
+  ConvProblem q = p;
+  q.G = p.G / f;
+  q.ICg = p.ICg * f;
+  q.OCg = p.OCg * f;
+  ConvPlan c = build_plan_of(tab, isa, pass, q, dense_iox_strides(q), nthreads, one_chunk_bytes);
+  c.merge = f;
+  c.merge_ICg = p.ICg;
+  c.merge_OCg = p.OCg;
+  c.merge_si = wv.si;
+  c.merge_so = wv.so;
+  c.merge_sk = {wv.sk[0], wv.sk[1], wv.sk[2]};
+  return c;
+}
+
+ConvPlan build_plan_of(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
+                       const WeightsView& wv, int nthreads, int64_t one_chunk_bytes) {
   ConvPlan c;
   c.one_chunk_bytes = one_chunk_bytes;
   c.isa = isa;
@@ -1447,6 +1504,7 @@ std::string describe(const ConvPlan& c) {
                                                     : "backward_weights";
   o << "conv pass=" << pass << " route=" << route_name(c.route);
   if (c.route == Route::Nothing || c.route == Route::Reference) return o.str();
+  if (c.merge > 1) o << " merge=" << c.merge;
   o << " tile=" << c.tile << " mr=" << c.MR << " nr=" << c.NR << " nb=" << c.NB;
   if (c.route == Route::Patch) {
     const PatchPlan& pp = c.patch;
@@ -2864,8 +2922,42 @@ void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
   else run_by_rows(pl, call, bufs);
 }
 
+// Plan merge: the merged problem's block-diagonal weights, dense IOX, from
+// the caller's W (the original problem's, at pl.merge_* strides), in W's
+// element type (16 bits where the packing widens them: w16, pairs).
+// Super-group g' holds groups g'f .. g'f + f-1; input channel ic of group g
+// feeds columns (g mod f) x OCg .. + OCg of its super-group, zeros elsewhere.
+template <class E>
+void merged_weights(const ConvPlan& pl, const E* W, E* out) {
+  const ConvProblem& q = pl.p;
+  const int64_t ICg = pl.merge_ICg, OCg = pl.merge_OCg, f = pl.merge;
+  const int64_t K0 = q.K[0], K1 = q.K[1], K2 = q.K[2], T = q.taps();
+  const int64_t row = q.OCg * T;  // one input channel's merged run
+  for (int64_t ic = 0; ic < q.IC(); ++ic) {
+    E* const o = out + ic * row;
+    std::fill(o, o + row, E{});
+    E* const blk = o + (ic / ICg) % f * OCg * T;
+    for (int64_t oc = 0; oc < OCg; ++oc)
+      for (int64_t k0 = 0, t = 0; k0 < K0; ++k0)
+        for (int64_t k1 = 0; k1 < K1; ++k1)
+          for (int64_t k2 = 0; k2 < K2; ++k2, ++t)
+            blk[oc * T + t] = W[ic * pl.merge_si + oc * pl.merge_so + k0 * pl.merge_sk[0] +
+                                k1 * pl.merge_sk[1] + k2 * pl.merge_sk[2]];
+  }
+}
+
 bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bias,
               void* out) {
+  AlignedBuf<float> wmerged;
+  if (pl.merge > 1 && pl.route != Route::Reference && pl.route != Route::Nothing) {
+    const int64_t elems = pl.p.IC() * pl.p.OCg * pl.p.taps();
+    wmerged = aligned_buffer<float>(elems, 16);  // (16-bit weights: half of it used)
+    if (pl.w16 || pl.vnni)
+      merged_weights(pl, static_cast<const uint16_t*>(W), reinterpret_cast<uint16_t*>(wmerged.get()));
+    else
+      merged_weights(pl, static_cast<const float*>(W), wmerged.get());
+    W = wmerged.get();
+  }
   switch (pl.route) {
     case Route::Reference:
       return false;
@@ -2930,35 +3022,75 @@ struct PlanKey {
   std::array<int64_t, kAxes> sk;
   int nthreads;
   int64_t one_chunk_bytes;
+  bool merge_ok;
   bool operator==(const PlanKey& o) const {
     return tab == o.tab && isa == o.isa && pass == o.pass && si == o.si && so == o.so &&
            sk == o.sk && nthreads == o.nthreads && one_chunk_bytes == o.one_chunk_bytes &&
-           p == o.p;
+           merge_ok == o.merge_ok && p == o.p;
   }
 };
 PlanKey plan_key(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
-                 const WeightsView& wv, int nthreads, int64_t one_chunk_bytes) {
+                 const WeightsView& wv, int nthreads, int64_t one_chunk_bytes, bool merge_ok) {
   return {tab, isa, pass, p, wv.si, wv.so, {wv.sk[0], wv.sk[1], wv.sk[2]}, nthreads,
-          one_chunk_bytes};
+          one_chunk_bytes, merge_ok};
 }
 
 // build_conv_plan's result, from the thread's recent plans (plan_memo.h).
+// merge_ok: small groups may run as super-groups (merge_factor; the f32
+// entry points below, which guard it with run_merged).
 std::shared_ptr<const ConvPlan> plan_conv(const ConvTable* tab, Isa isa, Pass pass,
                                           const ConvProblem& p, const WeightsView& wv,
-                                          int nthreads, int64_t one_chunk_bytes = 0) {
+                                          int nthreads, int64_t one_chunk_bytes = 0,
+                                          bool merge_ok = false) {
   thread_local PlanMemo<PlanKey, ConvPlan> memo;
-  const PlanKey key = plan_key(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
+  const PlanKey key = plan_key(tab, isa, pass, p, wv, nthreads, one_chunk_bytes, merge_ok);
   return memo.get(key, [&] {
-    return build_conv_plan(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
+    return build_conv_plan(tab, isa, pass, p, wv, nthreads, one_chunk_bytes, merge_ok);
   });
+}
+
+// Whether n floats hold a NaN or an infinity (all exponent bits set).
+bool any_nonfinite(const float* x, int64_t n, int nthreads) {
+  const auto* u = reinterpret_cast<const uint32_t*>(x);
+  bool bad = false;
+#pragma omp parallel for num_threads(nthreads) reduction(|| : bad) schedule(static) if (n >= (1 << 16))
+  for (int64_t b = 0; b < n; b += 4096) {
+    uint32_t hit = 0;
+    const int64_t e = std::min(n, b + 4096);
+    for (int64_t i = b; i < e; ++i) hit |= ((u[i] & 0x7f800000u) == 0x7f800000u);
+    bad = bad || hit != 0;
+  }
+  return bad;
+}
+
+// A merged plan (super-groups) multiplies each group's inputs by the other
+// groups' zero weights, so a NaN or infinity in one group's input would
+// reach the outputs of the groups merged with it, where torch's grouped
+// convolution keeps it to its own group. Such calls run the plain groups:
+// the smaller side is checked, the input before (all finite: the merged
+// plan) or the result after the merged run (not all finite: rerun plain;
+// finite inputs give finite 0 x x terms, so the merged sums are the plain
+// ones, in the same order).
+bool run_merged(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p, const void* in,
+                WeightsView w, const float* bias, void* out, int nthreads) {
+  const auto plan = plan_conv(tab, isa, pass, p, w, nthreads, 0, true);
+  if (plan->merge == 1) return run_conv(*plan, in, w.data, bias, out);
+  const ConvPlan& pl = *plan;
+  const int64_t in_n = pl.N * pl.in_pix * pl.in_c, out_n = pl.N * pl.out_pix * pl.out_c;
+  auto plain = [&] { return run_conv(*plan_conv(tab, isa, pass, p, w, nthreads), in, w.data, bias, out); };
+  if (in_n <= out_n) {
+    if (any_nonfinite(static_cast<const float*>(in), in_n, nthreads)) return plain();
+    return run_conv(pl, in, w.data, bias, out);
+  }
+  if (!run_conv(pl, in, w.data, bias, out)) return false;
+  return any_nonfinite(static_cast<const float*>(out), out_n, nthreads) ? plain() : true;
 }
 
 }  // namespace
 
 bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
                  const float* bias, float* dst, int nthreads) {
-  const auto plan = plan_conv(table_for(isa), isa, Pass::Forward, p, w, nthreads);
-  return run_conv(*plan, src, static_cast<const float*>(w.data), bias, dst);
+  return run_merged(table_for(isa), isa, Pass::Forward, p, src, w, bias, dst, nthreads);
 }
 
 bool backward_data_fuses_taps(const ConvProblem& p) {
@@ -2977,13 +3109,13 @@ bool backward_data_f32(Isa isa, const ConvProblem& p, const float* diff_dst, Wei
                        float* diff_src, int nthreads) {
   // A one-pixel src under a covering kernel (z -> 4x4): dot products (10x).
   if (dense_backward_data_f32(isa, p, diff_dst, w, diff_src, nthreads, true)) return true;
-  const auto plan = plan_conv(table_for(isa), isa, Pass::BackwardData, p, w, nthreads);
-  return run_conv(*plan, diff_dst, static_cast<const float*>(w.data), nullptr, diff_src);
+  return run_merged(table_for(isa), isa, Pass::BackwardData, p, diff_dst, w, nullptr, diff_src,
+                    nthreads);
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, const WeightsView& w,
                               int nthreads) {
-  return describe(*plan_conv(table_for(isa), isa, pass, p, w, nthreads));
+  return describe(*plan_conv(table_for(isa), isa, pass, p, w, nthreads, 0, true));
 }
 
 std::string describe_conv_f32(Isa isa, Pass pass, const ConvProblem& p, int nthreads) {
@@ -3191,7 +3323,7 @@ std::shared_ptr<const ConvPlan> plan_f32_out16(Isa isa, Pass pass, const ConvPro
                                                bool in16 = false, Widen16Fn w16 = nullptr,
                                                bool f32_out = false, bool to_dst = false) {
   thread_local PlanMemo<Out16Key, ConvPlan, 8> memo;
-  const Out16Key key{plan_key(table_for(isa), isa, pass, p, wv, nthreads, 0), out16, in16, w16,
+  const Out16Key key{plan_key(table_for(isa), isa, pass, p, wv, nthreads, 0, false), out16, in16, w16,
                      f32_out, to_dst};
   return memo.get(key, [&] {
     return build_f32_out16(isa, pass, p, wv, nthreads, out16, in16, w16, f32_out, to_dst);

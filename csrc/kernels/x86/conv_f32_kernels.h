@@ -235,6 +235,14 @@ struct ConvTable {
   // measured): by rows, only the first pass over a row block's column blocks
   // prefetches; runs read once (ConvPlan::prefetch_run) get every line.
   bool prefetch_runs = false;
+  // Small groups as super-groups (heuristics C28; 0: off, where not
+  // measured): a channels-last forward / backward-data with G > 1 groups of
+  // at most merge_cols reduction channels and columns, not depthwise, runs as
+  // G / f groups of f consecutive groups each, with block-diagonal weights
+  // (zeros between the groups), where a divisor f of G makes the wider side
+  // f x max(ICg, OCg) = merge_cols: whole tile columns and dense input runs,
+  // at f times the multiply-adds.
+  int merge_cols = 0;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

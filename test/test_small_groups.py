@@ -1,0 +1,160 @@
+"""Small groups as super-groups (docs/heuristics.md, C28): on AVX2 a channels-last
+f32 forward / backward-data whose groups have 2-8 channels a side runs as G / f
+groups of f consecutive groups, with block-diagonal weights built from the caller's
+(any weights layout), so that the 6x16 tile's columns are whole. The results must
+be the plain grouped convolution's: exact against the f64 oracle on integer data,
+and a NaN / Inf in one group's input must stay in that group's outputs (the
+merged plan would multiply it by the other groups' zeros: such calls run the
+plain groups)."""
+
+import problems as P
+import pytest
+import torch
+
+import torch_convtranspose as tct
+
+CASES = [  # (S, N, G, ICg, OCg, spatial, K, s, p, d, merge factor on AVX2)
+    (2, 2, 16, 8, 8, (9, 7), 4, 2, 1, 1, 2),
+    (2, 3, 32, 2, 2, (6, 5), 3, 1, 1, 1, 8),
+    (2, 2, 8, 4, 4, (5, 6), 3, 2, 0, 2, 4),  # dilated, no pads
+    (2, 2, 4, 4, 8, (7, 7), 2, 2, 0, 1, 2),  # ICg != OCg
+    (2, 1, 6, 2, 8, (5, 4), 4, 2, 1, 1, 2),  # f = 2 of 6 groups: three super-groups
+    (1, 4, 16, 4, 4, (23,), 5, 3, 2, 1, 4),
+    (3, 2, 8, 8, 8, (3, 4, 3), 3, 2, 1, 1, 2),
+    (2, 2, 12, 8, 8, (4, 4), 1, 1, 0, 1, 2),  # 1x1
+    (2, 0, 16, 8, 8, (4, 4), 3, 1, 1, 1, 2),  # batch 0
+]
+NOT_MERGED = [  # shapes the rule leaves to the plain groups
+    (2, 2, 4, 4, 5, (5, 5), 3, 1, 1, 1),  # 4 -> 5 channels: no f makes 16 columns
+    (2, 2, 3, 8, 8, (5, 5), 3, 1, 1, 1),  # 3 groups of 8: no divisor 2
+    (2, 2, 16, 1, 1, (5, 5), 3, 1, 1, 1),  # depthwise
+    (2, 2, 2, 16, 16, (5, 5), 3, 1, 1, 1),  # a tile's columns already
+]
+
+
+def _ints(shape, seed, lo=-3, hi=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(lo, hi, shape, generator=g).to(torch.float32)
+
+
+def _attrs(S, s, p, d, g, fmt, wf):
+    return dict(strides=[s] * S, pads_begin=[p] * S, pads_end=[p] * S, dilations=[d] * S,
+                groups=g, data_format=fmt, weights_format=wf)
+
+
+def _tensors(case, seed=0):
+    S, N, G, ICg, OCg, sp, K, s, p, d = case[:10]
+    x = _ints((N, G * ICg) + sp, seed)
+    w = _ints((G * ICg, OCg) + (K,) * S, seed + 1)
+    ref = P.oracle_forward(x.double(), w.double(), None, [s] * S, [p] * S, [p] * S, [d] * S,
+                           [], G)
+    dy = _ints(tuple(ref.shape), seed + 2)
+    return x, w, dy
+
+
+def _call(op, case, x, w, dy, fmt, wf):
+    """Our op on NCX-logical tensors in layout fmt and weights layout wf; NCX result."""
+    S, G, s, p, d = case[0], case[2], case[7], case[8], case[9]
+    a = _attrs(S, s, p, d, G, fmt, wf)
+    wt = P.weights_from_iox(w, wf)
+    if op == "fwd":
+        y = torch.ops.graph.conv_transpose(P.data_from_ncx(x, fmt), wt, None, **a)
+    else:
+        y = torch.ops.graph.conv_transpose_backward_data(
+            P.data_from_ncx(dy, fmt), wt, src_shape=P.data_shape_from_ncx(x.shape, fmt), **a)
+    return P.data_to_ncx(y, fmt)
+
+
+def _want(op, case, x, w, dy):
+    S, G, s, p, d = case[0], case[2], case[7], case[8], case[9]
+    if op == "fwd":
+        return P.oracle_forward(x.double(), w.double(), None, [s] * S, [p] * S, [p] * S,
+                                [d] * S, [], G)
+    return P.oracle_backward_data(dy.double(), w.double(), [s] * S, [p] * S, [p] * S, [d] * S,
+                                  G, list(x.shape[2:]))
+
+
+def _ids(c):
+    return f"{c[0]}d_n{c[1]}_g{c[2]}_{c[3]}to{c[4]}_k{c[6]}s{c[7]}"
+
+
+@pytest.mark.parametrize("wf", P.WEIGHTS_FORMATS)
+@pytest.mark.parametrize("fmt", ["NXC", "NCX"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_merged_groups_exact(case, op, fmt, wf):
+    P.require_isa("avx2")
+    x, w, dy = _tensors(case)
+    with tct.use_isa("avx2"), tct.use_ncx_path("channels_last"), tct.plans() as lines:
+        got = _call(op, case, x, w, dy, fmt, wf)
+    P.assert_result(got.contiguous(), _want(op, case, x, w, dy), torch.float32, exact=True)
+    if case[1] > 0:  # (an empty batch plans nothing)
+        assert f"merge={case[10]} " in lines[0], lines[0][:400]
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("case", NOT_MERGED, ids=_ids)
+def test_rule_leaves_other_groups_alone(case, op):
+    P.require_isa("avx2")
+    x, w, dy = _tensors(case, 5)
+    with tct.use_isa("avx2"), tct.plans() as lines:
+        got = _call(op, case, x, w, dy, "NXC", "IOX")
+    P.assert_result(got.contiguous(), _want(op, case, x, w, dy), torch.float32, exact=True)
+    assert "merge=" not in lines[0], lines[0][:400]
+
+
+@pytest.mark.parametrize("isa", [i for i in ("avx512", "reference") if i in P.isa_param_names()])
+def test_not_merged_where_not_measured(isa):
+    # Only the AVX2 table merges (ConvTable::merge_cols); the other ISAs and the
+    # 16-bit and backward-weights passes keep the plain groups.
+    P.require_isa(isa)
+    case = CASES[0]
+    x, w, dy = _tensors(case)
+    with tct.use_isa(isa), tct.plans() as lines:
+        got = _call("fwd", case, x, w, dy, "NXC", "IOX")
+    P.assert_result(got.contiguous(), _want("fwd", case, x, w, dy), torch.float32, exact=True)
+    assert "merge=" not in lines[0]
+
+
+def test_not_merged_in_16_bits_or_backward_weights():
+    P.require_isa("avx2")
+    case = CASES[0]
+    S, G, s, p, d = case[0], case[2], case[7], case[8], case[9]
+    x, w, dy = _tensors(case)
+    a = _attrs(S, s, p, d, G, "NXC", "IOX")
+    with tct.use_isa("avx2"), tct.plans() as lines:
+        torch.ops.graph.conv_transpose(P.data_from_ncx(x, "NXC").bfloat16(), w.bfloat16(), None,
+                                       **a)
+        torch.ops.graph.conv_transpose_backward_weights(
+            P.data_from_ncx(x, "NXC"), P.data_from_ncx(dy, "NXC"), weights_shape=list(w.shape),
+            **a)
+    assert len(lines) == 2 and all("merge=" not in line for line in lines), lines
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+def test_nonfinite_input_stays_in_its_group(op, bad):
+    # A k4 s2 upsampler: the forward's input is the smaller side (checked before
+    # the merged run), the backward-data's result is (checked after it, then rerun
+    # on the plain groups). Group 3's input holds the bad value; group 2, merged
+    # with it, must stay finite and exact.
+    P.require_isa("avx2")
+    case = CASES[0]
+    ICg, OCg = case[3], case[4]
+    x, w, dy = _tensors(case, 7)
+    if op == "fwd":
+        x[1, 3 * ICg + 5, 4, 3] = bad
+    else:
+        dy[1, 3 * OCg + 5, 8, 6] = bad
+    want = _want(op, case, x, w, dy)
+    with tct.use_isa("avx2"), tct.plans() as lines:
+        got = _call(op, case, x, w, dy, "NXC", "IOX")
+    assert "merge=2 " in lines[0]
+    ch = ICg if op == "bwd_d" else OCg  # result channels a group
+    other = slice(2 * ch, 3 * ch)  # group 2: merged with group 3, untouched by the bad value
+    assert torch.isfinite(got[:, other]).all()
+    assert not torch.isfinite(want).all()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite].double(), want[finite])
