@@ -133,23 +133,27 @@ def test_not_merged_in_16_bits_or_backward_weights():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d"])
-def test_nonfinite_input_stays_in_its_group(op, bad):
-    # A k4 s2 upsampler: the forward's input is the smaller side (checked before
+@pytest.mark.parametrize("ci", [0, 2], ids=["8to8_diag", "4to4_zeros"])
+def test_nonfinite_input_stays_in_its_group(ci, op, bad):
+    # Strided layers: the forward's input is the smaller side (checked before
     # the merged run), the backward-data's result is (checked after it, then rerun
     # on the plain groups). Group 3's input holds the bad value; group 2, merged
-    # with it, must stay finite and exact.
+    # with it, must stay finite and exact. 8 -> 8 channels a group run the
+    # block-diagonal tile, which never multiplies the zeros (no check); 4 -> 4
+    # the plain 6x16 tile over the zeros (the check).
     P.require_isa("avx2")
-    case = CASES[0]
+    case = CASES[ci]
     ICg, OCg = case[3], case[4]
     x, w, dy = _tensors(case, 7)
     if op == "fwd":
-        x[1, 3 * ICg + 5, 4, 3] = bad
+        x[1, 3 * ICg + 1, 2, 3] = bad
     else:
-        dy[1, 3 * OCg + 5, 8, 6] = bad
+        dy[1, 3 * OCg + 1, 6, 4] = bad  # (even: reached by the taps of stride 2, dilation 2)
     want = _want(op, case, x, w, dy)
     with tct.use_isa("avx2"), tct.plans() as lines:
         got = _call(op, case, x, w, dy, "NXC", "IOX")
-    assert "merge=2 " in lines[0]
+    assert f"merge={case[10]} " in lines[0]
+    assert ("tile=avx2_6x16d " in lines[0]) == (ci == 0), lines[0][:400]
     ch = ICg if op == "bwd_d" else OCg  # result channels a group
     other = slice(2 * ch, 3 * ch)  # group 2: merged with group 3, untouched by the bad value
     assert torch.isfinite(got[:, other]).all()

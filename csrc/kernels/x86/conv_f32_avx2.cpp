@@ -25,6 +25,7 @@ void conv_f32_avx2_dot3(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[3],
 void conv_f32_avx2_dot4(const ConvTileArgs* args) { dot_tile<V, kDotRowsAvx2[4], 4>(args); }
 
 void conv_f32_avx2_6x16(const ConvTileArgs* args) { gemm_tile<V, 6, 2>(args); }
+void conv_f32_avx2_6x16d(const ConvTileArgs* args) { gemm_tile<V, 6, 2, 6, 0, true>(args); }
 void conv_f32_avx2_12x8(const ConvTileArgs* args) { gemm_tile<V, 12, 1>(args); }
 void conv_f32_avx2_4x24(const ConvTileArgs* args) { gemm_tile<V, 4, 3>(args); }
 
@@ -36,19 +37,24 @@ namespace {
 const ConvTable* avx2_table(bool zen3) {
   struct Partials {
     ConvTileFn t6x16[6];
+    ConvTileFn t6x16d[6];
     ConvTileFn t4x24[4];
     ConvTileFn t12x8[12];
   };
   static constexpr Partials partials = []() constexpr {
     Partials t{};
     t.t6x16[0] = conv_f32_avx2_6x16;
+    t.t6x16d[0] = conv_f32_avx2_6x16d;
     t.t4x24[0] = conv_f32_avx2_4x24;
     t.t12x8[0] = conv_f32_avx2_12x8;
     fill_partial<V, 6, 2>(t.t6x16);
+    fill_partial<V, 6, 2, 1, 0, true>(t.t6x16d);
     fill_partial<V, 4, 3>(t.t4x24);
     fill_partial<V, 12, 1>(t.t12x8);
     return t;
   }();
+  static constexpr ConvGemmTile diag2{"avx2_6x16d", conv_f32_avx2_6x16d, 6, 16, 1.0,
+                                      partials.t6x16d};
   // Speeds: bench_conv_f32's in-cache micro runs on Zen 5 (12x8 82-89 %, 8
   // rows x 8 80-86 %, 6x16 and 4x24 97-99 %; on Zen 3, where 12x8 was not
   // measured, 6x16 and 4x24 95 %, 8 rows x 8 73 %). (A 2x40 tile, 89 % in
@@ -84,6 +90,7 @@ const ConvTable* avx2_table(bool zen3) {
     t.prefetch_out = true;
     t.prefetch_runs = true;
     t.merge_cols = 16;
+    t.diag2 = &diag2;
     t.dw16[1] = conv_f32_avx2_dw_bf16;
     t.dw16[2] = conv_f32_avx2_dw_f16;
     t.widen16[1] = bf16_to_f32_avx2;

@@ -678,6 +678,7 @@ struct ConvPlan {
   // f x ICg, f x OCg channels); run_conv builds its block-diagonal weights,
   // dense IOX (merged_weights), from the caller's, whose strides these are.
   int64_t merge = 1, merge_ICg = 0, merge_OCg = 0;
+  bool merge_reads_zeros = true;  // false: the tile skips the zero blocks (diag2)
   int64_t merge_si = 0, merge_so = 0;
   std::array<int64_t, kAxes> merge_sk{};
   // Workspace.
@@ -1435,6 +1436,17 @@ ConvPlan build_conv_plan(const ConvTable* tab, Isa isa, Pass pass, const ConvPro
   q.ICg = p.ICg * f;
   q.OCg = p.OCg * f;
   ConvPlan c = build_plan_of(tab, isa, pass, q, dense_iox_strides(q), nthreads, one_chunk_bytes);
+  // Two groups of one vector of columns each in a two-vector tile: its
+  // block-diagonal form skips the zero blocks (the reduction's halves feed
+  // one vector each; not with fused taps, whose reduction interleaves them).
+  const ConvGemmTile* d = tab->diag2;
+  if (d && f == 2 && c.route == Route::Gemm && !c.fuse && c.nchunks == 1 && c.NR == d->nr &&
+      c.MR == d->mr && c.ncol == 2 * tab->lanes && c.cred % 2 == 0) {
+    c.tile = d->name;
+    c.fn = d->fn;
+    c.partial = d->partial;
+    c.merge_reads_zeros = false;
+  }
   c.merge = f;
   c.merge_ICg = p.ICg;
   c.merge_OCg = p.OCg;
@@ -3070,11 +3082,12 @@ bool any_nonfinite(const float* x, int64_t n, int nthreads) {
 // the smaller side is checked, the input before (all finite: the merged
 // plan) or the result after the merged run (not all finite: rerun plain;
 // finite inputs give finite 0 x x terms, so the merged sums are the plain
-// ones, in the same order).
+// ones, in the same order). The block-diagonal tile (diag2) never
+// multiplies the zeros: no check.
 bool run_merged(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p, const void* in,
                 WeightsView w, const float* bias, void* out, int nthreads) {
   const auto plan = plan_conv(tab, isa, pass, p, w, nthreads, 0, true);
-  if (plan->merge == 1) return run_conv(*plan, in, w.data, bias, out);
+  if (plan->merge == 1 || !plan->merge_reads_zeros) return run_conv(*plan, in, w.data, bias, out);
   const ConvPlan& pl = *plan;
   const int64_t in_n = pl.N * pl.in_pix * pl.in_c, out_n = pl.N * pl.out_pix * pl.out_c;
   auto plain = [&] { return run_conv(*plan_conv(tab, isa, pass, p, w, nthreads), in, w.data, bias, out); };

@@ -137,6 +137,8 @@ void conv_f32_avx512_grouped_f16(const ConvGroupedArgs* args);
 // AVX2 register tiles.
 void conv_f32_avx2_6x16(const ConvTileArgs* args);
 void conv_f32_avx2_12x8(const ConvTileArgs* args);
+// 6x16 over block-diagonal weights of two 8-column groups (ConvTable::diag2).
+void conv_f32_avx2_6x16d(const ConvTileArgs* args);
 void conv_f32_avx2_4x24(const ConvTileArgs* args);
 void conv_f32_avx2_dw(const ConvTileArgs* args);
 void conv_f32_avx2_dw_bf16(const ConvTileArgs* args);
@@ -243,6 +245,10 @@ struct ConvTable {
   // f x max(ICg, OCg) = merge_cols: whole tile columns and dense input runs,
   // at f times the multiply-adds.
   int merge_cols = 0;
+  // The block-diagonal form of a GEMM tile of two vectors of columns, for
+  // super-groups of two groups of one vector each (gemm_tile's DIAG; null:
+  // the plain tile multiplies the zeros too).
+  const ConvGemmTile* diag2 = nullptr;
   // The GEMM tiles over 16-bit inputs, [1] bf16 / [2] f16, [i] as gemm[i]:
   // [0] the whole tile, [m] its first m rows (m < MR); the a / rows
   // pointers point at 16-bit elements, each broadcast widened as loaded

@@ -64,8 +64,11 @@ inline __attribute__((always_inline)) void store_tile_streaming(
 // MR x (W*NV) GEMM register tile computing its first M rows. IN: the
 // inputs' storage as in dw_tile (0 f32; 1 bf16, 2 f16: the a / rows pointers
 // point at 16-bit elements, each broadcast widened as loaded, no in-lane
-// permute rows).
-template <class V, int MR, int NV, int M = MR, int IN = 0>
+// permute rows). DIAG (NV = 2): block-diagonal weights, two groups merged
+// (heuristics C28): the first half of the reduction feeds only the first
+// vector of columns, the second half only the second; the zero blocks of
+// the packed weights are never read.
+template <class V, int MR, int NV, int M = MR, int IN = 0, bool DIAG = false>
 inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
   using Reg = typename V::Reg;
   using T = std::conditional_t<IN == 0, float, uint16_t>;
@@ -168,6 +171,19 @@ inline __attribute__((always_inline)) void gemm_tile(const ConvTileArgs* args) {
 #pragma GCC unroll 32
       for (int m = 0; m < M; ++m) p[m] += cred;
       for (int64_t c = head - cred; c != 0; c += 4) step4(c);
+    } else if constexpr (DIAG) {
+      static_assert(NV == 2, "two diagonal blocks of one vector each");
+      auto half = [&](auto vc, int64_t c0, int64_t c1) __attribute__((always_inline)) {
+        constexpr int v = decltype(vc)::value;
+        for (int64_t c = c0; c < c1; ++c) {
+          const Reg wv = V::load(w + W * v);
+          w += NR;
+#pragma GCC unroll 32
+          for (int m = 0; m < M; ++m) acc[m][v] = V::fmadd(bcast_in<V, IN>(p[m] + c), wv, acc[m][v]);
+        }
+      };
+      half(Lane<0>(), 0, cred / 2);
+      half(Lane<1>(), cred / 2, cred);
     } else {
       for (int64_t c = 0; c < cred; ++c) step(c);
     }
@@ -418,17 +434,17 @@ void dw_tile(const ConvTileArgs* args) {
 }
 
 // The first M rows of an MR-row GEMM tile (row pointers still MR apart per tap).
-template <class V, int MR, int NV, int M, int IN = 0>
+template <class V, int MR, int NV, int M, int IN = 0, bool DIAG = false>
 void partial_tile(const ConvTileArgs* args) {
-  gemm_tile<V, MR, NV, M, IN>(args);
+  gemm_tile<V, MR, NV, M, IN, DIAG>(args);
 }
 
 // t[m] = the tile computing the first m rows, for 1 <= m < MR.
-template <class V, int MR, int NV, int M = 1, int IN = 0>
+template <class V, int MR, int NV, int M = 1, int IN = 0, bool DIAG = false>
 constexpr void fill_partial(ConvTileFn* t) {
   if constexpr (M < MR) {
-    t[M] = &partial_tile<V, MR, NV, M, IN>;
-    fill_partial<V, MR, NV, M + 1, IN>(t);
+    t[M] = &partial_tile<V, MR, NV, M, IN, DIAG>;
+    fill_partial<V, MR, NV, M + 1, IN, DIAG>(t);
   }
 }
 

@@ -156,14 +156,22 @@ struct GemmCase {
 };
 
 // out[m][col_off + j] = init + sum_t sum_c in(m, t)[a_off + c] * w[(wt(t)*cred + c)*NR + j].
-::testing::AssertionResult run_gemm(ConvTileFn fn, int MR, int M, int NR, GemmCase k, Rng& rng) {
+// diag (ConvTable::diag2, block-diagonal weights of two groups): the first
+// half of the reduction feeds only the columns below lanes, the second half
+// only the others; the off-diagonal weights are poison, never to be read.
+::testing::AssertionResult run_gemm(ConvTileFn fn, int MR, int M, int NR, GemmCase k, Rng& rng,
+                                    int diag_lanes = 0) {
   if (k.layout == kBackToBack) k.col_off = 0;
   if (k.layout == kLines) k.col_off = round_up(k.col_off, 16);
   const int64_t T = k.ntaps, cred = k.cred;
   Taps taps;
   taps.build(rng, T, k.wtap);
   Buf w = Buf::input(taps.nw * cred * NR);  // 64-byte aligned
-  for (int64_t i = 0; i < w.size(); ++i) w[i] = i % NR < k.ncols ? rng.val() : poison();
+  auto on_diagonal = [&](int64_t c, int64_t j) {
+    return !diag_lanes || (c < cred / 2) == (j < diag_lanes);
+  };
+  for (int64_t i = 0; i < w.size(); ++i)
+    w[i] = i % NR < k.ncols && on_diagonal(i / NR % cred, i % NR) ? rng.val() : poison();
   Buf bias = Buf::input(NR);
   for (int64_t j = 0; j < NR; ++j) bias[j] = j < k.ncols && !k.accumulate ? rng.val() : poison();
   TileInputs in;
@@ -181,7 +189,7 @@ struct GemmCase {
       if (!k.accumulate) s = bias[j];
       for (int64_t t = 0; t < T; ++t)
         for (int64_t c = 0; c < cred; ++c)
-          s += in.in(m, t)[k.a_off + c] * w[(taps.wt(t) * cred + c) * NR + j];
+          if (on_diagonal(c, j)) s += in.in(m, t)[k.a_off + c] * w[(taps.wt(t) * cred + c) * NR + j];
     }
   ConvTileArgs args;
   args.a = k.row_mode ? nullptr : in.a.data();
@@ -292,6 +300,39 @@ TEST_P(ConvMicrokernels, GemmTilesMatchScalar) {
       }
     }
   }
+  EXPECT_GT(fails.checked(), 0);
+}
+
+// The block-diagonal two-vector tile (ConvTable::diag2: super-groups of two
+// groups of one vector each, heuristics C28), its partial forms, every switch;
+// whole column blocks and even reductions, as the plans give it.
+TEST_P(ConvMicrokernels, DiagGemmTilesMatchScalar) {
+  if (!tab->diag2) GTEST_SKIP() << tab->isa << " has no block-diagonal tile";
+  const x86::ConvGemmTile& g = *tab->diag2;
+  ASSERT_EQ(g.nr, 2 * tab->lanes);
+  ASSERT_NE(g.partial, nullptr);
+  Rng rng(12);
+  Failures fails;
+  for (int M = 1; M <= g.mr; ++M)
+    for (int64_t cred : {2, 4, 6, 8, 10, 16, 32})
+      for (int bitsf = 0; bitsf < 16; ++bitsf) {
+        GemmCase k;
+        k.ntaps = rng.uni(0, 9) == 0 ? 0 : rng.uni(1, 4);
+        k.cred = cred;
+        k.a_off = rng.uni(0, 5);
+        k.col_off = rng.uni(0, 2 * g.nr);
+        k.ncols = g.nr;
+        k.accumulate = bitsf & 1;
+        k.row_mode = bitsf & 2;
+        k.wtap = bitsf & 4;
+        k.stream = (bitsf & 8) && !k.accumulate;
+        k.prefetch = rng.coin();
+        k.prefetch_run = k.prefetch && rng.coin();
+        k.layout = static_cast<Layout>(k.stream ? rng.uni(1, 2) : rng.uni(0, 2));
+        const ConvTileFn fn = M == g.mr ? g.fn : g.partial[M];
+        const std::string name = std::string(g.name) + (M == g.mr ? "" : " partial " + std::to_string(M));
+        if (!fails.add(run_gemm(fn, g.mr, M, g.nr, k, rng, tab->lanes), name, k.str())) return;
+      }
   EXPECT_GT(fails.checked(), 0);
 }
 
