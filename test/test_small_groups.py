@@ -17,15 +17,16 @@ CASES = [  # (S, N, G, ICg, OCg, spatial, K, s, p, d, merge factor on AVX2)
     (2, 2, 16, 8, 8, (9, 7), 4, 2, 1, 1, 2),
     (2, 3, 32, 2, 2, (6, 5), 3, 1, 1, 1, 8),
     (2, 2, 8, 4, 4, (5, 6), 3, 2, 0, 2, 4),  # dilated, no pads
-    (2, 2, 4, 4, 8, (7, 7), 2, 2, 0, 1, 2),  # ICg != OCg
-    (2, 1, 6, 2, 8, (5, 4), 4, 2, 1, 1, 2),  # f = 2 of 6 groups: three super-groups
+    (2, 1, 6, 8, 8, (5, 4), 4, 2, 1, 1, 2),  # f = 2 of 6 groups: three super-groups
     (1, 4, 16, 4, 4, (23,), 5, 3, 2, 1, 4),
     (3, 2, 8, 8, 8, (3, 4, 3), 3, 2, 1, 1, 2),
     (2, 2, 12, 8, 8, (4, 4), 1, 1, 0, 1, 2),  # 1x1
     (2, 0, 16, 8, 8, (4, 4), 3, 1, 1, 1, 2),  # batch 0
 ]
 NOT_MERGED = [  # shapes the rule leaves to the plain groups
-    (2, 2, 4, 4, 5, (5, 5), 3, 1, 1, 1),  # 4 -> 5 channels: no f makes 16 columns
+    (2, 2, 4, 4, 5, (5, 5), 3, 1, 1, 1),  # 4 -> 5 channels: ICg != OCg
+    (2, 2, 4, 4, 8, (7, 7), 2, 2, 0, 1),  # 4 -> 8: ICg != OCg (unmeasured)
+    (2, 2, 10, 4, 4, (7, 7), 2, 2, 0, 1),  # 10 groups of 4: f = 4 does not divide
     (2, 2, 3, 8, 8, (5, 5), 3, 1, 1, 1),  # 3 groups of 8: no divisor 2
     (2, 2, 16, 1, 1, (5, 5), 3, 1, 1, 1),  # depthwise
     (2, 2, 2, 16, 16, (5, 5), 3, 1, 1, 1),  # a tile's columns already
@@ -116,19 +117,65 @@ def test_not_merged_where_not_measured(isa):
     assert "merge=" not in lines[0]
 
 
-def test_not_merged_in_16_bits_or_backward_weights():
+def test_backward_weights_not_merged():
     P.require_isa("avx2")
     case = CASES[0]
     S, G, s, p, d = case[0], case[2], case[7], case[8], case[9]
     x, w, dy = _tensors(case)
     a = _attrs(S, s, p, d, G, "NXC", "IOX")
     with tct.use_isa("avx2"), tct.plans() as lines:
-        torch.ops.graph.conv_transpose(P.data_from_ncx(x, "NXC").bfloat16(), w.bfloat16(), None,
-                                       **a)
-        torch.ops.graph.conv_transpose_backward_weights(
+        got = torch.ops.graph.conv_transpose_backward_weights(
             P.data_from_ncx(x, "NXC"), P.data_from_ncx(dy, "NXC"), weights_shape=list(w.shape),
             **a)
-    assert len(lines) == 2 and all("merge=" not in line for line in lines), lines
+    want = P.oracle_backward_weights(x.double(), dy.double(), list(w.shape), [s] * S, [p] * S,
+                                     [p] * S, [d] * S, G)
+    P.assert_result(got, want, torch.float32, exact=True)
+    assert len(lines) == 1 and "merge=" not in lines[0], lines
+
+
+# 16-bit calls have no non-finite check: super-groups only on the block-diagonal
+# tile (two groups of 8 columns), which never multiplies the zeros.
+DIAG16 = [0, 3, 5, 6]  # CASES whose plans take avx2_6x16d
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("fmt", ["NXC", "NCX"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("ci", DIAG16 + [1, 2, 4])
+def test_16_bit_merged_only_on_the_block_diagonal_tile(ci, op, fmt, dtype):
+    P.require_isa("avx2")
+    case = CASES[ci]
+    x, w, dy = (t.to(dtype) for t in _tensors(case, 11))
+    with tct.use_isa("avx2"), tct.use_ncx_path("channels_last"), tct.plans() as lines:
+        got = _call(op, case, x, w, dy, fmt, "IOX")
+    P.assert_result(got.contiguous(), _want(op, case, x, w, dy), dtype, exact=True)
+    ICg, OCg = case[3], case[4]
+    diag = case[10] == 2 and ICg == OCg == 8
+    assert diag == (ci in DIAG16)
+    # (16-bit tiles: direct16={...}; a call through f32 copies, f32={...}, runs
+    # the f32 entry points, which check for non-finite inputs and may merge)
+    direct = lines[0].split("direct16={", 1)[1] if "direct16={" in lines[0] else ""
+    assert ("merge=2 tile=avx2_6x16d " in lines[0]) == diag, lines[0][:500]
+    if not diag:
+        assert "merge=" not in direct, lines[0][:500]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_16_bit_nonfinite_input_stays_in_its_group(dtype):
+    P.require_isa("avx2")
+    case = CASES[0]
+    x, w, dy = _tensors(case, 13)
+    x[1, 3 * case[3] + 1, 2, 3] = float("inf")
+    x, w = x.to(dtype), w.to(dtype)
+    want = _want("fwd", case, x, w, dy).to(dtype)
+    with tct.use_isa("avx2"), tct.plans() as lines:
+        got = _call("fwd", case, x, w, dy, "NXC", "IOX")
+    assert "merge=2 tile=avx2_6x16d " in lines[0]
+    assert torch.isfinite(got[:, 2 * case[4]:3 * case[4]]).all()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.equal(got[finite], want[finite])
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -1411,11 +1411,13 @@ WeightsView dense_iox_strides(const ConvProblem& p);
 // its own grouped tiles, and ran 0.6-0.9x merged: not merged.) Only where
 // the super-group fills the tile's columns exactly (f x the wider side =
 // merge_cols): benchdnn's 4 -> 5 channels a group (f = 2, 10 or 8 merged
-// columns) ran 0.8-1.1x merged, its 3D 4 -> 4 (f = 4) 1.3-1.6x. The merged
-// weights stay below 8 MiB.
+// columns) ran 0.8-1.1x merged, its 3D 4 -> 4 (f = 4) 1.3-1.6x. Only as
+// many channels a group on both sides (all of the above; ICg != OCg, where
+// the narrow side's merged columns would take other tiles, unmeasured). The
+// merged weights stay below 8 MiB.
 int64_t merge_factor(const ConvTable& tab, const ConvProblem& p) {
-  if (tab.merge_cols <= 0 || p.G < 2 || (p.ICg == 1 && p.OCg == 1)) return 1;
-  const int64_t widest = std::max(p.ICg, p.OCg);
+  if (tab.merge_cols <= 0 || p.G < 2 || p.ICg != p.OCg || p.ICg == 1) return 1;
+  const int64_t widest = p.ICg;
   int64_t f = 1;
   for (int64_t d = 2; d * widest <= tab.merge_cols && d <= p.G; ++d)
     if (p.G % d == 0) f = d;
@@ -3099,6 +3101,16 @@ bool run_merged(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p, 
   return any_nonfinite(static_cast<const float*>(out), out_n, nthreads) ? plain() : true;
 }
 
+// The plans of the calls with 16-bit tensors (no non-finite check there):
+// super-groups only where the tile never multiplies the zeros (diag2).
+std::shared_ptr<const ConvPlan> plan_conv16(const ConvTable* tab, Isa isa, Pass pass,
+                                            const ConvProblem& p, const WeightsView& wv,
+                                            int nthreads, int64_t one_chunk_bytes = 0) {
+  auto c = plan_conv(tab, isa, pass, p, wv, nthreads, one_chunk_bytes, true);
+  if (c->merge > 1 && c->merge_reads_zeros) c = plan_conv(tab, isa, pass, p, wv, nthreads, one_chunk_bytes);
+  return c;
+}
+
 }  // namespace
 
 bool forward_f32(Isa isa, const ConvProblem& p, const float* src, WeightsView w,
@@ -3225,10 +3237,10 @@ ConvPlan build_f32_out16(Isa isa, Pass pass, const ConvProblem& p, const Weights
   // One reduction chunk of up to 1 MiB (the VNNI tiles' budget, heuristics
   // A16) where 512 KiB chunks would take several; the f32 result and its
   // narrowing pass are the price where even that takes several.
-  ConvPlan c = *plan_conv(tab, isa, pass, p, wv, nthreads, 1 << 20);
+  ConvPlan c = *plan_conv16(tab, isa, pass, p, wv, nthreads, 1 << 20);
   const bool wide = f32_out && c.route == Route::Gemm && c.nchunks > 1;
   if (wide) {
-    c = *plan_conv(tab, isa, pass, p, wv, nthreads);
+    c = *plan_conv16(tab, isa, pass, p, wv, nthreads);
     in16 = false;  // (the tiles that read 16-bit inputs are planned for one chunk)
   }
   // (the tile name's mark of a plan that reads the 16-bit input itself)
@@ -3451,7 +3463,7 @@ std::shared_ptr<const PreparedConv> prepare_conv_f32(Isa isa, Pass pass, const C
                                                      int nthreads) {
   auto prepared = std::make_shared<PreparedConv>();
   prepared->plan = out16 ? plan_f32_out16(isa, pass, p, w, nthreads, out16)
-                         : plan_conv(table_for(isa), isa, pass, p, w, nthreads);
+                         : plan_conv16(table_for(isa), isa, pass, p, w, nthreads);
   return prepared;
 }
 

@@ -239,11 +239,10 @@ struct ConvTable {
   bool prefetch_runs = false;
   // Small groups as super-groups (heuristics C28; 0: off, where not
   // measured): a channels-last forward / backward-data with G > 1 groups of
-  // at most merge_cols reduction channels and columns, not depthwise, runs as
-  // G / f groups of f consecutive groups each, with block-diagonal weights
-  // (zeros between the groups), where a divisor f of G makes the wider side
-  // f x max(ICg, OCg) = merge_cols: whole tile columns and dense input runs,
-  // at f times the multiply-adds.
+  // ICg = OCg > 1 channels runs as G / f groups of f consecutive groups
+  // each, with block-diagonal weights (zeros between the groups), where a
+  // divisor f of G makes f x ICg = merge_cols: whole tile columns and dense
+  // input runs, at f times the multiply-adds.
   int merge_cols = 0;
   // The block-diagonal form of a GEMM tile of two vectors of columns, for
   // super-groups of two groups of one vector each (gemm_tile's DIAG; null:
