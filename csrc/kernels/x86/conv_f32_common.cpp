@@ -2947,16 +2947,27 @@ void merged_weights(const ConvPlan& pl, const E* W, E* out) {
   const int64_t ICg = pl.merge_ICg, OCg = pl.merge_OCg, f = pl.merge;
   const int64_t K0 = q.K[0], K1 = q.K[1], K2 = q.K[2], T = q.taps();
   const int64_t row = q.OCg * T;  // one input channel's merged run
-  for (int64_t ic = 0; ic < q.IC(); ++ic) {
+  // (IOX-like weights, each input channel's (oc, tap) run dense: copied whole)
+  const bool dense_run = pl.merge_so == T && pl.merge_sk[0] == K1 * K2 && pl.merge_sk[1] == K2 &&
+                         pl.merge_sk[2] == 1;
+  const int64_t IC = q.IC();
+#pragma omp parallel for num_threads(pl.nthreads) schedule(static) if (IC * row >= (1 << 16))
+  for (int64_t ic = 0; ic < IC; ++ic) {
     E* const o = out + ic * row;
-    std::fill(o, o + row, E{});
     E* const blk = o + (ic / ICg) % f * OCg * T;
+    std::fill(o, blk, E{});
+    std::fill(blk + OCg * T, o + row, E{});
+    const E* const w = W + ic * pl.merge_si;
+    if (dense_run) {
+      std::copy(w, w + OCg * T, blk);
+      continue;
+    }
     for (int64_t oc = 0; oc < OCg; ++oc)
       for (int64_t k0 = 0, t = 0; k0 < K0; ++k0)
         for (int64_t k1 = 0; k1 < K1; ++k1)
           for (int64_t k2 = 0; k2 < K2; ++k2, ++t)
-            blk[oc * T + t] = W[ic * pl.merge_si + oc * pl.merge_so + k0 * pl.merge_sk[0] +
-                                k1 * pl.merge_sk[1] + k2 * pl.merge_sk[2]];
+            blk[oc * T + t] = w[oc * pl.merge_so + k0 * pl.merge_sk[0] + k1 * pl.merge_sk[1] +
+                                k2 * pl.merge_sk[2]];
   }
 }
 
