@@ -1065,7 +1065,7 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
   // rows is far less in cache; the indirection buffer stays below 256 KB.)
   // VNNI tiles (32 rows, a 32-channel step per tile load): no cap on the
   // pointed-at rows, whose weights chunk is then reused by TB tiles.
-  int64_t tb_cap = std::max<int64_t>(
+  const int64_t tb_cap = std::max<int64_t>(
       1, std::min<int64_t>({64, c.vnni ? int64_t{64} : (2048 << 10) / (MR * row_bytes),
                             (256 << 10) / (MR * std::max<int64_t>(Tmax, 1) * kPointerBytes)}));
   double abytes = 0;  // input rows of all phases, once
@@ -1082,7 +1082,6 @@ void plan_row_blocks(ConvPlan& c, bool by_columns) {
   auto enough = [&](int64_t n) {
     return n >= want && (!even_items || n % nthreads == 0 || n >= 2 * want);
   };
-  if (const char* e = std::getenv("TCT_EXP_TBCAP")) tb_cap = std::atoi(e);
   c.TB = tb_cap;
   c.CG = 1;
   if (!by_columns) {
@@ -1391,11 +1390,6 @@ int64_t workspace_bytes(const ConvPlan& c) {
   return shared + c.nthreads * thread;
 }
 
-// The plan of one forward / backward-data call on this ISA with nthreads
-// threads, for weights with wv's strides (wv.data is not read): pure, and
-// its only allocations are the geometry tables it holds (the phases' axis
-// maps, bounded by kLazyEntries per axis; the row orders; the line runs).
-// plan_conv (below) keeps the last few per thread.
 WeightsView dense_iox_strides(const ConvProblem& p);
 
 // The groups a super-group (ConvTable::merge_cols; 1: none). Zen 3, 2
@@ -1417,17 +1411,23 @@ WeightsView dense_iox_strides(const ConvProblem& p);
 // merged weights stay below 8 MiB.
 int64_t merge_factor(const ConvTable& tab, const ConvProblem& p) {
   if (tab.merge_cols <= 0 || p.G < 2 || p.ICg != p.OCg || p.ICg == 1) return 1;
-  const int64_t widest = p.ICg;
-  int64_t f = 1;
-  for (int64_t d = 2; d * widest <= tab.merge_cols && d <= p.G; ++d)
-    if (p.G % d == 0) f = d;
+  const int64_t f = tab.merge_cols / p.ICg;
   const double merged_bytes = 4.0 * f * p.IC() * p.OCg * p.taps();
-  return f * widest == tab.merge_cols && merged_bytes <= 8.0 * (1 << 20) ? f : 1;
+  return f > 1 && f * p.ICg == tab.merge_cols && p.G % f == 0 && merged_bytes <= 8.0 * (1 << 20)
+             ? f
+             : 1;
 }
 
 ConvPlan build_plan_of(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
                        const WeightsView& wv, int nthreads, int64_t one_chunk_bytes);
 
+// The plan of one forward / backward-data call on this ISA with nthreads
+// threads, for weights with wv's strides (wv.data is not read): pure, and
+// its only allocations are the geometry tables it holds (the phases' axis
+// maps, bounded by kLazyEntries per axis; the row orders; the line runs).
+// plan_conv (below) keeps the last few per thread. merge_ok: small groups may
+// be planned as super-groups (merge_factor; the caller guards non-finite
+// inputs, run_merged, or takes only plans that skip the zeros, plan_conv16).
 ConvPlan build_conv_plan(const ConvTable* tab, Isa isa, Pass pass, const ConvProblem& p,
                          const WeightsView& wv, int nthreads, int64_t one_chunk_bytes,
                          bool merge_ok) {
@@ -2938,7 +2938,7 @@ void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
 
 // Plan merge: the merged problem's block-diagonal weights, dense IOX, from
 // the caller's W (the original problem's, at pl.merge_* strides), in W's
-// element type (16 bits where the packing widens them: w16, pairs).
+// element type (16 bits where the packing widens them: w16).
 // Super-group g' holds groups g'f .. g'f + f-1; input channel ic of group g
 // feeds columns (g mod f) x OCg .. + OCg of its super-group, zeros elsewhere.
 template <class E>
@@ -2948,8 +2948,10 @@ void merged_weights(const ConvPlan& pl, const E* W, E* out) {
   const int64_t K0 = q.K[0], K1 = q.K[1], K2 = q.K[2], T = q.taps();
   const int64_t row = q.OCg * T;  // one input channel's merged run
   // (IOX-like weights, each input channel's (oc, tap) run dense: copied whole)
-  const bool dense_run = pl.merge_so == T && pl.merge_sk[0] == K1 * K2 && pl.merge_sk[1] == K2 &&
-                         pl.merge_sk[2] == 1;
+  // (the strides of size-1 axes, e.g. the leading ones of 1D / 2D, are not read)
+  bool dense_run = pl.merge_so == T;
+  for (int a = kAxes - 1, step = 1; a >= 0; step *= static_cast<int>(q.K[a]), --a)
+    dense_run = dense_run && (q.K[a] == 1 || pl.merge_sk[a] == step);
   const int64_t IC = q.IC();
 #pragma omp parallel for num_threads(pl.nthreads) schedule(static) if (IC * row >= (1 << 16))
   for (int64_t ic = 0; ic < IC; ++ic) {
@@ -2977,7 +2979,7 @@ bool run_conv(const ConvPlan& pl, const void* in, const void* W, const float* bi
   if (pl.merge > 1 && pl.route != Route::Reference && pl.route != Route::Nothing) {
     const int64_t elems = pl.p.IC() * pl.p.OCg * pl.p.taps();
     wmerged = aligned_buffer<float>(elems, 16);  // (16-bit weights: half of it used)
-    if (pl.w16 || pl.vnni)
+    if (pl.w16)  // (the pairs tables never merge: merge_cols 0)
       merged_weights(pl, static_cast<const uint16_t*>(W), reinterpret_cast<uint16_t*>(wmerged.get()));
     else
       merged_weights(pl, static_cast<const float*>(W), wmerged.get());
@@ -3076,13 +3078,16 @@ std::shared_ptr<const ConvPlan> plan_conv(const ConvTable* tab, Isa isa, Pass pa
 
 // Whether n floats hold a NaN or an infinity (all exponent bits set).
 bool any_nonfinite(const float* x, int64_t n, int nthreads) {
-  const auto* u = reinterpret_cast<const uint32_t*>(x);
   bool bad = false;
 #pragma omp parallel for num_threads(nthreads) reduction(|| : bad) schedule(static) if (n >= (1 << 16))
   for (int64_t b = 0; b < n; b += 4096) {
     uint32_t hit = 0;
     const int64_t e = std::min(n, b + 4096);
-    for (int64_t i = b; i < e; ++i) hit |= ((u[i] & 0x7f800000u) == 0x7f800000u);
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u;
+      std::memcpy(&u, x + i, sizeof u);
+      hit |= (u & 0x7f800000u) == 0x7f800000u;
+    }
     bad = bad || hit != 0;
   }
   return bad;
@@ -3359,6 +3364,7 @@ std::shared_ptr<const ConvPlan> plan_f32_out16(Isa isa, Pass pass, const ConvPro
                                                bool in16 = false, Widen16Fn w16 = nullptr,
                                                bool f32_out = false, bool to_dst = false) {
   thread_local PlanMemo<Out16Key, ConvPlan, 8> memo;
+  // (merge_ok false in the key: the 16-bit plans' merge policy is fixed, plan_conv16)
   const Out16Key key{plan_key(table_for(isa), isa, pass, p, wv, nthreads, 0, false), out16, in16, w16,
                      f32_out, to_dst};
   return memo.get(key, [&] {
