@@ -676,11 +676,14 @@ struct ConvPlan {
   // Small groups as super-groups (ConvTable::merge_cols, heuristics C28):
   // merge = f groups a super-group, p the merged problem (G / f groups of
   // f x ICg, f x OCg channels); run_conv builds its block-diagonal weights,
-  // dense IOX (merged_weights), from the caller's, whose strides these are.
-  int64_t merge = 1, merge_ICg = 0, merge_OCg = 0;
+  // dense IOX (merged_weights), from the caller's, at strides merge_si (input
+  // channel), merge_so (output channel) and merge_tap_off (tap t); dense:
+  // each input channel's (oc, tap) run is dense there, copied whole.
+  int64_t merge = 1;
   bool merge_reads_zeros = true;  // false: the tile skips the zero blocks (diag2)
   int64_t merge_si = 0, merge_so = 0;
-  std::array<int64_t, kAxes> merge_sk{};
+  std::vector<int64_t> merge_tap_off;
+  bool merge_dense = false;
   // Workspace.
   int64_t wp_floats = 0, bias_floats = 0, zeros_floats = 0;
   RowBufSizes row_bufs;
@@ -706,6 +709,16 @@ bool patch_streams(const ConvPlan& c, int64_t bytes) {
          static_cast<double>(c.N) * c.out_pix * c.p.OCg >= 4.0 * (1 << 20);
 }
 
+// Each tap's offset in weights of wv's strides, taps in (k0, k1, k2) order.
+std::vector<int64_t> weight_tap_offsets(const ConvProblem& p, const WeightsView& wv) {
+  std::vector<int64_t> off(static_cast<size_t>(p.taps()));
+  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
+    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
+      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
+        off[static_cast<size_t>(t)] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
+  return off;
+}
+
 // Route Patch: the GEMM tile over taps x OCg columns, reduction chunks,
 // tiles per item, streaming.
 void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
@@ -726,11 +739,7 @@ void plan_patch(ConvPlan& c, const ConvTable& tab, const WeightsView& wv) {
   c.CB = std::max<int64_t>(16, std::min<int64_t>((IC + 15) / 16 * 16,
                                                  (512 << 10) / (c.NR * kFloatBytes) / 16 * 16));
   c.nchunks = (IC + c.CB - 1) / c.CB;
-  pp.tap_off.resize(static_cast<size_t>(T));
-  for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
-    for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
-      for (int64_t k2 = 0; k2 < p.K[2]; ++k2, ++t)
-        pp.tap_off[t] = k0 * wv.sk[0] + k1 * wv.sk[1] + k2 * wv.sk[2];
+  pp.tap_off = weight_tap_offsets(p, wv);
   c.w_si = wv.si;
   c.col_stride = wv.so;
   pp.tiles = (pp.rows + c.MR - 1) / c.MR;
@@ -1450,11 +1459,12 @@ ConvPlan build_conv_plan(const ConvTable* tab, Isa isa, Pass pass, const ConvPro
     c.merge_reads_zeros = false;
   }
   c.merge = f;
-  c.merge_ICg = p.ICg;
-  c.merge_OCg = p.OCg;
   c.merge_si = wv.si;
   c.merge_so = wv.so;
-  c.merge_sk = {wv.sk[0], wv.sk[1], wv.sk[2]};
+  c.merge_tap_off = weight_tap_offsets(p, wv);
+  c.merge_dense = wv.so == p.taps();
+  for (int64_t t = 0; t < p.taps(); ++t)
+    c.merge_dense = c.merge_dense && c.merge_tap_off[static_cast<size_t>(t)] == t;
   return c;
 }
 
@@ -2944,14 +2954,9 @@ void run_rows_or_columns(const ConvPlan& pl, const ConvCall& call) {
 template <class E>
 void merged_weights(const ConvPlan& pl, const E* W, E* out) {
   const ConvProblem& q = pl.p;
-  const int64_t ICg = pl.merge_ICg, OCg = pl.merge_OCg, f = pl.merge;
-  const int64_t K0 = q.K[0], K1 = q.K[1], K2 = q.K[2], T = q.taps();
+  const int64_t f = pl.merge, ICg = q.ICg / f, OCg = q.OCg / f, T = q.taps();
   const int64_t row = q.OCg * T;  // one input channel's merged run
-  // (IOX-like weights, each input channel's (oc, tap) run dense: copied whole)
-  // (the strides of size-1 axes, e.g. the leading ones of 1D / 2D, are not read)
-  bool dense_run = pl.merge_so == T;
-  for (int a = kAxes - 1, step = 1; a >= 0; step *= static_cast<int>(q.K[a]), --a)
-    dense_run = dense_run && (q.K[a] == 1 || pl.merge_sk[a] == step);
+  const int64_t* const toff = pl.merge_tap_off.data();
   const int64_t IC = q.IC();
 #pragma omp parallel for num_threads(pl.nthreads) schedule(static) if (IC * row >= (1 << 16))
   for (int64_t ic = 0; ic < IC; ++ic) {
@@ -2960,16 +2965,12 @@ void merged_weights(const ConvPlan& pl, const E* W, E* out) {
     std::fill(o, blk, E{});
     std::fill(blk + OCg * T, o + row, E{});
     const E* const w = W + ic * pl.merge_si;
-    if (dense_run) {
+    if (pl.merge_dense) {
       std::copy(w, w + OCg * T, blk);
       continue;
     }
     for (int64_t oc = 0; oc < OCg; ++oc)
-      for (int64_t k0 = 0, t = 0; k0 < K0; ++k0)
-        for (int64_t k1 = 0; k1 < K1; ++k1)
-          for (int64_t k2 = 0; k2 < K2; ++k2, ++t)
-            blk[oc * T + t] = w[oc * pl.merge_so + k0 * pl.merge_sk[0] + k1 * pl.merge_sk[1] +
-                                k2 * pl.merge_sk[2]];
+      for (int64_t t = 0; t < T; ++t) blk[oc * T + t] = w[oc * pl.merge_so + toff[t]];
   }
 }
 
