@@ -137,3 +137,34 @@ def test_uarch_environment_variable():
                          env=P.subprocess_env(TORCH_CONVTRANSPOSE_UARCH="Zen3"), check=True)
     forced, detected = out.stdout.split()
     assert forced == "zen3" and detected in UARCHS
+
+
+@pytest.mark.parametrize("uarch, loads", [("intel_amx", True), ("intel", True),
+                                           ("intel_avx512", False), ("generic", False),
+                                           ("zen4", False)])
+def test_uarch_picks_the_one_vector_tile_form(tct, uarch, loads):
+    """Heuristics K3: the AVX-512 one-vector tiles broadcast every input from memory
+    on Intel's AMX cores (Sapphire / Emerald Rapids) and take in-lane permutes
+    elsewhere, Ice Lake-class Intel cores included (about one 512-bit load a cycle
+    there). A 16-column forward and backward-weights: the plan names the form, and
+    either form is exact against the f64 oracle on integer data (odd channel
+    counts, so the reductions have tails)."""
+    if "avx512" not in tct.available_isas():
+        pytest.skip("the one-vector forms are AVX-512 tiles; this CPU lacks AVX-512")
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(-3, 4, (2, 7, 9, 23), generator=g).float()   # NXC, 23 channels
+    w = torch.randint(-3, 4, (23, 16, 3, 3), generator=g).float()  # IOX, 16 columns
+    dy = torch.randint(-3, 4, (2, 13, 17, 16), generator=g).float()
+    kw = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], dilations=[1, 1],
+              data_format="NXC", weights_format="IOX")
+    with tct.use_isa("avx512"), tct.use_uarch(uarch), tct.plans() as lines:
+        y = torch.ops.graph.conv_transpose(x, w, None, **kw)
+        gw = torch.ops.graph.conv_transpose_backward_weights(x, dy, None,
+                                                             weights_shape=list(w.shape), **kw)
+    suffix = "l" if loads else ""
+    assert f"tile=avx512_12x16{suffix} " in lines[0], lines[0]
+    assert f"tile=bwd_weights_f32_gemm_avx512{suffix}_14x16 " in lines[1], lines[1]
+    assert torch.equal(y.double(), P.ref_conv_transpose(x, w, **kw))
+    assert torch.equal(gw.double(),
+                       P.ref_conv_transpose_backward_weights(x, dy, weights_shape=list(w.shape),
+                                                             **kw))

@@ -66,11 +66,13 @@ void set_uarch(Uarch u);
 // the NCX path rule was measured to differ there from Intel's AVX-512 cores.
 // Callers combine it with Isa::Avx512.
 bool avx512_amd();
-// Intel's cores (intel, intel_avx512, intel_amx): their AVX-512 one-vector
-// tiles broadcast without in-lane permutes (heuristics K3).
-inline bool intel_uarch(Uarch u) {
-  return u == Uarch::Intel || u == Uarch::IntelAvx512 || u == Uarch::IntelAmx;
-}
+// Whether the AVX-512 one-vector tiles broadcast every input from memory,
+// without in-lane permutes (heuristics K3): Intel's cores with AMX (Sapphire
+// and Emerald Rapids: vpermilps takes one of the two 512-bit FMA ports, and two
+// 512-bit loads issue a cycle), and `intel` (no AVX-512 detected: forced only).
+// Not Intel's AVX-512 cores without AMX (Ice Lake-SP: about one 512-bit load a
+// cycle, so the permutes, which save loads, win), nor AMD's or unknown vendors'.
+inline bool avx512_broadcast_loads(Uarch u) { return u == Uarch::Intel || u == Uarch::IntelAmx; }
 
 // How dense NCX (channels-first) f32 activations reach the kernels:
 //   Auto:         the planar kernels where they are expected to win, else ChannelsLast;

@@ -299,7 +299,7 @@ void gemm16_tile_avx512(const TileArgs& t, int kind) {
   else gemm_tile<V, Geometry, 1>(t);
 }
 
-// One column vector without in-lane permutes (VecAvx512Loads: Intel's
+// One column vector without in-lane permutes (VecAvx512Loads: Intel's AMX
 // cores; SPR VM in cache, the 14x16 tile: see heuristics K3).
 void gemm_tile_avx512_loads(const TileArgs& t) {
   if (t.rows > 0 && t.cols > 0 && t.cols <= 16)

@@ -120,7 +120,7 @@ double split_items(const std::vector<Item>& items, int parts, std::vector<int64_
 const BwdWeightsF32Table* table_for(Isa isa) {
   switch (vector_isa(isa)) {
     case Isa::Avx512:
-      return intel_uarch(active_uarch()) ? bww::bwd_weights_f32_table_avx512_intel()
+      return avx512_broadcast_loads(active_uarch()) ? bww::bwd_weights_f32_table_avx512_intel()
                                          : bww::bwd_weights_f32_table_avx512();
     case Isa::Avx2: return bww::bwd_weights_f32_table_avx2();
     default: return nullptr;

@@ -103,7 +103,8 @@ void conv_f32_avx512_12x16_loads(const ConvTileArgs* args) {
 }
 
 namespace {
-// intel: the one-vector tile without in-lane permutes (VecAvx512Loads).
+// intel: the one-vector tile without in-lane permutes (VecAvx512Loads), for
+// avx512_broadcast_loads() (heuristics K3).
 const ConvTable* avx512_table(bool intel) {
   struct Partials {
     ConvTileFn t6x64[6];

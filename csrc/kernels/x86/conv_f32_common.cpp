@@ -440,7 +440,7 @@ AxisMap backward_axis(const ConvProblem& p, int ax) {
 const ConvTable* table_for(Isa isa) {
   switch (vector_isa(isa)) {
     case Isa::Avx512:
-      return intel_uarch(active_uarch()) ? conv_f32_table_avx512_intel() : conv_f32_table_avx512();
+      return avx512_broadcast_loads(active_uarch()) ? conv_f32_table_avx512_intel() : conv_f32_table_avx512();
     case Isa::Avx2:
       return active_uarch() == Uarch::Zen3 ? conv_f32_table_avx2_zen3() : conv_f32_table_avx2();
     default:
