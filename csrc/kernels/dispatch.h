@@ -115,5 +115,12 @@ void expand_strided_1x1_f32(const ConvProblem& p, const float* y, const float* b
 // (N, OC, O...) at o = i*s.
 void gather_strided_1x1_f32(const ConvProblem& p, const float* diff_dst, float* dst,
                             int nthreads);
+// Channels-last diff_dst (N, O..., OC) of p at the positions g*j + r on each
+// canonical axis (per axis g >= 1, 0 <= r < g), into dst (N, O'..., OC), dense,
+// with O' = q.O: the diff_dst of the subsampled problem q (plan.cpp,
+// subsampled_dst).
+void subsample_nxc_f32(const ConvProblem& p, const ConvProblem& q,
+                       const std::array<int64_t, kAxes>& g, const std::array<int64_t, kAxes>& r,
+                       const float* diff_dst, float* dst, int nthreads);
 
 }  // namespace tct

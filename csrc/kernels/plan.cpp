@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "x86/x86.h"
@@ -274,8 +275,54 @@ void plan_forward(const CallSpec& s, CallPlan* plan) {
   }
 }
 
+// Backward-data with channels-last diff_dst where, on the innermost axis,
+// the dilation d > 1 divides the stride (GoogLeNet-style 7x7 s2 d2): src
+// position i's taps read diff_dst at i*s - pb + k*d, all of one residue
+// r = -pb mod g on each axis whose stride and dilation share g = gcd(s, d) > 1,
+// so 1/g of those positions are ever read. Gathered dense, they are the
+// diff_dst of the problem with strides s/g, dilations d/g and pads (pb + r)/g,
+// whose innermost taps are adjacent (d/g = 1) and fuse into one reduction run
+// (backward_data_fuses_taps: 7 runs of 21 floats for 3 channels of a 7x7, not
+// 49 of 3); the sums, tap by tap, are the same. Only where the original does
+// not fuse and the new problem does. GoogLeNet conv1 7x7 s2 d2 64 <- 3 on
+// 224x224, N = 4, NXC, Ice Lake-SP, 2 threads: 1.3x (the gather done in
+// Python, measured before this rule). The copy is 1/prod(g) of diff_dst.
+bool subsampled_dst(const ConvProblem& p, ActLayout diff_dst, ConvProblem* q, CallPlan* plan) {
+  if (!diff_dst.nxc || p.K[2] < 2 || p.d[2] < 2 || p.s[2] % p.d[2] != 0 ||
+      x86::backward_data_fuses_taps(p))
+    return false;
+  ConvProblem n = p;
+  std::array<int64_t, kAxes> g{1, 1, 1}, r{0, 0, 0};
+  for (int a = 0; a < kAxes; ++a) {
+    g[a] = p.K[a] > 1 ? std::gcd(p.s[a], p.d[a]) : 1;
+    if (g[a] == 1) continue;
+    r[a] = ((-p.pb[a]) % g[a] + g[a]) % g[a];
+    n.s[a] = p.s[a] / g[a];
+    n.d[a] = p.d[a] / g[a];
+    n.pb[a] = (p.pb[a] + r[a]) / g[a];
+    n.O[a] = p.O[a] > r[a] ? (p.O[a] - r[a] + g[a] - 1) / g[a] : 0;
+    // pads_end / output_padding consistent with O (the kernels read pb only)
+    const int64_t reach = (n.I[a] - 1) * n.s[a] + effective_kernel(n.K[a], n.d[a]) - n.pb[a];
+    n.pe[a] = std::max<int64_t>(reach - n.O[a], 0);
+    n.op[a] = n.O[a] - (reach - n.pe[a]);
+  }
+  if (!x86::backward_data_fuses_taps(n) || n.dst_spatial() == 0) return false;
+  *q = n;
+  plan->sub_g = g;
+  plan->sub_r = r;
+  return true;
+}
+
 void plan_backward_data(const CallSpec& s, CallPlan* plan) {
   ConvProblem q;
+  if (subsampled_dst(s.p, s.a, &q, plan)) {
+    plan->s1x1 = Strided1x1::Subsample;
+    plan->s1x1_floats = q.N * q.OC() * q.dst_spatial();
+    plan->step = conv_step(s, q, ActLayout{true, q.N * q.OC() * q.dst_spatial() == 0 ||
+                                                     q.OC() == 1 || q.dst_spatial() == 1},
+                           s.b);
+    return;
+  }
   if (gathers_1x1(s.p, s.a, s.b, &q)) {
     plan->s1x1 = Strided1x1::Gather;
     plan->s1x1_floats = q.N * q.OC() * q.dst_spatial();
@@ -392,6 +439,7 @@ const char* name(Strided1x1 f) {
     case Strided1x1::Expand: return "expand";
     case Strided1x1::Gather: return "gather";
     case Strided1x1::GatherChunks: return "gather_chunks";
+    case Strided1x1::Subsample: return "subsample";
   }
   return "?";
 }
@@ -681,7 +729,9 @@ std::string describe(const CallPlan& plan) {
   os << describe_spec(plan.spec);
   if (plan.s1x1 != Strided1x1::None) {
     os << " s1x1=" << name(plan.s1x1);
-    if (plan.s1x1 != Strided1x1::Gather)
+    if (plan.s1x1 == Strided1x1::Subsample)
+      os << " sub_g=" << dims(plan.spec.p, plan.sub_g) << " sub_r=" << dims(plan.spec.p, plan.sub_r);
+    else if (plan.s1x1 != Strided1x1::Gather)
       os << " s1x1_images=" << plan.s1x1_images << " s1x1_chunks=" << plan.s1x1_chunks;
     os << " s1x1_bytes=" << plan.s1x1_floats * sizeof(float);
     if (plan.s1x1 == Strided1x1::GatherChunks)

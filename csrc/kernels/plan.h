@@ -98,6 +98,8 @@ enum class Strided1x1 : uint8_t {
   Expand,        // forward: at src's resolution in batch chunks, then expanded
   Gather,        // backward passes: diff_dst gathered whole, run as stride 1
   GatherChunks,  // backward-weights: gathered in batch chunks, gradients added in order
+  Subsample,     // backward-data: channels-last diff_dst at the positions every tap reads
+                 // (CallPlan::sub_g, sub_r), gathered dense, run with s / g and d / g
 };
 
 struct CallPlan;
@@ -188,6 +190,8 @@ struct CallPlan {
   Strided1x1 s1x1 = Strided1x1::None;
   int64_t s1x1_images = 0, s1x1_chunks = 0;  // Expand / GatherChunks: images per chunk, chunks
   int64_t s1x1_floats = 0;  // floats of the chunk's buffer at src's resolution (or the gather)
+  // Subsample: per canonical axis, diff_dst's positions g*j + r are the ones read.
+  std::array<int64_t, kAxes> sub_g{1, 1, 1}, sub_r{0, 0, 0};
   RouteStep step;       // the whole (or gathered) problem, or each full chunk's
   RouteStep last;       // the last chunk's, when it has fewer images (has_last)
   bool has_last = false;

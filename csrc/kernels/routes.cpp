@@ -152,6 +152,12 @@ bool run_forward(const Ctx& c) {
 }
 
 bool run_backward_data(const Ctx& c) {
+  if (c.plan.s1x1 == Strided1x1::Subsample) {
+    Temporary g(c.ws, c.plan.s1x1_floats);
+    subsample_nxc_f32(c.plan.spec.p, c.plan.step.q, c.plan.sub_g, c.plan.sub_r, in_ptr(c.args.a),
+                      g.get(), c.nt());
+    return run_conv_step(c, c.plan.step, g.get(), out_ptr(c.args.b));
+  }
   if (c.plan.s1x1 != Strided1x1::Gather)
     return run_conv_step(c, c.plan.step, in_ptr(c.args.a), out_ptr(c.args.b));
   Temporary g(c.ws, c.plan.s1x1_floats);

@@ -203,4 +203,23 @@ void gather_strided_1x1_f32(const ConvProblem& p, const float* diff_dst, float* 
     }
 }
 
+void subsample_nxc_f32(const ConvProblem& p, const ConvProblem& q,
+                       const std::array<int64_t, kAxes>& g, const std::array<int64_t, kAxes>& r,
+                       const float* diff_dst, float* dst, int nthreads) {
+  const int64_t C = p.OC(), rows = q.N * q.O[0] * q.O[1], J2 = q.O[2];
+  const int64_t line = p.O[2] * C, plane = p.O[1] * line, image = p.O[0] * plane;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (rows * J2 * C >= 65536)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t n = row / (q.O[0] * q.O[1]), j0 = row / q.O[1] % q.O[0], j1 = row % q.O[1];
+    const float* s = diff_dst + n * image + (g[0] * j0 + r[0]) * plane +
+                     (g[1] * j1 + r[1]) * line + r[2] * C;
+    float* d = dst + row * J2 * C;
+    if (g[2] == 1) {
+      std::copy(s, s + J2 * C, d);
+      continue;
+    }
+    for (int64_t j2 = 0; j2 < J2; ++j2, d += C) std::copy(s + g[2] * j2 * C, s + (g[2] * j2 + 1) * C, d);
+  }
+}
+
 }  // namespace tct
