@@ -189,6 +189,23 @@ void choose_sides(BwdWeightsPlan& pl) {
   auto gemm_cost = [&](int64_t Mg, int64_t Ng) {
     return static_cast<double>(vecs(pl, Ng) * Mg) + 0.25 * Mg;
   };
+  // The same with the broadcasts counted per m row and n-block (choose_tiles'
+  // n-blocks: the whole group up to the widest tile, else 2 vectors), where the
+  // widest tile holds 4 vectors (AVX-512: a group of up to 64 columns is one
+  // n-block, the other side's 128 four). Used where both sides go through
+  // scratch: DCGAN 128 -> 64 k4 s2 on 32x32 then takes the 128 rows x 64 columns
+  // of 6x64 tiles over 64 rows x 128 columns of 14x32, 1.34x on Ice Lake-SP (one
+  // thread, alternating builds, 4 rounds; 1.2-1.4x at 2 threads); AlexNet's
+  // 256 -> 96 g2 k5 the same way, a tie. On AVX2 (3-vector tiles) both sides of
+  // such groups split into 2-vector blocks, and the count only broke ties. The
+  // direct choices below (measured with gemm_cost) keep the per-row count.
+  auto blocked_cost = [&](int64_t Mg, int64_t Ng) {
+    const int64_t nv = vecs(pl, Ng), maxv = tab.max_vecs;
+    if (maxv < 4) return gemm_cost(Mg, Ng);
+    const int64_t per_block = nv <= maxv ? nv : Mg <= tab.rows[maxv] ? maxv : 2;
+    const int64_t nblocks = (nv + per_block - 1) / per_block;
+    return static_cast<double>(nv * Mg) + 0.25 * static_cast<double>(Mg * nblocks);
+  };
   // Grouped with few channels per group: the vector side holds 2, 4 (or 8
   // on AVX-512) channels of each of several groups, the other side at most
   // as many; the plain GEMM would leave most lanes idle.
@@ -222,7 +239,8 @@ void choose_sides(BwdWeightsPlan& pl) {
       // GoogLeNet 4d's 144 channels, 4.5 tiles, ran 10 % slower that way).
       const bool prefer_src =
           pl.low_waste || (pl.share_ok && OCg % (2 * int64_t{tab.lanes}) == 0);
-      vec_b = cost_b <= cost_a * (prefer_src && ICg * OCg >= kWideShared ? 1.1 : 1.0);
+      vec_b = blocked_cost(ICg, OCg) <=
+              blocked_cost(OCg, ICg) * (prefer_src && ICg * OCg >= kWideShared ? 1.1 : 1.0);
     }
   }
   pl.vec_b = vec_b, pl.direct = direct;
