@@ -619,7 +619,8 @@ SLAB_SHAPES = [
 def test_depthwise16_large_results_streamed(op, N, C, streamed, dtype, isa):
     # Channels-last depthwise 16-bit results of 2 MiB and more, whole 64-byte
     # lines a pixel, go out with streaming stores (as the f32 ones); exact.
-    # NCX (route ncx16): the tiles write a workspace that is transposed right
+    # NCX (route ncx16, forced: Intel's AVX-512 NCX rule, P12, sends these planes
+    # to the planar kernels): the tiles write a workspace that is transposed right
     # after, never streamed.
     S, s, p = 2, 2, 1
     ncx = (op, N, C) == ("fwd", 16, 64)
@@ -630,7 +631,8 @@ def test_depthwise16_large_results_streamed(op, N, C, streamed, dtype, isa):
     bias = b if op == "fwd" else None
     want = _oracle(op, x, w, S, s, p, C, dy, b=bias).to(dtype)
     a = dict(_attrs(S, s, p), groups=C, data_format="NCX" if ncx else "NXC", weights_format="IOX")
-    got, ln = _call(op, x, w, dy, S, a, isa, bias)
+    with tct.use_ncx_path("channels_last" if ncx else "auto"):
+        got, ln = _call(op, x, w, dy, S, a, isa, bias)
     assert "route=depthwise" in ln and f" stream={int(streamed)} " in ln, ln[:600]
     assert ("ncx16=1" in ln) == ncx, ln[:600]
     assert torch.equal(got, want)
@@ -711,6 +713,8 @@ PLANAR16_CASES = [
                          ids=lambda c: f"{c[0]}_{c[1]}d_{c[3]}to{c[4]}_s{c[7]}_g{c[10]}")
 def test_planar16_exact(case, dtype, isa):
     op, S, N, IC, OC, sp, K, s, p, d, g, route = case
+    if route == "pointwise_gemm" and isa != "avx2":
+        route = "tiles"  # the pointwise forward GEMM is AVX2's (heuristics P17)
     x = _ints((N, IC) + sp, dtype, 41)
     w = _ints((IC, OC // g) + (K,) * S, dtype, 42)
     b = _ints((OC,), dtype, 43) if op == "fwd" else None

@@ -115,13 +115,17 @@ def test_pointwise_forward_runs_the_backward_data_gemm(tct, vec_isa, p):
     # transposed problem (weights read transposed, bias added per row): the
     # planar kernels' pick for it, exact with bias, any weights format,
     # several chunks of positions per image (300, 279 > 256) and blocks of
-    # output channels (N = 1).
+    # output channels (N = 1). AVX2 only (heuristics P17, unmeasured with
+    # AVX-512): other ISAs keep their routes, exact too.
     P.require_isa(vec_isa)
     x, w, b = P.problem_tensors(p, torch.float32, seed=3, integer=True)
     with P.use_isa(vec_isa), tct.use_ncx_path("auto"):
         with tct.plans() as lines:
             torch.ops.graph.conv_transpose(x, w, b, **p.attrs())
-        assert " route=ncx_planar " in lines[0] and " route=pointwise_gemm " in lines[0], lines[0]
+        if vec_isa == "avx2":
+            assert " route=ncx_planar " in lines[0] and " route=pointwise_gemm " in lines[0], lines[0]
+        else:
+            assert " route=pointwise_gemm " not in lines[0], lines[0]
         _check(p, vec_isa)
 
 
