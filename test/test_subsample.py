@@ -107,3 +107,45 @@ def test_nonfinite_read_and_unread_positions(isa):
     fin = ~ref.isnan()
     assert torch.equal(got.double()[fin], ref[fin])
     assert ref.isnan().any() and not ref.isnan().all()
+
+
+MIXED = [  # per axis: (N, IC, OC, src spatial, K, s, d, pads_begin, pads_end, output_padding)
+    (2, 16, 3, (7, 9), (3, 5), (4, 2), (2, 2), (1, 2), (0, 1), (1, 1)),  # g 2, 2; r 1, 0
+    (1, 12, 4, (6, 8), (3, 3), (3, 4), (2, 2), (0, 3), (1, 0), (0, 1)),  # outer g = 1
+    (1, 8, 3, (3, 4, 6), (1, 2, 3), (2, 3, 2), (1, 3, 2), (0, 2, 1), (0, 0, 2), (1, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("case", MIXED, ids=str)
+def test_subsampled_axes_differ(case, isa):
+    """Factors and residues that differ between the axes (an outer axis left
+    whole, a 1x1 axis, g = 3 next to g = 2): each axis's own residue is gathered."""
+    N, IC, OC, sp, K, s, d, pb, pe, op = case
+    out = [P.forward_size(*a) for a in zip(sp, K, s, d, pb, pe, op)]
+    kw = dict(strides=list(s), pads_begin=list(pb), pads_end=list(pe), dilations=list(d),
+              data_format="NXC", weights_format="IOX")
+    dy = P.data_from_ncx(_ints((N, OC, *out), 5), "NXC").contiguous()
+    w = _ints((IC, OC) + tuple(K), 6)
+    src_shape = [N] + list(sp) + [IC]
+    assert " s1x1=subsample " in _plan(dy, w, src_shape, kw, isa)
+    with tct.use_isa(isa):
+        got = torch.ops.graph.conv_transpose_backward_data(dy, w, src_shape=src_shape, **kw)
+    ref = P.ref_conv_transpose_backward_data(dy, w, src_shape=src_shape, **kw)
+    assert torch.equal(got.double(), ref)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_long_signal_keeps_its_route(isa):
+    """The gathered copy stays within the other routes' extra-memory bound (a
+    twentieth of the largest tensor, or 4 MiB): a long 1D signal, whose copy would
+    be half of diff_dst (4.8 MB here), is not subsampled."""
+    L = 400_000
+    kw = dict(strides=[2], pads_begin=[1], pads_end=[1], dilations=[2],
+              data_format="NXC", weights_format="IOX")
+    O = P.forward_size(L, 3, 2, 2, 1, 1, 0)
+    dy = torch.zeros(1, O, 3)
+    w = torch.zeros(8, 3, 3)
+    assert " s1x1=subsample " not in _plan(dy, w, [1, L, 8], kw, isa)
+    short = torch.zeros(1, P.forward_size(4000, 3, 2, 2, 1, 1, 0), 3)
+    assert " s1x1=subsample " in _plan(short, w, [1, 4000, 8], kw, isa)

@@ -307,6 +307,14 @@ bool subsampled_dst(const ConvProblem& p, ActLayout diff_dst, ConvProblem* q, Ca
     n.op[a] = n.O[a] - (reach - n.pe[a]);
   }
   if (!x86::backward_data_fuses_taps(n) || n.dst_spatial() == 0) return false;
+  // The copy within the extra-memory bound of the other routes' copies: a
+  // twentieth of the largest tensor, or 4 MiB (a long 1D signal keeps its
+  // route: its copy would be half of diff_dst).
+  const double copy = kF32 * static_cast<double>(n.N) * n.OC() * n.dst_spatial();
+  const double largest = kF32 * std::max({static_cast<double>(p.N) * p.OC() * p.dst_spatial(),
+                                          static_cast<double>(p.N) * p.IC() * p.src_spatial(),
+                                          static_cast<double>(weights_floats(p))});
+  if (copy > std::max(0.05 * largest, 4.0 * (1 << 20))) return false;
   *q = n;
   plan->sub_g = g;
   plan->sub_r = r;
