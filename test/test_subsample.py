@@ -143,8 +143,8 @@ def test_long_signal_keeps_its_route(isa):
     L = 400_000
     kw = dict(strides=[2], pads_begin=[1], pads_end=[1], dilations=[2],
               data_format="NXC", weights_format="IOX")
-    O = P.forward_size(L, 3, 2, 2, 1, 1, 0)
-    dy = torch.zeros(1, O, 3)
+    out_len = P.forward_size(L, 3, 2, 2, 1, 1, 0)
+    dy = torch.zeros(1, out_len, 3)
     w = torch.zeros(8, 3, 3)
     assert " s1x1=subsample " not in _plan(dy, w, [1, L, 8], kw, isa)
     short = torch.zeros(1, P.forward_size(4000, 3, 2, 2, 1, 1, 0), 3)

@@ -23,6 +23,10 @@ bool dense_ncx_pair(ActLayout a, ActLayout b) { return a.ncx && b.ncx; }
 ActLayout dense_ncx(int64_t n, int64_t c, int64_t pixels) {
   return {n * c * pixels == 0 || c == 1 || pixels == 1, true};
 }
+// The same for a dense channels-last one (a subsampled diff_dst).
+ActLayout dense_nxc(int64_t n, int64_t c, int64_t pixels) {
+  return {true, n * c * pixels == 0 || c == 1 || pixels == 1};
+}
 
 ToNxc to_nxc(ActLayout l) { return l.nxc ? ToNxc::View : l.ncx ? ToNxc::Transpose : ToNxc::Copy; }
 
@@ -142,6 +146,14 @@ bool gathers_1x1(const ConvProblem& p, ActLayout diff_dst, ActLayout other, Conv
   return true;
 }
 
+// Bytes of the largest of a problem's f32 tensors: src, dst and the
+// weights (their grad_numel elements).
+double largest_bytes(const ConvProblem& q, int64_t grad_numel) {
+  return kF32 * std::max({static_cast<double>(q.N) * q.IC() * q.src_spatial(),
+                          static_cast<double>(q.N) * q.OC() * q.dst_spatial(),
+                          static_cast<double>(grad_numel)});
+}
+
 // Extra memory a backward-weights call may spend on copies of the
 // activations (their layout changes, the gathered diff_dst of a strided 1x1
 // kernel): 10 % of the largest tensor, or two gradients' worth (gradient
@@ -154,9 +166,7 @@ bool gathers_1x1(const ConvProblem& p, ActLayout diff_dst, ActLayout other, Conv
 // 256 -> 128 k2 s2 on 8^3, 5 gradients of activations, ran 1.09x slower in
 // four pieces, 1 thread, Xeon Sapphire Rapids).
 double bwd_w_allowance(const ConvProblem& q, int64_t grad_numel, bool whole) {
-  const double largest = kF32 * std::max({static_cast<double>(q.N) * q.IC() * q.src_spatial(),
-                                          static_cast<double>(q.N) * q.OC() * q.dst_spatial(),
-                                          static_cast<double>(grad_numel)});
+  const double largest = largest_bytes(q, grad_numel);
   return std::max({0.1 * largest, (whole ? 8.0 : 2.0) * kF32 * grad_numel, kF32 * (1 << 20)});
 }
 
@@ -311,10 +321,7 @@ bool subsampled_dst(const ConvProblem& p, ActLayout diff_dst, ConvProblem* q, Ca
   // twentieth of the largest tensor, or 4 MiB (a long 1D signal keeps its
   // route: its copy would be half of diff_dst).
   const double copy = kF32 * static_cast<double>(n.N) * n.OC() * n.dst_spatial();
-  const double largest = kF32 * std::max({static_cast<double>(p.N) * p.OC() * p.dst_spatial(),
-                                          static_cast<double>(p.N) * p.IC() * p.src_spatial(),
-                                          static_cast<double>(weights_floats(p))});
-  if (copy > std::max(0.05 * largest, 4.0 * (1 << 20))) return false;
+  if (copy > std::max(0.05 * largest_bytes(p, weights_floats(p)), 4.0 * (1 << 20))) return false;
   *q = n;
   plan->sub_g = g;
   plan->sub_r = r;
@@ -326,9 +333,7 @@ void plan_backward_data(const CallSpec& s, CallPlan* plan) {
   if (subsampled_dst(s.p, s.a, &q, plan)) {
     plan->s1x1 = Strided1x1::Subsample;
     plan->s1x1_floats = q.N * q.OC() * q.dst_spatial();
-    plan->step = conv_step(s, q, ActLayout{true, q.N * q.OC() * q.dst_spatial() == 0 ||
-                                                     q.OC() == 1 || q.dst_spatial() == 1},
-                           s.b);
+    plan->step = conv_step(s, q, dense_nxc(q.N, q.OC(), q.dst_spatial()), s.b);
     return;
   }
   if (gathers_1x1(s.p, s.a, s.b, &q)) {

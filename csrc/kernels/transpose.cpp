@@ -214,10 +214,6 @@ void subsample_nxc_f32(const ConvProblem& p, const ConvProblem& q,
     const float* s = diff_dst + n * image + (g[0] * j0 + r[0]) * plane +
                      (g[1] * j1 + r[1]) * line + r[2] * C;
     float* d = dst + row * J2 * C;
-    if (g[2] == 1) {
-      std::copy(s, s + J2 * C, d);
-      continue;
-    }
     for (int64_t j2 = 0; j2 < J2; ++j2, d += C) std::copy(s + g[2] * j2 * C, s + (g[2] * j2 + 1) * C, d);
   }
 }

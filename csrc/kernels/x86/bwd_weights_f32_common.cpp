@@ -132,6 +132,18 @@ int64_t vecs(const BwdWeightsPlan& pl, int64_t c) {
   return (c + pl.tab->lanes - 1) / pl.tab->lanes;
 }
 
+// Vectors of one GEMM n-block for groups of Mg x Ng channels (m side x
+// vector side) without fused taps: the whole group when it fits the widest
+// tile; else the widest tile where Mg fits its rows (few rows, e.g. 96 -> 3:
+// each broadcast feeds more FMAs), else 2 vectors (14x32 tiles on AVX-512).
+int block_vecs(const BwdWeightsPlan& pl, int64_t Mg, int64_t Ng) {
+  const int max_vecs = pl.tab->max_vecs;
+  const int64_t nv = vecs(pl, Ng);
+  return nv <= max_vecs                ? static_cast<int>(nv)
+         : Mg <= pl.tab->rows[max_vecs] ? max_vecs
+                                        : std::min(max_vecs, 2);
+}
+
 // ---------------------------------------------------------------- the plan
 
 // Output offset of each tap, and per axis the box of src positions whose
@@ -200,9 +212,8 @@ void choose_sides(BwdWeightsPlan& pl) {
   // such groups split into 2-vector blocks, and the count only broke ties. The
   // direct choices below (measured with gemm_cost) keep the per-row count.
   auto blocked_cost = [&](int64_t Mg, int64_t Ng) {
-    const int64_t nv = vecs(pl, Ng), maxv = tab.max_vecs;
-    if (maxv < 4) return gemm_cost(Mg, Ng);
-    const int64_t per_block = nv <= maxv ? nv : Mg <= tab.rows[maxv] ? maxv : 2;
+    if (tab.max_vecs < 4) return gemm_cost(Mg, Ng);
+    const int64_t nv = vecs(pl, Ng), per_block = block_vecs(pl, Mg, Ng);
     const int64_t nblocks = (nv + per_block - 1) / per_block;
     return static_cast<double>(nv * Mg) + 0.25 * static_cast<double>(Mg * nblocks);
   };
@@ -254,7 +265,6 @@ void choose_sides(BwdWeightsPlan& pl) {
 void choose_tiles(BwdWeightsPlan& pl, const WeightsView& diff_w) {
   const BwdWeightsF32Table& tab = *pl.tab;
   const int64_t Mg = pl.Mg, Ng = pl.Ng;
-  const int max_vecs = tab.max_vecs;
   const int* rows_of = tab.rows;
   // n-blocks: the whole group when it fits one tile (up to 6x64 on AVX-512),
   // else 2 vectors (14x32 tiles: half the B panel of 6x64, so a longer pixel
@@ -277,10 +287,7 @@ void choose_tiles(BwdWeightsPlan& pl, const WeightsView& diff_w) {
     kf = static_cast<int>(std::min<int64_t>(pl.p.K[2], rows_of[2] / Mg));
   if (kf < 2) kf = 1;
   pl.kf = kf;
-  pl.gemm_vecs = kf > 1                       ? 2
-                 : vecs(pl, Ng) <= max_vecs   ? static_cast<int>(vecs(pl, Ng))
-                 : Mg <= rows_of[max_vecs]    ? max_vecs
-                                              : std::min(max_vecs, 2);
+  pl.gemm_vecs = kf > 1 ? 2 : block_vecs(pl, Mg, Ng);
   // One m-blocking for all n-blocks (rows_of shrinks with the vectors, so the
   // narrower tail n-block takes these rows too).
   pl.rows_main = rows_of[std::min<int64_t>(pl.gemm_vecs, vecs(pl, Ng))];
