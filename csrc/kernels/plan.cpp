@@ -903,6 +903,7 @@ static bool plan_pairs16(const CallSpec& spec, CallPlan* plan, const ConvProblem
     c.chunks = 1;
     c.a_floats = (p.N * a_img + 1) / 2;  // src -> CNX
     c.b_floats = spec.b.nxc || plan->copy_b ? 0 : (p.N * b_img + 1) / 2;  // diff_dst -> NXC
+    c.w_floats = 0;  // the tiles write the bf16 gradient
     plan->step.route = Route::Convert16;
     return true;
   }

@@ -17,9 +17,10 @@
 //     rows interleaved into a panel per (chunk of 256 pixels, tap), shared
 //     by all input-channel blocks.
 // The f32 sums are kept in a scratch gradient [G][T][ICp][OCp] (tiles
-// loaded and stored per block of 8 steps), each element summed by one task
-// in pixel order: the same bits for any thread count (SPEC 5). The caller
-// rounds the f32 gradient once.
+// loaded and stored per chunk of steps; the first chunk's start from zero,
+// so the scratch is never cleared), each element summed by one task in pixel
+// order: the same bits for any thread count (SPEC 5). The last pass rounds
+// each sum once into the bf16 gradient.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,16 +30,17 @@
 #include "../dispatch.h"
 #include "buffers.h"
 #include "conv_f32_kernels.h"
+#include "convert.h"
 #include "x86.h"
 
 namespace tct {
 namespace x86 {
 namespace {
 
-constexpr int64_t kStep = 32;   // pixels per step (a TDPBF16PS's, 16 VDPBF16PS pair steps)
-constexpr int64_t kSteps = 8;   // steps per chunk (a B panel, a C residency)
-constexpr int64_t kChunk = kStep * kSteps;
-constexpr int64_t kBlock = 32;  // channels per row / column block
+constexpr int64_t kStep = 32;      // pixels per step (a TDPBF16PS's, 16 VDPBF16PS pair steps)
+constexpr int64_t kSteps = 8;      // steps per chunk (a B panel, a C residency): AMX
+constexpr int64_t kMaxSteps = 16;  // VDPBF16PS: up to 16 where the panel stays small
+constexpr int64_t kBlock = 32;     // channels per row / column block
 
 // The block kernel of the plan's ISA and the tile state around a thread's blocks.
 struct BlockKernel {
@@ -60,6 +62,7 @@ struct BwwPairsPlan {
   BlockKernel k;
   ConvProblem p;
   int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
+  int64_t steps = kSteps, chunk = kSteps * kStep;  // per chunk of a task's pixels
   int64_t parts = 1, tasks = 0;
   std::vector<int64_t> koff_k[kAxes];  // per tap: its kernel index along each axis
   // Per axis a, kernel index k and src index i: the diff_dst index, or -1.
@@ -78,9 +81,24 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   pl.ipix = p.src_spatial();
   pl.opix = p.dst_spatial();
   // (group, tap) tasks, their input-channel blocks split in parts so that
-  // each thread gets about two tasks.
+  // each thread gets about two tasks (AMX).
   const int64_t gt = p.G * pl.T;
   pl.parts = std::clamp<int64_t>((2 * nthreads + gt - 1) / gt, 1, pl.ICB);
+  if (isa == Isa::Avx512Bf16) {
+    // VDPBF16PS (Zen 4 / 5, 1 MiB L2): a chunk's panel within 256 KiB, up
+    // to 16 steps (one chunk for most reductions of a few hundred pixels:
+    // each chunk loads and stores every sum); parts of at most 256 KiB of
+    // sums, so that a task's sums stay in L2 from chunk to chunk, and at
+    // least 4 tasks a thread.
+    const int64_t pixels = p.N * pl.ipix;
+    const int64_t fit = std::max<int64_t>(1, (256 << 10) / (kStep * pl.OCp * 2));
+    pl.steps = std::clamp<int64_t>((pixels + kStep - 1) / kStep, 1, std::min(kMaxSteps, fit));
+    pl.steps = std::max(pl.steps, std::min(kSteps, (pixels + kStep - 1) / kStep));
+    const int64_t sums = (int64_t{256} << 10) / (kBlock * pl.OCp * 4);  // icbs in 256 KiB
+    const int64_t by_l2 = (pl.ICB + std::max<int64_t>(1, sums) - 1) / std::max<int64_t>(1, sums);
+    pl.parts = std::clamp<int64_t>(std::max(by_l2, (4 * nthreads + gt - 1) / gt), 1, pl.ICB);
+  }
+  pl.chunk = pl.steps * kStep;
   pl.tasks = gt * pl.parts;
   for (int a = 0; a < kAxes; ++a) pl.koff_k[a].resize(static_cast<size_t>(pl.T));
   for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
@@ -105,13 +123,15 @@ struct TaskBufs {
   AlignedBuf<uint32_t> panel;
   std::vector<int64_t> opix;
   AlignedBuf<uint16_t> agather;
-  const void* a[2 * kSteps];
-  int64_t lda[2 * kSteps];
-  uint32_t valid[kSteps];  // per step of the chunk: its pixels whose tap is inside
+  std::vector<uint16_t> row16;  // a rounded row of the gradient
+  const void* a[2 * kMaxSteps];
+  int64_t lda[2 * kMaxSteps];
+  uint32_t valid[kMaxSteps];  // per step of the chunk: its pixels whose tap is inside
   explicit TaskBufs(const BwwPairsPlan& pl)
-      : panel(aligned_buffer<uint32_t>(kChunk / 2 * pl.OCp)),
-        opix(static_cast<size_t>(kChunk)),
-        agather(aligned_buffer<uint16_t>(2 * kSteps * 16 * kStep)) {}
+      : panel(aligned_buffer<uint32_t>(pl.chunk / 2 * pl.OCp)),
+        opix(static_cast<size_t>(pl.chunk)),
+        agather(aligned_buffer<uint16_t>(2 * pl.steps * 16 * kStep)),
+        row16(static_cast<size_t>(pl.OCp)) {}
 };
 
 // Chunk [j0, j0 + len) of the pixels of all images (image-major) under tap
@@ -127,8 +147,8 @@ void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, in
   const int64_t* const m2 = pl.omap[2].data() + pl.koff_k[2][t] * p.I[2];
   const int64_t r = j0 % pl.ipix;
   int64_t n = j0 / pl.ipix, i0 = r / (p.I[1] * p.I[2]), i1 = r / p.I[2] % p.I[1], i2 = r % p.I[2];
-  for (int64_t k = 0; k < kSteps; ++k) tb.valid[k] = 0;
-  for (int64_t j = 0; j < kChunk; ++j) {
+  for (int64_t k = 0; k < pl.steps; ++k) tb.valid[k] = 0;
+  for (int64_t j = 0; j < pl.chunk; ++j) {
     int64_t row = -1;
     if (j < len) {
       const int64_t o0 = m0[i0], o1 = m1[i1], o2 = m2[i2];
@@ -195,10 +215,11 @@ void run_task(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, f
   args.ldb = pl.OCp;
   args.ldc = pl.OCp;
   const int64_t pixels = p.N * pl.ipix;
-  for (int64_t j0 = 0; j0 < pixels; j0 += kChunk) {
-    const int64_t len = std::min(kChunk, pixels - j0);
+  for (int64_t j0 = 0; j0 < pixels; j0 += pl.chunk) {
+    const int64_t len = std::min(pl.chunk, pixels - j0);
     pack_b(pl, dy, g, t, j0, len, tb);
     args.nks = (len + kStep - 1) / kStep;
+    args.zero = j0 == 0;
     for (int64_t icb = icb0; icb < icb1; ++icb) {
       pack_a(pl, src, g, icb, j0, args.nks, tb);
       for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
@@ -230,16 +251,14 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
   float* const sc = scratch.get();
 #pragma omp parallel num_threads(nthreads)
   {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < grad; i += 4096)
-      std::memset(sc + i, 0, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4096, grad - i)));
     TaskBufs tb(pl);
     if (pl.k.begin) pl.k.begin();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_cnx, dy_nxc, sc, task, tb);
     if (pl.k.end) pl.k.end();
-    // The f32 gradient in diff_w's layout.
-    float* const dw = static_cast<float*>(diff_w.data);
+    // The sums rounded once, in diff_w's layout.
+    uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
+    uint16_t* const r16 = tb.row16.data();
 #pragma omp for schedule(static)
     for (int64_t gi = 0; gi < p.G * p.ICg; ++gi) {
       const int64_t g = gi / p.ICg, ic = gi % p.ICg;
@@ -247,8 +266,13 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
         const int64_t koff = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
                              pl.koff_k[2][t] * diff_w.sk[2];
         const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
-        float* d = dw + gi * diff_w.si + koff;
-        for (int64_t oc = 0; oc < p.OCg; ++oc) d[oc * diff_w.so] = s[oc];
+        uint16_t* d = dw + gi * diff_w.si + koff;
+        if (diff_w.so == 1) {
+          f32_to_bf16_avx512(s, d, p.OCg);
+        } else {
+          f32_to_bf16_avx512(s, r16, p.OCg);
+          for (int64_t oc = 0; oc < p.OCg; ++oc) d[oc * diff_w.so] = r16[oc];
+        }
       }
     }
   }
@@ -258,7 +282,7 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
 std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
   return std::string(isa == Isa::Avx512Amx ? "bww_amx" : "bww_pairs") + " tile=" + pl.k.name +
-         " step=32 chunk=" + std::to_string(kChunk) +
+         " step=32 chunk=" + std::to_string(pl.chunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
          " scratch_bytes=" + std::to_string(4 * p.G * pl.T * pl.ICp * pl.OCp);

@@ -348,11 +348,20 @@ void bww_bf16_amx_block(const BwwPairsBlockArgs* args) {
   const int64_t ldb = args->ldb * 4, ldc = args->ldc * 4;
   float* const c = args->c;
   const bool two = args->ncols > 16;
-  _tile_loadd(0, c, ldc);
-  _tile_loadd(2, c + 16 * args->ldc, ldc);
-  if (two) {
-    _tile_loadd(1, c + 16, ldc);
-    _tile_loadd(3, c + 16 * args->ldc + 16, ldc);
+  if (args->zero) {
+    _tile_zero(0);
+    _tile_zero(2);
+    if (two) {
+      _tile_zero(1);
+      _tile_zero(3);
+    }
+  } else {
+    _tile_loadd(0, c, ldc);
+    _tile_loadd(2, c + 16 * args->ldc, ldc);
+    if (two) {
+      _tile_loadd(1, c + 16, ldc);
+      _tile_loadd(3, c + 16 * args->ldc + 16, ldc);
+    }
   }
   for (int64_t k = 0; k < args->nks; ++k) {
     _tile_loadd(4, args->a[2 * k], args->lda[2 * k]);

@@ -156,7 +156,8 @@ inline __attribute__((always_inline)) void bww_rows(const BwwPairsBlockArgs* arg
 #pragma GCC unroll 16
   for (int m = 0; m < R; ++m)
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_loadu_ps(c + m * args->ldc + 16 * v);
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = args->zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + m * args->ldc + 16 * v);
   for (int64_t k = 0; k < args->nks; ++k) {
     const uint16_t* a[R];
 #pragma GCC unroll 16

@@ -306,7 +306,8 @@ void pack_pairs_row_avx512(const uint16_t* s0, const uint16_t* s1, int64_t jn, u
 // a[2k + 1] with row strides lda[2k], lda[2k + 1] bytes; its B at
 // b + k*16*ldb: 16 rows (pixel pairs) of ldb 32-bit slots, each column's pair
 // (pixel 2q, pixel 2q + 1); b 64-byte aligned and ldb a multiple of 16.
-// Columns past ncols (to 16 or 32) of c are computed too.
+// Columns past ncols (to 16 or 32) of c are computed too. zero: the sums
+// start from zero (c is only written: the first chunk of a reduction).
 struct BwwPairsBlockArgs {
   const void* const* a;
   const int64_t* lda;
@@ -316,6 +317,7 @@ struct BwwPairsBlockArgs {
   int64_t ldc;
   int64_t nks;
   int64_t ncols;
+  bool zero;
 };
 void bww_bf16_amx_block(const BwwPairsBlockArgs* args);
 // The same block on AVX512_BF16 (VDPBF16PS register tiles, in groups of rows).

@@ -89,8 +89,8 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
 // bf16 backward-weights on the pair tiles of isa (Avx512Amx, Avx512Bf16;
 // bwd_weights_bf16_common.cpp): src dense in
 // CNX order (C, N, X...: each channel's pixels of every image in a row) and
-// diff_dst dense channels-last, both bf16; the f32 gradient written into
-// diff_w (f32, any strides); the caller rounds it once. False where it does
+// diff_dst dense channels-last, both bf16; the gradient, each f32 sum
+// rounded once, written into diff_w (bf16, any strides). False where it does
 // not apply (bww_bf16_pairs_applies: at least 32 channels per group on both
 // sides).
 bool bww_bf16_pairs_applies(Isa isa, const ConvProblem& p);
