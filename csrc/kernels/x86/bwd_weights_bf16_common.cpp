@@ -24,7 +24,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "../dispatch.h"
@@ -90,13 +89,13 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
     // each chunk loads and stores every sum); parts of at most 256 KiB of
     // sums, so that a task's sums stay in L2 from chunk to chunk, and at
     // least 4 tasks a thread.
-    const int64_t pixels = p.N * pl.ipix;
-    const int64_t fit = std::max<int64_t>(1, (256 << 10) / (kStep * pl.OCp * 2));
-    pl.steps = std::clamp<int64_t>((pixels + kStep - 1) / kStep, 1, std::min(kMaxSteps, fit));
-    pl.steps = std::max(pl.steps, std::min(kSteps, (pixels + kStep - 1) / kStep));
-    const int64_t sums = (int64_t{256} << 10) / (kBlock * pl.OCp * 4);  // icbs in 256 KiB
-    const int64_t by_l2 = (pl.ICB + std::max<int64_t>(1, sums) - 1) / std::max<int64_t>(1, sums);
-    pl.parts = std::clamp<int64_t>(std::max(by_l2, (4 * nthreads + gt - 1) / gt), 1, pl.ICB);
+    constexpr int64_t kBudget = 256 << 10;
+    const int64_t needed = ceil_div(p.N * pl.ipix, kStep);
+    const int64_t fit = kBudget / (kStep * pl.OCp * 2);  // steps whose panel fits
+    pl.steps = std::min(needed, std::max(kSteps, std::min(kMaxSteps, fit)));
+    const int64_t icbs = std::max<int64_t>(1, kBudget / (kBlock * pl.OCp * 4));  // sums' blocks
+    pl.parts = std::clamp<int64_t>(std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt)),
+                                   1, pl.ICB);
   }
   pl.chunk = pl.steps * kStep;
   pl.tasks = gt * pl.parts;
