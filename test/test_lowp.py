@@ -505,6 +505,103 @@ def test_pairs_bf16_backward_weights_same_bits_for_any_threads(isa):
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
+# Fused taps (VDPBF16PS, fewer than 32 output channels per group): the
+# columns are (tap, output channel) pairs of runs of tap rows.
+BWW_FUSED_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, dilation)
+    (2, 2, 96, 3, (13, 13), 11, 4, 0, 1, 1),   # AlexNet-like k11 s4: no border pixel
+    (2, 3, 64, 3, (9, 11), 7, 2, 3, 1, 2),     # dilated: a window of taps, border pixels
+    (2, 2, 112, 5, (7, 9), 4, 2, 1, 1, 1),     # 112 channels (a tail block), odd images
+    (2, 2, 64, 8, (40, 41), 3, 2, 1, 1, 1),    # 3280 pixels: pieces, chunks, a partial one
+    (1, 3, 64, 5, (37,), 16, 8, 4, 1, 1),      # 1D: one tap row
+    (3, 2, 64, 4, (3, 4, 5), 3, 2, 1, 1, 1),   # 3D
+    (3, 1, 64, 8, (4, 5, 6), 5, 1, 2, 1, 1),   # 1000 columns: row groups
+    (2, 2, 64, 6, (6, 7), 5, 1, 2, 2, 1),      # groups of 32 -> 3: a window of taps
+    (2, 1, 32, 31, (30, 31), 3, 1, 1, 1, 1),   # 31 output channels, 930 pixels
+    (2, 2, 64, 3, (9, 10), 5, 1, 2, 1, 6),     # dilation 6: windows too wide, tap by tap
+]
+
+
+def _fused_id(c):
+    return f"{c[0]}d_{c[2]}to{c[3]}_k{c[5]}s{c[6]}p{c[7]}g{c[8]}d{c[9]}"
+
+
+@pytest.mark.parametrize("layout", ["nxc", "ncx"])
+@pytest.mark.parametrize("case", BWW_FUSED_CASES, ids=_fused_id)
+@pytest.mark.parametrize("isa", PAIR_ISAS)
+def test_pairs_bf16_backward_weights_fused_taps_exact(case, layout, isa):
+    # Integer data: every sum exact in f32, so the rounded result equals the
+    # f64 oracle's rounding. AMX takes none of these (the f32 kernels do).
+    P.require_isa(isa)
+    S, N, IC, OC, sp, K, s, p, g, d = case
+    dt = torch.bfloat16
+    x = _ints((N, IC) + sp, dt, 41)
+    w = _ints((IC, OC // g) + (K,) * S, dt, 42)
+    dy = _ints(_oracle("fwd", x, w, S, s, p, g, d=d).shape, dt, 43)
+    want = _oracle("bwd_w", x, w, S, s, p, g, dy, d=d).to(dt)
+    to = (lambda t: _nxc(t, S)) if layout == "nxc" else (lambda t: t)
+    a = dict(_attrs(S, s, p, d), groups=g, data_format=layout.upper(), weights_format="IOX",
+             weights_shape=list(w.shape))
+    with P.use_isa(isa), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose_backward_weights(to(x), to(dy), **a)
+    assert torch.equal(got, want)
+    assert (" fused_rows=" in lines[0]) == (isa == "avx512_bf16"), lines[0][:600]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("where", ["src_border", "src_corner", "src_inside", "diff_dst"])
+def test_pairs_bf16_backward_weights_fused_taps_nan_and_inf(where, bad):
+    # As test_pairs_bf16_backward_weights_nan_and_inf, on fused taps: a border
+    # pixel's bad value meets zero B pairs at its taps outside, so it is
+    # summed apart, tap by tap; only the taps inside see it.
+    P.require_isa("avx512_bf16")
+    dt, S, s, p = torch.bfloat16, 2, 1, 1
+    x = _ints((2, 64, 9, 10), dt, 44, 1, 3)
+    w = _ints((64, 8, 3, 3), dt, 45, 1, 3)
+    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 46, 1, 3)
+    t, idx = {"src_border": (x, (1, 3, 0, 4)), "src_corner": (x, (0, 63, 8, 9)),
+              "src_inside": (x, (1, 3, 4, 4)), "diff_dst": (dy, (0, 2, 8, 9))}[where]
+    t[idx] = 0
+    base = _oracle("bwd_w", x, w, S, s, p, 1, dy)
+    t[idx] = 1
+    touched = _oracle("bwd_w", x, w, S, s, p, 1, dy) != base
+    t[idx] = bad
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=list(w.shape))
+    with P.use_isa("avx512_bf16"), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
+    assert " fused_rows=" in lines[0], lines[0][:600]
+    assert touched.any() and not touched.all()
+    check = torch.isnan if bad != bad else torch.isinf
+    assert torch.equal(check(got), touched)
+    assert torch.equal(got[~touched], base.to(dt)[~touched])
+
+
+def test_pairs_bf16_backward_weights_fused_taps_same_bits_for_any_threads():
+    # Random data: the row groups change with the thread count, each sum's
+    # order (its pixels') does not.
+    P.require_isa("avx512_bf16")
+    g = torch.Generator().manual_seed(47)
+    x = torch.randn(2, 40, 30, 96, generator=g).to(torch.bfloat16)  # 3 pieces
+    dy = torch.randn(2, 165, 125, 3, generator=g).to(torch.bfloat16)
+    x[1, 0, 0, 5] = float("nan")  # a border pixel's fix-up, too
+    a = dict(_attrs(2, 4, 1), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=[96, 3, 11, 11])
+    old = torch.get_num_threads()
+    outs = []
+    try:
+        for nt in (1, 2, 3):
+            torch.set_num_threads(nt)
+            with P.use_isa("avx512_bf16"), tct.plans() as lines:
+                outs.append(torch.ops.graph.conv_transpose_backward_weights(x, dy, **a))
+            assert " fused_rows=" in lines[0], lines[0][:600]
+    finally:
+        torch.set_num_threads(old)
+    assert outs[0].isnan().any() and not outs[0].isnan().all()
+    for o in outs[1:]:
+        assert torch.equal(o.isnan(), outs[0].isnan())
+        assert torch.equal(o.nan_to_num(), outs[0].nan_to_num())
+
+
 @pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("layout", ["nxc", "ncx"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])

@@ -21,9 +21,20 @@
 // so the scratch is never cleared), each element summed by one task in pixel
 // order: the same bits for any thread count (SPEC 5). The last pass rounds
 // each sum once into the bf16 gradient.
+//
+// Fused taps (VDPBF16PS, fewer than 32 output channels, e.g. an RGB output
+// layer): one GEMM per run of tap rows instead of per tap, its columns the
+// (tap, output channel) pairs of those taps (AlexNet's 96 -> 3 k11: 363
+// columns, not 121 blocks of 3 in 32). A's steps are then every src pixel
+// in place; B's pair is zero where a pixel's tap falls outside diff_dst.
+// So that NaN / Inf in src stay where the reference puts them (it never
+// multiplies src by a missing diff_dst), the few non-finite src elements of
+// border pixels (those with such a tap) are zeroed in A and summed exactly
+// afterwards, tap by tap.
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "../dispatch.h"
@@ -40,6 +51,8 @@ constexpr int64_t kStep = 32;      // pixels per step (a TDPBF16PS's, 16 VDPBF16
 constexpr int64_t kSteps = 8;      // steps per chunk (a B panel, a C residency): AMX
 constexpr int64_t kMaxSteps = 16;  // VDPBF16PS: up to 16 where the panel stays small
 constexpr int64_t kBlock = 32;     // channels per row / column block
+// Fused taps: columns of a row group at most, pixels of a piece about, pieces at most.
+constexpr int64_t kFusedCols = 512, kPiecePixels = 1024, kMaxPieces = 8;
 
 // The block kernel of the plan's ISA and the tile state around a thread's blocks.
 struct BlockKernel {
@@ -57,10 +70,34 @@ BlockKernel block_kernel(Isa isa) {
   return {};
 }
 
+// Fused taps (the comment at the top): VDPBF16PS, few output channels,
+// input channels that fill their 32-row blocks (at most a quarter padding)
+// and 64 columns or more. Zen 5, against the f32 kernels on widened copies
+// (2 threads): AlexNet 96 -> 3 k11 s4 1.6x, GoogLeNet 64 -> 3 k7 d2 1.75x,
+// while DCGAN's 64 -> 3 k4 (48 columns) ran 0.86-1.1x, 1D 64 -> 3 k7 (21)
+// 0.6-1.0x, 36 -> 4 k3 (36 rows in 64) 0.7x: a pixel pair's packing is
+// then paid for by too few products.
+bool fused_applies(Isa isa, const ConvProblem& p) {
+  return isa == Isa::Avx512Bf16 && p.ICg >= 32 && p.OCg < 32 &&
+         4 * round_up(p.ICg, 32) <= 5 * p.ICg && p.taps() * p.OCg >= 64;
+}
+
 struct BwwPairsPlan {
   BlockKernel k;
   ConvProblem p;
+  // OCp: per-tap plans, the padded output channels (the scratch's row and the
+  // panel's width); fused, the widest row group's padded columns (the panel's).
   int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
+  // Fused taps: tap rows (taps over the innermost kernel axis K2), R rows per
+  // task in RG row groups; group rg's columns start at colbase[rg] of a
+  // scratch row of ldc floats (each group's padded to 16). runs: a tap row's
+  // (k2, oc) are consecutive diff_dst elements (dilation 1, one group).
+  // pieces of piece pixels each (the last shorter), each its own sums.
+  bool fused = false, runs = false;
+  int64_t K2 = 1, rows = 1, R = 1, RG = 1, ldc = 0, pieces = 1, piece = 0;
+  std::vector<int64_t> colbase;
+  std::vector<int64_t> ka, kb;  // per innermost src index: its taps inside, [ka, kb)
+  BwwFusedGeom geom{};          // the B panels' packing
   int64_t steps = kSteps, chunk = kSteps * kStep;  // per chunk of a task's pixels
   int64_t parts = 1, tasks = 0;
   std::vector<int64_t> koff_k[kAxes];  // per tap: its kernel index along each axis
@@ -83,6 +120,49 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   // each thread gets about two tasks (AMX).
   const int64_t gt = p.G * pl.T;
   pl.parts = std::clamp<int64_t>((2 * nthreads + gt - 1) / gt, 1, pl.ICB);
+  pl.fused = fused_applies(isa, p);
+  if (pl.fused) {
+    // Tasks: pieces of the pixels (each its own sums, added in piece order at
+    // the end: the pieces are the problem's, not the threads'), then the
+    // input-channel blocks split. A task packs B for all columns of its row
+    // group and reads its pixels' src once: splitting the columns instead
+    // (row groups per task) read src once per group, and ran 2 threads
+    // slower than 1 on DCGAN's 64 -> 3. Row groups only bound the panel
+    // (at most kFusedCols columns).
+    pl.K2 = p.K[2];
+    pl.rows = pl.T / pl.K2;
+    pl.runs = p.d[2] == 1 && p.G == 1;
+    pl.R = std::clamp<int64_t>(kFusedCols / (pl.K2 * p.OCg), 1, pl.rows);
+    pl.RG = ceil_div(pl.rows, pl.R);
+    pl.R = ceil_div(pl.rows, pl.RG);  // groups of nearly equal rows
+    const int64_t pixels = p.N * p.src_spatial();
+    pl.pieces = std::clamp<int64_t>(ceil_div(pixels, kPiecePixels), 1, kMaxPieces);
+    pl.piece = round_up(ceil_div(pixels, pl.pieces), kStep);
+    pl.pieces = ceil_div(pixels, pl.piece);
+    pl.colbase.assign(static_cast<size_t>(pl.RG + 1), 0);
+    pl.OCp = 0;
+    for (int64_t rg = 0; rg < pl.RG; ++rg) {
+      const int64_t n = std::min(pl.rows, (rg + 1) * pl.R) - rg * pl.R;
+      const int64_t w = round_up(n * pl.K2 * p.OCg, 16);
+      pl.colbase[rg + 1] = pl.colbase[rg] + w;
+      pl.OCp = std::max(pl.OCp, w);
+    }
+    pl.ldc = pl.colbase[pl.RG];
+    pl.parts = std::clamp<int64_t>(ceil_div(2 * nthreads, pl.pieces * p.G * pl.RG), 1, pl.ICB);
+    pl.geom = BwwFusedGeom{pl.K2, p.OCg, p.d[2] * p.OC(), {}};
+    for (int64_t c = 0; c < std::min<int64_t>(32, pl.K2 * p.OCg); ++c)
+      pl.geom.window_at[c] = static_cast<uint16_t>((c / p.OCg) * pl.geom.tap_stride + c % p.OCg);
+    pl.ka.resize(static_cast<size_t>(p.I[2]));
+    pl.kb.resize(static_cast<size_t>(p.I[2]));
+    const TapAxis ax = p.axis(2);
+    for (int64_t i = 0; i < p.I[2]; ++i) {
+      int64_t a = 0, b = ax.K;
+      while (a < b && ax.dst_at(i, a) < 0) ++a;
+      while (b > a && ax.dst_at(i, b - 1) < 0) --b;
+      pl.ka[i] = a;
+      pl.kb[i] = b;
+    }
+  }
   if (isa == Isa::Avx512Bf16) {
     // VDPBF16PS (Zen 4 / 5, 1 MiB L2): a chunk's panel within 256 KiB, up
     // to 16 steps (one chunk for most reductions of a few hundred pixels:
@@ -90,15 +170,16 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
     // sums, so that a task's sums stay in L2 from chunk to chunk, and at
     // least 4 tasks a thread.
     constexpr int64_t kBudget = 256 << 10;
-    const int64_t needed = ceil_div(p.N * pl.ipix, kStep);
+    const int64_t needed = ceil_div(pl.fused ? pl.piece : p.N * pl.ipix, kStep);
     const int64_t fit = kBudget / (kStep * pl.OCp * 2);  // steps whose panel fits
     pl.steps = std::min(needed, std::max(kSteps, std::min(kMaxSteps, fit)));
     const int64_t icbs = std::max<int64_t>(1, kBudget / (kBlock * pl.OCp * 4));  // sums' blocks
-    pl.parts = std::clamp<int64_t>(std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt)),
-                                   1, pl.ICB);
+    if (!pl.fused)
+      pl.parts = std::clamp<int64_t>(
+          std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt)), 1, pl.ICB);
   }
   pl.chunk = pl.steps * kStep;
-  pl.tasks = gt * pl.parts;
+  pl.tasks = (pl.fused ? pl.pieces * p.G * pl.RG : gt) * pl.parts;
   for (int a = 0; a < kAxes; ++a) pl.koff_k[a].resize(static_cast<size_t>(pl.T));
   for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
     for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
@@ -116,6 +197,17 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   return pl;
 }
 
+// A src pixel of all images: its image's first diff_dst pixel and its indices.
+struct PixAt {
+  int64_t img = 0, i0 = 0, i1 = 0, i2 = 0;
+};
+
+PixAt pix_at(const BwwPairsPlan& pl, int64_t j) {
+  const ConvProblem& p = pl.p;
+  const int64_t r = j % pl.ipix;
+  return {j / pl.ipix * pl.opix, r / (p.I[1] * p.I[2]), r / p.I[2] % p.I[1], r % p.I[2]};
+}
+
 // Per-thread buffers: the B panel of a chunk and tap, the diff_dst pixel of
 // each of its pixels, the gathered A steps and their pointers.
 struct TaskBufs {
@@ -126,11 +218,24 @@ struct TaskBufs {
   const void* a[2 * kMaxSteps];
   int64_t lda[2 * kMaxSteps];
   uint32_t valid[kMaxSteps];  // per step of the chunk: its pixels whose tap is inside
+  // Fused taps: per step its border pixels (a tap of the row group outside);
+  // the non-finite src elements of border pixels zeroed in A, as
+  // (channel in the group, pixel of all images), summed exactly afterwards.
+  uint32_t border[kMaxSteps];
+  std::vector<std::pair<int64_t, int64_t>> fixups;
+  std::vector<PixAt> xs;           // the chunk's pixels
+  std::vector<BwwFusedRow> frows;  // a pair's tap rows
+  std::vector<const uint16_t*> rowp;  // a segment's tap rows
+  std::vector<float> sum;             // a gradient row's pieces added
   explicit TaskBufs(const BwwPairsPlan& pl)
-      : panel(aligned_buffer<uint32_t>(pl.chunk / 2 * pl.OCp)),
+      : panel(aligned_buffer<uint32_t>(pl.chunk / 2 * pl.OCp + 16)),  // + a run's spill
         opix(static_cast<size_t>(pl.chunk)),
         agather(aligned_buffer<uint16_t>(2 * pl.steps * 16 * kStep)),
-        row16(static_cast<size_t>(pl.OCp)) {}
+        row16(static_cast<size_t>(pl.OCp)),
+        xs(pl.fused ? static_cast<size_t>(pl.chunk) : 0),
+        frows(pl.fused ? static_cast<size_t>(pl.R) : 0),
+        rowp(pl.fused ? static_cast<size_t>(pl.R) : 0),
+        sum(pl.fused ? static_cast<size_t>(pl.p.OCg) : 0) {}
 };
 
 // Chunk [j0, j0 + len) of the pixels of all images (image-major) under tap
@@ -231,21 +336,244 @@ void run_task(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, f
   }
 }
 
+// ---- fused taps
+
+// Tap row r's diff_dst pixel (k2's position 0 of the row: the row's first
+// element lies at that pixel's channels plus o2(k2) pixels), or -1 where the
+// row misses diff_dst.
+int64_t row_pixel(const BwwPairsPlan& pl, const PixAt& x, int64_t r) {
+  const ConvProblem& p = pl.p;
+  const int64_t k0 = r / p.K[1], k1 = r % p.K[1];
+  const int64_t o0 = pl.omap[0][k0 * p.I[0] + x.i0], o1 = pl.omap[1][k1 * p.I[1] + x.i1];
+  if ((o0 | o1) < 0) return -1;
+  return x.img + (o0 * p.O[1] + o1) * p.O[2];
+}
+
+// Chunk [j0, j0 + len) of the pixels under row group rg of group g: the B
+// panel (row q: the pairs of pixels 2q, 2q + 1, column (tap - first tap of
+// the group) * OCg + oc; zero columns to the panel's width) and each step's
+// valid and border pixels.
+void pack_b_fused(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t rg, int64_t j0,
+                  int64_t len, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OC(), OCg = p.OCg, K1 = p.K[1], K2 = pl.K2;
+  const int64_t I0 = p.I[0], I1 = p.I[1], I2 = p.I[2], O1 = p.O[1], O2 = p.O[2];
+  const int64_t r0 = rg * pl.R, r1 = std::min(pl.rows, r0 + pl.R);
+  const int64_t width = pl.colbase[rg + 1] - pl.colbase[rg];
+  const int64_t *const m0 = pl.omap[0].data(), *const m1 = pl.omap[1].data();
+  const int64_t* const m2 = pl.omap[2].data();
+  const uint16_t* const base = dy + g * OCg;
+  for (int64_t k = 0; k < pl.steps; ++k) tb.valid[k] = tb.border[k] = 0;
+  const int64_t pairs = (len + kStep - 1) / kStep * (kStep / 2);  // whole steps
+  // The chunk's pixels, stepped through with carries.
+  PixAt x = pix_at(pl, j0);
+  PixAt* const xs = tb.xs.data();
+  for (int64_t j = 0; j < len; ++j) {
+    xs[j] = x;
+    if (++x.i2 == I2) {
+      x.i2 = 0;
+      if (++x.i1 == I1) {
+        x.i1 = 0;
+        if (++x.i0 == I0) x.i0 = 0, x.img += pl.opix;
+      }
+    }
+  }
+  const BwwFusedGeom& geom = pl.geom;
+  BwwFusedRow* const fr = tb.frows.data();
+  const uint16_t** const rp = tb.rowp.data();
+  const int64_t nr = r1 - r0, run = K2 * OCg, step_px = p.s[2] * OC;
+  auto interior = [&](int64_t i2) { return pl.ka[i2] == 0 && pl.kb[i2] == K2; };
+  const bool segments = geom.tap_stride == OCg ||
+                        (run <= 32 && (K2 - 1) * geom.tap_stride + OCg <= 64);
+  auto mark = [&](int64_t j, bool border) {
+    tb.valid[j / kStep] |= 1u << (j % kStep);
+    if (border) tb.border[j / kStep] |= 1u << (j % kStep);
+  };
+  for (int64_t q = 0; q < pairs;) {
+    uint32_t* const row = tb.panel.get() + q * width;
+    // A segment: pairs of consecutive pixels of one src row, every tap of
+    // theirs inside on the innermost axis (consecutive taps only).
+    int64_t q1 = q;
+    if (segments) {
+      const PixAt& x = xs[2 * q];
+      while (q1 < pairs && 2 * q1 + 1 < len && xs[2 * q1].i2 == x.i2 + 2 * (q1 - q) &&
+             xs[2 * q1 + 1].i2 == x.i2 + 2 * (q1 - q) + 1 && interior(xs[2 * q1].i2) &&
+             interior(xs[2 * q1 + 1].i2))
+        ++q1;
+    }
+    if (q1 > q) {
+      const PixAt& x = xs[2 * q];
+      bool missing = false;
+      int64_t k0 = r0 / K1, k1 = r0 % K1;
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t o0 = m0[k0 * I0 + x.i0], o1 = m1[k1 * I1 + x.i1];
+        rp[r] = nullptr;
+        if ((o0 | o1) >= 0)
+          rp[r] = base + (x.img + (o0 * O1 + o1) * O2 + m2[x.i2]) * OC;
+        else
+          missing = true;
+        if (++k1 == K1) k1 = 0, ++k0;
+      }
+      bww_bf16_fused_segment_avx512(rp, nr, geom, step_px, q1 - q, width, row);
+      for (int64_t j = 2 * q; j < 2 * q1; ++j) mark(j, missing);
+      q = q1;
+      continue;
+    }
+    const int nh = static_cast<int>(std::clamp<int64_t>(len - 2 * q, 0, 2));  // pixels present
+    // Per pixel h: its taps inside on the innermost axis [a, b), that axis's
+    // dst position at tap a, its row maps.
+    int64_t a[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0};
+    const int64_t* r0m[2] = {nullptr, nullptr};
+    const int64_t* r1m[2] = {nullptr, nullptr};
+    bool border[2] = {false, false};
+    for (int h = 0; h < nh; ++h) {
+      const PixAt& y = xs[2 * q + h];
+      a[h] = pl.ka[y.i2];
+      b[h] = pl.kb[y.i2];
+      border[h] = !interior(y.i2);
+      e[h] = a[h] < b[h] ? m2[a[h] * I2 + y.i2] : 0;
+      r0m[h] = m0 + y.i0;
+      r1m[h] = m1 + y.i1;
+    }
+    int64_t k0 = r0 / K1, k1 = r0 % K1;
+    for (int64_t r = 0; r < nr; ++r) {
+      BwwFusedRow& w = fr[r];
+      for (int h = 0; h < 2; ++h) {
+        w.p[h] = nullptr;
+        w.a[h] = a[h];
+        w.b[h] = b[h];
+        if (h >= nh) continue;
+        const int64_t o0 = r0m[h][k0 * I0], o1 = r1m[h][k1 * I1];
+        if ((o0 | o1) >= 0 && a[h] < b[h])
+          w.p[h] = base + (xs[2 * q + h].img + (o0 * O1 + o1) * O2 + e[h]) * OC;
+        else
+          border[h] = true;
+      }
+      if (++k1 == K1) k1 = 0, ++k0;
+    }
+    bww_bf16_fused_pairs_avx512(fr, nr, geom, row);  // and the padding (< 16 columns)
+    for (int h = 0; h < nh; ++h) mark(2 * q + h, border[h]);
+    ++q;
+  }
+}
+
+// The A operands of steps [0, nks) for input-channel block icb: every src
+// pixel, in place where the step's 32 pixels exist, 16 channels exist and no
+// border pixel holds a non-finite value; else gathered, with those values
+// zeroed and listed in tb.fixups.
+void pack_a_fused(const BwwPairsPlan& pl, const uint16_t* src, int64_t g, int64_t icb,
+                  int64_t j0, int64_t nks, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t ipix = p.N * pl.ipix;
+  uint32_t bad[16];
+  for (int64_t k = 0; k < nks; ++k) {
+    const uint32_t valid = tb.valid[k], border = tb.border[k];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t ic0 = icb * kBlock + 16 * h;
+      const int rows = static_cast<int>(std::clamp<int64_t>(p.ICg - ic0, 0, 16));
+      const uint16_t* base = src + (g * p.ICg + ic0) * ipix + j0 + k * kStep;
+      const int64_t s = 2 * k + h;
+      const bool nonfinite =
+          rows > 0 && border != 0 && bww_bf16_nonfinite_avx512(base, ipix, border, valid, rows, bad);
+      if (valid == ~0u && rows == 16 && !nonfinite) {
+        tb.a[s] = base;
+        tb.lda[s] = ipix * 2;
+        continue;
+      }
+      uint16_t* d = tb.agather.get() + s * 16 * kStep;
+      bww_bf16_gather_avx512(rows > 0 ? base : nullptr, ipix, rows > 0 ? valid : 0, rows, d);
+      if (nonfinite)
+        for (int m = 0; m < rows; ++m)
+          for (uint32_t bits = bad[m]; bits != 0; bits &= bits - 1) {
+            const int l = __builtin_ctz(bits);
+            d[m * kStep + l] = 0;
+            tb.fixups.emplace_back(ic0 + m, j0 + k * kStep + l);
+          }
+      tb.a[s] = d;
+      tb.lda[s] = kStep * 2;
+    }
+  }
+}
+
+inline float bf16_value(uint16_t v) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The listed non-finite src elements' products, tap by tap, into group g's
+// sums of row group rg (c: its first column).
+void apply_fixups(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, int64_t g,
+                  int64_t rg, float* c, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t OC = p.OC(), OCg = p.OCg, K2 = pl.K2, I2 = p.I[2];
+  const int64_t r0 = rg * pl.R, r1 = std::min(pl.rows, r0 + pl.R);
+  for (const auto& [ic, j] : tb.fixups) {
+    const float v = bf16_value(src[(g * p.ICg + ic) * p.N * pl.ipix + j]);
+    const PixAt x = pix_at(pl, j);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t pix = row_pixel(pl, x, r);
+      if (pix < 0) continue;
+      for (int64_t k2 = pl.ka[x.i2]; k2 < pl.kb[x.i2]; ++k2) {
+        const uint16_t* y = dy + (pix + pl.omap[2][k2 * I2 + x.i2]) * OC + g * OCg;
+        float* const out = c + ic * pl.ldc + ((r - r0) * K2 + k2) * OCg;
+        for (int64_t oc = 0; oc < OCg; ++oc) out[oc] += v * bf16_value(y[oc]);
+      }
+    }
+  }
+  tb.fixups.clear();
+}
+
+// Task (g, row group, part): every image and chunk, its input-channel blocks.
+void run_task_fused(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy,
+                    float* scratch, int64_t task, TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t part = task % pl.parts, rest = task / pl.parts;
+  const int64_t rg = rest % pl.RG, g = rest / pl.RG % p.G, piece = rest / (pl.RG * p.G);
+  const int64_t icb0 = pl.ICB * part / pl.parts, icb1 = pl.ICB * (part + 1) / pl.parts;
+  const int64_t width = pl.colbase[rg + 1] - pl.colbase[rg];
+  float* const c = scratch + (piece * p.G + g) * pl.ICp * pl.ldc + pl.colbase[rg];
+  BwwPairsBlockArgs args;
+  args.a = tb.a;
+  args.lda = tb.lda;
+  args.ldb = width;
+  args.ldc = pl.ldc;
+  const int64_t first = piece * pl.piece, last = std::min(p.N * pl.ipix, first + pl.piece);
+  for (int64_t j0 = first; j0 < last; j0 += pl.chunk) {
+    const int64_t len = std::min(pl.chunk, last - j0);
+    pack_b_fused(pl, dy, g, rg, j0, len, tb);
+    args.nks = (len + kStep - 1) / kStep;
+    args.zero = j0 == first;
+    for (int64_t icb = icb0; icb < icb1; ++icb) {
+      pack_a_fused(pl, src, g, icb, j0, args.nks, tb);
+      for (int64_t cb = 0; cb < width; cb += kBlock) {
+        args.b = tb.panel.get() + cb;
+        args.c = c + icb * kBlock * pl.ldc + cb;
+        args.ncols = std::min(kBlock, width - cb);
+        pl.k.block(&args);
+      }
+      if (!tb.fixups.empty()) apply_fixups(pl, src, dy, g, rg, c, tb);
+    }
+  }
+}
+
 }  // namespace
 
 bool bww_bf16_pairs_applies(Isa isa, const ConvProblem& p) {
   // 32 x 32 blocks: with fewer channels on a side the f32 kernels were faster
   // (SPR VM, bf16: benchdnn's 16 -> 17 and 17 -> 16 layers 4-6x, 3D 1x1 s2
   // 16 -> 16 2.4x slower on the tiles).
-  return block_kernel(isa).block && p.ICg >= 32 && p.OCg >= 32 && p.N > 0 &&
-         p.src_spatial() > 0;
+  return block_kernel(isa).block && ((p.ICg >= 32 && p.OCg >= 32) || fused_applies(isa, p)) &&
+         p.N > 0 && p.src_spatial() > 0;
 }
 
 bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src_cnx,
                                  const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
   if (!bww_bf16_pairs_applies(isa, p)) return false;
   const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
-  const int64_t grad = p.G * pl.T * pl.ICp * pl.OCp;
+  const int64_t grad =
+      pl.fused ? pl.pieces * p.G * pl.ICp * pl.ldc : p.G * pl.T * pl.ICp * pl.OCp;
   AlignedBuf<float> scratch = aligned_buffer<float>(grad, 16);
   float* const sc = scratch.get();
 #pragma omp parallel num_threads(nthreads)
@@ -253,7 +581,10 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
     TaskBufs tb(pl);
     if (pl.k.begin) pl.k.begin();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < pl.tasks; ++task) run_task(pl, src_cnx, dy_nxc, sc, task, tb);
+    for (int64_t task = 0; task < pl.tasks; ++task) {
+      if (pl.fused) run_task_fused(pl, src_cnx, dy_nxc, sc, task, tb);
+      else run_task(pl, src_cnx, dy_nxc, sc, task, tb);
+    }
     if (pl.k.end) pl.k.end();
     // The sums rounded once, in diff_w's layout.
     uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
@@ -265,6 +596,18 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
         const int64_t koff = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
                              pl.koff_k[2][t] * diff_w.sk[2];
         const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
+        if (pl.fused) {  // the pieces' sums added in piece order
+          const int64_t r = t / pl.K2, rg = r / pl.R, stride = p.G * pl.ICp * pl.ldc;
+          s = sc + (g * pl.ICp + ic) * pl.ldc + pl.colbase[rg] +
+              ((r - rg * pl.R) * pl.K2 + t % pl.K2) * p.OCg;
+          if (pl.pieces > 1) {
+            float* const sum = tb.sum.data();
+            for (int64_t oc = 0; oc < p.OCg; ++oc) sum[oc] = s[oc];
+            for (int64_t pc = 1; pc < pl.pieces; ++pc)
+              for (int64_t oc = 0; oc < p.OCg; ++oc) sum[oc] += s[pc * stride + oc];
+            s = sum;
+          }
+        }
         uint16_t* d = dw + gi * diff_w.si + koff;
         if (diff_w.so == 1) {
           f32_to_bf16_avx512(s, d, p.OCg);
@@ -284,7 +627,12 @@ std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int n
          " step=32 chunk=" + std::to_string(pl.chunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
-         " scratch_bytes=" + std::to_string(4 * p.G * pl.T * pl.ICp * pl.OCp);
+         (pl.fused ? " fused_rows=" + std::to_string(pl.R) + "/" + std::to_string(pl.rows) +
+                         " pieces=" + std::to_string(pl.pieces) +
+                         " cols=" + std::to_string(pl.ldc) + (pl.runs ? " runs=1" : " runs=0")
+                   : std::string()) +
+         " scratch_bytes=" +
+         std::to_string(4 * p.G * pl.ICp * (pl.fused ? pl.pieces * pl.ldc : pl.T * pl.OCp));
 }
 
 }  // namespace x86

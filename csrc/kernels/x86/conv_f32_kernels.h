@@ -331,6 +331,38 @@ void bww_bf16_pairs_avx512(const uint16_t* r0, const uint16_t* r1, int64_t n, in
 // (pairs_avx512.cpp).
 void bww_bf16_gather_avx512(const uint16_t* base, int64_t row_stride, uint32_t valid, int rows,
                             uint16_t* dst);
+// A pair row of a fused-taps B panel (bwd_weights_bf16_common.cpp): per tap
+// row, pixel h's taps inside [a[h], b[h]) of K2, the first channel of tap
+// a[h] at p[h] (null: no tap inside), tap k2's at p[h] + (k2 - a[h]) *
+// tap_stride; OCg channels a tap.
+struct BwwFusedRow {
+  const uint16_t* p[2];
+  int64_t a[2], b[2];
+};
+struct BwwFusedGeom {
+  int64_t K2, OCg, tap_stride;
+  uint16_t window_at[32];  // column c < K2*OCg <= 32: (c / OCg) * tap_stride + c % OCg
+};
+// dst[r * K2*OCg + k2*OCg + oc] = (x0, x1), x_h pixel h's element of tap
+// row r, tap k2, channel oc, or zero outside its taps; then 16 zeros (past
+// the last row; dst has room for them). Reads only the taps inside
+// (pairs_avx512.cpp).
+void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const BwwFusedGeom& g,
+                                 uint32_t* dst);
+// Pairs q < npairs of consecutive pixels 2q, 2q + 1 of one src row, every
+// tap of theirs inside: pixel j's tap 0 of tap row r at rowp[r] + j*stride
+// (a null rowp[r]: zeros), its taps as bww_bf16_fused_pairs_avx512's (with
+// tap_stride != OCg: K2*OCg <= 32 and a window (K2-1)*tap_stride + OCg <= 64).
+// dst + q*ldd as bww_bf16_fused_pairs_avx512 writes a pair row (pairs_avx512.cpp).
+void bww_bf16_fused_segment_avx512(const uint16_t* const* rowp, int64_t nrows,
+                                   const BwwFusedGeom& g, int64_t stride, int64_t npairs,
+                                   int64_t ldd, uint32_t* dst);
+// Bit l of out[m], m < rows: whether element l of row m (at base +
+// m*row_stride, l a set bit of lanes) is an Inf or a NaN (bf16); returns
+// whether any is. readable: the lanes that may be read, lanes among them
+// (pairs_avx512.cpp).
+bool bww_bf16_nonfinite_avx512(const uint16_t* base, int64_t row_stride, uint32_t lanes,
+                               uint32_t readable, int rows, uint32_t* out);
 
 }  // namespace x86
 }  // namespace tct
