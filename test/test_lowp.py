@@ -518,6 +518,7 @@ BWW_FUSED_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups, dilation)
     (2, 2, 64, 6, (6, 7), 5, 1, 2, 2, 1),      # groups of 32 -> 3: a window of taps
     (2, 1, 32, 31, (30, 31), 3, 1, 1, 1, 1),   # 31 output channels, 930 pixels
     (2, 2, 64, 3, (9, 10), 5, 1, 2, 1, 6),     # dilation 6: windows too wide, tap by tap
+    (2, 2, 64, 20, (6, 7), 3, 1, 2, 1, 2),     # 20 channels a tap, dilated: tap by tap
 ]
 
 

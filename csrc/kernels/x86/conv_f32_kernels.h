@@ -345,8 +345,8 @@ struct BwwFusedGeom {
 };
 // dst[r * K2*OCg + k2*OCg + oc] = (x0, x1), x_h pixel h's element of tap
 // row r, tap k2, channel oc, or zero outside its taps; then 16 zeros (past
-// the last row; dst has room for them). Reads only the taps inside
-// (pairs_avx512.cpp).
+// the last row; dst has room for them). Reads only from the first channel
+// of tap a[h] to the last of tap b[h] - 1 (pairs_avx512.cpp).
 void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const BwwFusedGeom& g,
                                  uint32_t* dst);
 // Pairs q < npairs of consecutive pixels 2q, 2q + 1 of one src row, every

@@ -99,14 +99,17 @@ void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const B
       _mm512_storeu_si512(dst, interleave16(v[0], v[1], 0));
       if (run > 16) _mm512_storeu_si512(dst + 16, interleave16(v[0], v[1], 1));
     } else {  // tap by tap
-      for (int64_t k2 = 0; k2 < g.K2; ++k2) {
-        __m512i v[2];
-        for (int h = 0; h < 2; ++h) {
-          const bool in = w.p[h] && w.a[h] <= k2 && k2 < w.b[h];
-          v[h] = in ? _mm512_maskz_loadu_epi16(lanes32(OCg), w.p[h] + (k2 - w.a[h]) * T) : zero;
+      for (int64_t k2 = 0; k2 < g.K2; ++k2)
+        for (int64_t j = 0; j < OCg; j += 16) {
+          __m512i v[2];
+          for (int h = 0; h < 2; ++h) {
+            const bool in = w.p[h] && w.a[h] <= k2 && k2 < w.b[h];
+            v[h] = in ? _mm512_maskz_loadu_epi16(lanes32(OCg - j) & 0xffff,
+                                                 w.p[h] + (k2 - w.a[h]) * T + j)
+                      : zero;
+          }
+          _mm512_storeu_si512(dst + k2 * OCg + j, interleave16(v[0], v[1]));
         }
-        _mm512_storeu_si512(dst + k2 * OCg, interleave16(v[0], v[1]));
-      }
     }
   }
   _mm512_storeu_si512(dst, zero);  // zeros from the last column on (the padding)

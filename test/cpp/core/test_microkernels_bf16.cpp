@@ -5,7 +5,8 @@
 // (rows evenly spaced: read in place; scattered: gathered) and row mode,
 // reduction tails (odd: one input in the last pair), skipped taps,
 // accumulate, bf16 results, column tails, several column blocks; the
-// backward-weights block of each ISA, and the pair and gather kernels.
+// backward-weights block of each ISA, and the pair and gather kernels
+// (with the fused-taps packing: rows, segments, the non-finite flags).
 // Against scalar versions of their contracts on small integers (every f32
 // sum exact); cells the kernels may not read are NaN, cells they may not
 // write are guards compared afterwards. Each ISA is skipped where the CPU
@@ -382,6 +383,133 @@ TEST_P(PairTiles, BwdWeightsKernelsMatchScalar) {
             << "case " << iter << " nks=" << nks << " ncols=" << ncols << " zero=" << zero
             << " r=" << r << " j=" << j;
       }
+  }
+}
+
+// Fused-taps packing (bwd_weights_bf16_common.cpp): a geometry whose taps are
+// consecutive (tap_stride == OCg), windows of dilated / grouped taps, or
+// windows too wide (tap by tap).
+x86::BwwFusedGeom fused_geom(Rng& rng) {
+  x86::BwwFusedGeom g{};
+  g.K2 = rng.uni(1, 9);
+  g.OCg = rng.uni(1, 31);
+  const int64_t kind = rng.uni(0, 2);
+  g.tap_stride = kind == 0 ? g.OCg : g.OCg * rng.uni(1, 3) + (kind == 2 ? rng.uni(0, 40) : 0);
+  for (int64_t c = 0; c < std::min<int64_t>(32, g.K2 * g.OCg); ++c)
+    g.window_at[c] = static_cast<uint16_t>((c / g.OCg) * g.tap_stride + c % g.OCg);
+  return g;
+}
+
+// Pixel data for a fused row: tap k2's channels at base + k2 * tap_stride,
+// poison between and around the taps.
+std::vector<uint16_t> fused_pixel(Rng& rng, const x86::BwwFusedGeom& g) {
+  std::vector<uint16_t> v(static_cast<size_t>((g.K2 + 2) * g.tap_stride + 64), kPoison16);
+  for (int64_t k2 = 0; k2 < g.K2; ++k2)
+    for (int64_t oc = 0; oc < g.OCg; ++oc) v[32 + k2 * g.tap_stride + oc] = to_bf16(rng.val());
+  return v;
+}
+
+TEST_F(PairPacking, FusedTapsPackingMatchesScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 400; ++iter) {
+    const x86::BwwFusedGeom g = fused_geom(rng);
+    const int64_t run = g.K2 * g.OCg, nrows = rng.uni(1, 4);
+    std::vector<std::vector<uint16_t>> px;
+    std::vector<x86::BwwFusedRow> rows(static_cast<size_t>(nrows));
+    for (int64_t r = 0; r < nrows; ++r)
+      for (int h = 0; h < 2; ++h) {
+        px.push_back(fused_pixel(rng, g));
+        x86::BwwFusedRow& w = rows[r];
+        w.a[h] = rng.uni(0, g.K2);
+        w.b[h] = rng.uni(w.a[h], g.K2);
+        w.p[h] = rng.uni(0, 4) == 0 ? nullptr : px.back().data() + 32 + w.a[h] * g.tap_stride;
+      }
+    const int64_t n = nrows * run;
+    Aligned<uint32_t> out(static_cast<size_t>(n + 32), 0xDEADBEEFu);
+    x86::bww_bf16_fused_pairs_avx512(rows.data(), nrows, g, out.p);
+    for (int64_t j = 0; j < n + 32; ++j) {
+      uint32_t want = 0xDEADBEEFu;  // untouched past the 16 zeros
+      if (j < n) {
+        const int64_t r = j / run, k2 = j % run / g.OCg, oc = j % g.OCg;
+        want = 0;
+        for (int h = 0; h < 2; ++h) {
+          const x86::BwwFusedRow& w = rows[r];
+          if (w.p[h] && w.a[h] <= k2 && k2 < w.b[h])
+            want |= static_cast<uint32_t>(w.p[h][(k2 - w.a[h]) * g.tap_stride + oc]) << (16 * h);
+        }
+      } else if (j < n + 16) {
+        want = 0;
+      }
+      ASSERT_EQ(out.p[j], want) << "case " << iter << " j=" << j << " K2=" << g.K2
+                                << " OCg=" << g.OCg << " T=" << g.tap_stride;
+    }
+  }
+}
+
+TEST_F(PairPacking, FusedTapsSegmentMatchesScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 300; ++iter) {
+    x86::BwwFusedGeom g = fused_geom(rng);
+    const int64_t run = g.K2 * g.OCg;
+    if (g.tap_stride != g.OCg && (run > 32 || (g.K2 - 1) * g.tap_stride + g.OCg > 64)) continue;
+    const int64_t nrows = rng.uni(1, 3), npairs = rng.uni(1, 6);
+    const int64_t span = (g.K2 - 1) * g.tap_stride + g.OCg;
+    const int64_t stride = rng.uni(1, 2 * span);  // pixel to pixel
+    const int64_t ldd = round_up(nrows * run, 16) + 16 * rng.uni(0, 1);
+    std::vector<std::vector<uint16_t>> data;
+    std::vector<const uint16_t*> rowp(static_cast<size_t>(nrows));
+    for (int64_t r = 0; r < nrows; ++r) {
+      data.emplace_back(static_cast<size_t>(2 * npairs * stride + span + 64), kPoison16);
+      std::vector<uint16_t>& d = data.back();
+      for (int64_t j = 0; j < 2 * npairs; ++j)  // pixel j's taps (later pixels overwrite)
+        for (int64_t k2 = 0; k2 < g.K2; ++k2)
+          for (int64_t oc = 0; oc < g.OCg; ++oc)
+            d[j * stride + k2 * g.tap_stride + oc] = to_bf16(rng.val());
+      rowp[r] = rng.uni(0, 4) == 0 ? nullptr : d.data();
+    }
+    Aligned<uint32_t> out(static_cast<size_t>(npairs * ldd + 32), 0xDEADBEEFu);
+    x86::bww_bf16_fused_segment_avx512(rowp.data(), nrows, g, stride, npairs, ldd, out.p);
+    // Row q: its values, 16 zeros (those past ldd: the next row's, rewritten),
+    // then nothing written up to ldd.
+    const int64_t n = nrows * run;
+    for (int64_t q = 0; q < npairs; ++q)
+      for (int64_t j = 0; j < std::max(ldd, n + 16); ++j) {
+        if (j >= ldd && q < npairs - 1) break;
+        uint32_t want = j < n + 16 ? 0u : 0xDEADBEEFu;
+        if (j < n && rowp[j / run]) {
+          const int64_t r = j / run, k2 = j % run / g.OCg, oc = j % g.OCg;
+          for (int h = 0; h < 2; ++h)
+            want |= static_cast<uint32_t>(rowp[r][(2 * q + h) * stride + k2 * g.tap_stride + oc])
+                    << (16 * h);
+        }
+        ASSERT_EQ(out.p[q * ldd + j], want) << "case " << iter << " q=" << q << " j=" << j;
+      }
+  }
+}
+
+TEST_F(PairPacking, NonFiniteFlagsMatchScalar) {
+  Rng rng;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int rows = static_cast<int>(rng.uni(0, 16));
+    const int64_t stride = 32 + rng.uni(0, 8);
+    const uint32_t readable = rng.coin() ? ~0u : static_cast<uint32_t>(rng.uni(0, 0xFFFFFFFFll));
+    const uint32_t lanes = readable & static_cast<uint32_t>(rng.uni(0, 0xFFFFFFFFll));
+    std::vector<uint16_t> x(static_cast<size_t>(16 * stride), 0);
+    for (auto& v : x) {
+      const int64_t k = rng.uni(0, 9);
+      v = k == 0 ? 0x7F80 : k == 1 ? 0xFF80 : k == 2 ? kPoison16 : to_bf16(rng.val());
+    }
+    uint32_t out[16];
+    const bool any = x86::bww_bf16_nonfinite_avx512(x.data(), stride, lanes, readable, rows, out);
+    bool want_any = false;
+    for (int m = 0; m < rows; ++m) {
+      uint32_t want = 0;
+      for (int l = 0; l < 32; ++l)
+        if ((lanes >> l) & 1u && (x[m * stride + l] & 0x7F80) == 0x7F80) want |= 1u << l;
+      ASSERT_EQ(out[m], want) << "case " << iter << " m=" << m;
+      want_any |= want != 0;
+    }
+    ASSERT_EQ(any, want_any);
   }
 }
 
