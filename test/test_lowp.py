@@ -419,6 +419,7 @@ BWW_PAIR_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 3, 40, 37, (9, 11), 4, 2, 1, 1),      # channel tails on both sides
     (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),       # groups
     (2, 2, 33, 40, (17, 19), 1, 2, 0, 1),     # 1x1 s2, 646 pixels: a partial chunk
+    (2, 3, 64, 48, (25, 40), 1, 1, 0, 1),     # 1x1, 3000 pixels: pieces (VDPBF16PS)
     (2, 37, 50, 33, (1, 1), 4, 1, 0, 1),      # one-pixel src: steps across images
     (1, 1, 33, 40, (37,), 16, 8, 4, 1),       # 1D
     (3, 2, 32, 40, (3, 4, 5), 2, 2, 0, 1),    # 3D
@@ -483,15 +484,20 @@ def test_pairs_bf16_backward_weights_nan_and_inf(where, bad, isa):
 
 
 @pytest.mark.parametrize("isa", PAIR_ISAS)
-def test_pairs_bf16_backward_weights_same_bits_for_any_threads(isa):
+@pytest.mark.parametrize("k", [4, 1])  # 1x1: pieces of the pixels (VDPBF16PS)
+def test_pairs_bf16_backward_weights_same_bits_for_any_threads(k, isa):
     # Random (not integer) data: the f32 sums depend on their order, which must
-    # not depend on the thread count (each element summed by one task, in pixel order).
+    # not depend on the thread count (each element summed by one task, in pixel
+    # order; pieces, where there are, added in piece order).
     P.require_isa(isa)
     g = torch.Generator().manual_seed(27)
-    x = torch.randn(2, 12, 12, 96, generator=g).to(torch.bfloat16)
-    dy = torch.randn(2, 24, 24, 64, generator=g).to(torch.bfloat16)
-    a = dict(_attrs(2, 2, 1), groups=1, data_format="NXC", weights_format="IOX",
-             weights_shape=[96, 64, 4, 4])
+    n = 12 if k == 4 else 40
+    x = torch.randn(2, n, n, 96, generator=g).to(torch.bfloat16)
+    dy = torch.randn(2, 2 * n, 2 * n, 64, generator=g).to(torch.bfloat16)
+    a = dict(_attrs(2, 2, 1 if k == 4 else 0), groups=1, data_format="NXC",
+             weights_format="IOX", weights_shape=[96, 64, k, k])
+    if k == 1:
+        a["output_padding"] = [1, 1]
     old = torch.get_num_threads()
     outs = []
     try:

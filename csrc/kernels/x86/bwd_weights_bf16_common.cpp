@@ -121,6 +121,7 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   // each thread gets about two tasks (AMX).
   const int64_t gt = p.G * pl.T;
   pl.parts = std::clamp<int64_t>((2 * nthreads + gt - 1) / gt, 1, pl.ICB);
+  pl.piece = round_up(p.N * pl.ipix, kStep);
   pl.fused = fused_applies(isa, p);
   if (pl.fused) {
     // Tasks: pieces of the pixels (each its own sums, added in piece order at
@@ -175,12 +176,25 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
     const int64_t fit = kBudget / (kStep * pl.OCp * 2);  // steps whose panel fits
     pl.steps = std::min(needed, std::max(kSteps, std::min(kMaxSteps, fit)));
     const int64_t icbs = std::max<int64_t>(1, kBudget / (kBlock * pl.OCp * 4));  // sums' blocks
-    if (!pl.fused)
+    if (!pl.fused) {
+      // Few (group, tap) GEMMs (1x1 layers): pieces of the pixels too, of
+      // the problem (not the threads), so that the tasks need not split the
+      // input channels finer than the sums' budget, each part packing B
+      // again (GoogLeNet's 192 -> 480 1x1: 6 parts packed B 6 times, 27 % of
+      // a one-core call); their copies of the sums within 4 MiB.
+      const int64_t copy = p.G * pl.T * pl.ICp * pl.OCp * 4;
+      pl.pieces = std::clamp<int64_t>(
+          std::min({ceil_div(p.N * pl.ipix, kPiecePixels), kMaxPieces / gt, (4 << 20) / copy}), 1,
+          kMaxPieces);
+      pl.piece = round_up(ceil_div(p.N * pl.ipix, pl.pieces), kStep);
+      pl.pieces = ceil_div(p.N * pl.ipix, pl.piece);
       pl.parts = std::clamp<int64_t>(
-          std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt)), 1, pl.ICB);
+          std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt * pl.pieces)), 1, pl.ICB);
+      pl.steps = std::min(ceil_div(pl.piece, kStep), pl.steps);
+    }
   }
   pl.chunk = pl.steps * kStep;
-  pl.tasks = (pl.fused ? pl.pieces * p.G * pl.RG : gt) * pl.parts;
+  pl.tasks = (pl.fused ? pl.pieces * p.G * pl.RG : pl.pieces * gt) * pl.parts;
   for (int a = 0; a < kAxes; ++a) pl.koff_k[a].resize(static_cast<size_t>(pl.T));
   for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
     for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
@@ -227,7 +241,6 @@ struct TaskBufs {
   std::vector<PixAt> xs;           // the chunk's pixels
   std::vector<BwwFusedRow> frows;  // a pair's tap rows
   std::vector<const uint16_t*> rowp;  // a segment's tap rows
-  std::vector<float> sum;             // a gradient row's pieces added
   AlignedBuf<float> tile;             // the rounding pass's transposed block
   explicit TaskBufs(const BwwPairsPlan& pl)
       : panel(aligned_buffer<uint32_t>(pl.chunk / 2 * pl.OCp + 16)),  // + a run's spill
@@ -237,7 +250,6 @@ struct TaskBufs {
         xs(pl.fused ? static_cast<size_t>(pl.chunk) : 0),
         frows(pl.fused ? static_cast<size_t>(pl.R) : 0),
         rowp(pl.fused ? static_cast<size_t>(pl.R) : 0),
-        sum(pl.fused ? static_cast<size_t>(pl.p.OCg) : 0),
         tile(aligned_buffer<float>(16 * 16)) {}
 };
 
@@ -312,21 +324,22 @@ void pack_a(const BwwPairsPlan& pl, const uint16_t* src, int64_t g, int64_t icb,
 void run_task(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, float* scratch,
               int64_t task, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
-  const int64_t part = task % pl.parts, gt = task / pl.parts;
+  const int64_t part = task % pl.parts, pgt = task / pl.parts, ngt = p.G * pl.T;
+  const int64_t gt = pgt % ngt, piece = pgt / ngt;
   const int64_t g = gt / pl.T, t = gt % pl.T;
   const int64_t icb0 = pl.ICB * part / pl.parts, icb1 = pl.ICB * (part + 1) / pl.parts;
-  float* const grad = scratch + gt * pl.ICp * pl.OCp;
+  float* const grad = scratch + (piece * ngt + gt) * pl.ICp * pl.OCp;
   BwwPairsBlockArgs args;
   args.a = tb.a;
   args.lda = tb.lda;
   args.ldb = pl.OCp;
   args.ldc = pl.OCp;
-  const int64_t pixels = p.N * pl.ipix;
-  for (int64_t j0 = 0; j0 < pixels; j0 += pl.chunk) {
-    const int64_t len = std::min(pl.chunk, pixels - j0);
+  const int64_t first = piece * pl.piece, last = std::min(p.N * pl.ipix, first + pl.piece);
+  for (int64_t j0 = first; j0 < last; j0 += pl.chunk) {
+    const int64_t len = std::min(pl.chunk, last - j0);
     pack_b(pl, dy, g, t, j0, len, tb);
     args.nks = (len + kStep - 1) / kStep;
-    args.zero = j0 == 0;
+    args.zero = j0 == first;
     for (int64_t icb = icb0; icb < icb1; ++icb) {
       pack_a(pl, src, g, icb, j0, args.nks, tb);
       for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
@@ -576,17 +589,10 @@ void round_channels_inner(const BwwPairsPlan& pl, const float* sc, WeightsView d
         const int64_t koff = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
                              pl.koff_k[2][t] * diff_w.sk[2];
         const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
-        if (pl.fused) {  // the pieces' sums added in piece order
-          const int64_t r = t / pl.K2, rg = r / pl.R, stride = p.G * pl.ICp * pl.ldc;
+        if (pl.fused) {
+          const int64_t r = t / pl.K2, rg = r / pl.R;
           s = sc + (g * pl.ICp + ic) * pl.ldc + pl.colbase[rg] +
               ((r - rg * pl.R) * pl.K2 + t % pl.K2) * p.OCg;
-          if (pl.pieces > 1) {
-            float* const sum = tb.sum.data();
-            for (int64_t oc = 0; oc < p.OCg; ++oc) sum[oc] = s[oc];
-            for (int64_t pc = 1; pc < pl.pieces; ++pc)
-              for (int64_t oc = 0; oc < p.OCg; ++oc) sum[oc] += s[pc * stride + oc];
-            s = sum;
-          }
         }
         uint16_t* d = dw + gi * diff_w.si + koff;
         if (diff_w.so == 1) {
@@ -654,8 +660,7 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
                                  const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
   if (!bww_bf16_pairs_applies(isa, p)) return false;
   const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
-  const int64_t grad =
-      pl.fused ? pl.pieces * p.G * pl.ICp * pl.ldc : p.G * pl.T * pl.ICp * pl.OCp;
+  const int64_t grad = pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp);
   AlignedBuf<float> scratch = aligned_buffer<float>(grad, 16);
   float* const sc = scratch.get();
 #pragma omp parallel num_threads(nthreads)
@@ -668,6 +673,16 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
       else run_task(pl, src_cnx, dy_nxc, sc, task, tb);
     }
     if (pl.k.end) pl.k.end();
+    // The pieces' sums added into the first's, in piece order.
+    if (pl.pieces > 1) {
+      const int64_t copy = grad / pl.pieces;
+#pragma omp for schedule(static)
+      for (int64_t i0 = 0; i0 < copy; i0 += 256)
+        for (int64_t pc = 1; pc < pl.pieces; ++pc) {
+          const float* const add = sc + pc * copy;
+          for (int64_t i = i0; i < std::min(copy, i0 + 256); ++i) sc[i] += add[i];
+        }
+    }
     // The sums rounded once, in diff_w's layout.
     if (!pl.fused && diff_w.so != 1) {
       round_taps_inner(pl, sc, diff_w, tb);
@@ -684,12 +699,12 @@ std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int n
          " step=32 chunk=" + std::to_string(pl.chunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
+         " pieces=" + std::to_string(pl.pieces) +
          (pl.fused ? " fused_rows=" + std::to_string(pl.R) + "/" + std::to_string(pl.rows) +
-                         " pieces=" + std::to_string(pl.pieces) +
                          " cols=" + std::to_string(pl.ldc) + (pl.runs ? " runs=1" : " runs=0")
                    : std::string()) +
          " scratch_bytes=" +
-         std::to_string(4 * p.G * pl.ICp * (pl.fused ? pl.pieces * pl.ldc : pl.T * pl.OCp));
+         std::to_string(4 * pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp));
 }
 
 }  // namespace x86
