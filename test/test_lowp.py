@@ -420,6 +420,7 @@ BWW_PAIR_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 2, 70, 96, (5, 6), 3, 2, 0, 2),       # groups
     (2, 2, 33, 40, (17, 19), 1, 2, 0, 1),     # 1x1 s2, 646 pixels: a partial chunk
     (2, 3, 64, 48, (25, 40), 1, 1, 0, 1),     # 1x1, 3000 pixels: pieces (VDPBF16PS)
+    (2, 2, 64, 40, (20, 21), 3, 1, 1, 1),     # 840 pixels, 9 taps: chunks, a scratch gradient
     (2, 37, 50, 33, (1, 1), 4, 1, 0, 1),      # one-pixel src: steps across images
     (1, 1, 33, 40, (37,), 16, 8, 4, 1),       # 1D
     (3, 2, 32, 40, (3, 4, 5), 2, 2, 0, 1),    # 3D

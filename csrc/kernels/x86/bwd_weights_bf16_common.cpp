@@ -54,6 +54,8 @@ constexpr int64_t kMaxSteps = 16;  // VDPBF16PS: up to 16 where the panel stays 
 constexpr int64_t kBlock = 32;     // channels per row / column block
 // Fused taps: columns of a row group at most, pixels of a piece about, pieces at most.
 constexpr int64_t kFusedCols = 512, kPiecePixels = 1024, kMaxPieces = 8;
+// Whole reductions: a task's f32 sums (all taps of 32 input channels) at most.
+constexpr int64_t kWholeSums = 768 << 10;
 
 // The block kernel of the plan's ISA and the tile state around a thread's blocks.
 struct BlockKernel {
@@ -96,6 +98,11 @@ struct BwwPairsPlan {
   // pieces of piece pixels each (the last shorter), each its own sums.
   bool fused = false, runs = false;
   int64_t K2 = 1, rows = 1, R = 1, RG = 1, ldc = 0, pieces = 1, piece = 0;
+  // Whole reductions (per-tap, VDPBF16PS): every pixel in one chunk, every
+  // (group, tap)'s B panel packed once and shared, a task per (group,
+  // input-channel block) summing all taps in its own buffer and rounding
+  // them itself: no scratch gradient.
+  bool whole = false;
   std::vector<int64_t> colbase;
   std::vector<int64_t> ka, kb;  // per innermost src index: its taps inside, [ka, kb)
   BwwFusedGeom geom{};          // the B panels' packing
@@ -191,10 +198,18 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
       pl.parts = std::clamp<int64_t>(
           std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt * pl.pieces)), 1, pl.ICB);
       pl.steps = std::min(ceil_div(pl.piece, kStep), pl.steps);
+      // Whole: one chunk, a task's sums of all taps within kWholeSums.
+      if (pl.steps * kStep >= p.N * pl.ipix && pl.T * kBlock * pl.OCp * 4 <= kWholeSums) {
+        pl.whole = true;
+        pl.pieces = 1;
+        pl.piece = round_up(p.N * pl.ipix, kStep);
+        pl.parts = pl.ICB;
+      }
     }
   }
   pl.chunk = pl.steps * kStep;
-  pl.tasks = (pl.fused ? pl.pieces * p.G * pl.RG : pl.pieces * gt) * pl.parts;
+  pl.tasks = pl.whole ? p.G * pl.ICB
+             : (pl.fused ? pl.pieces * p.G * pl.RG : pl.pieces * gt) * pl.parts;
   for (int a = 0; a < kAxes; ++a) pl.koff_k[a].resize(static_cast<size_t>(pl.T));
   for (int64_t k0 = 0, t = 0; k0 < p.K[0]; ++k0)
     for (int64_t k1 = 0; k1 < p.K[1]; ++k1)
@@ -242,6 +257,7 @@ struct TaskBufs {
   std::vector<BwwFusedRow> frows;  // a pair's tap rows
   std::vector<const uint16_t*> rowp;  // a segment's tap rows
   AlignedBuf<float> tile;             // the rounding pass's transposed block
+  AlignedBuf<float> local;            // whole reductions: a task's sums
   explicit TaskBufs(const BwwPairsPlan& pl)
       : panel(aligned_buffer<uint32_t>(pl.chunk / 2 * pl.OCp + 16)),  // + a run's spill
         opix(static_cast<size_t>(pl.chunk)),
@@ -250,13 +266,14 @@ struct TaskBufs {
         xs(pl.fused ? static_cast<size_t>(pl.chunk) : 0),
         frows(pl.fused ? static_cast<size_t>(pl.R) : 0),
         rowp(pl.fused ? static_cast<size_t>(pl.R) : 0),
-        tile(aligned_buffer<float>(16 * 16)) {}
+        tile(aligned_buffer<float>(16 * 16)),
+        local(aligned_buffer<float>(pl.whole ? pl.T * kBlock * pl.OCp : 0)) {}
 };
 
 // Chunk [j0, j0 + len) of the pixels of all images (image-major) under tap
 // t of group g: the B panel and the diff_dst rows (of all images).
 void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, int64_t j0,
-            int64_t len, TaskBufs& tb) {
+            int64_t len, TaskBufs& tb, uint32_t* panel, uint32_t* valid) {
   const ConvProblem& p = pl.p;
   const int64_t OC = p.OC();
   const uint16_t* const img = dy + g * p.OCg;
@@ -266,14 +283,14 @@ void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, in
   const int64_t* const m2 = pl.omap[2].data() + pl.koff_k[2][t] * p.I[2];
   const int64_t r = j0 % pl.ipix;
   int64_t n = j0 / pl.ipix, i0 = r / (p.I[1] * p.I[2]), i1 = r / p.I[2] % p.I[1], i2 = r % p.I[2];
-  for (int64_t k = 0; k < pl.steps; ++k) tb.valid[k] = 0;
+  for (int64_t k = 0; k < pl.steps; ++k) valid[k] = 0;
   for (int64_t j = 0; j < pl.chunk; ++j) {
     int64_t row = -1;
     if (j < len) {
       const int64_t o0 = m0[i0], o1 = m1[i1], o2 = m2[i2];
       if ((o0 | o1 | o2) >= 0) {
         row = n * pl.opix + (o0 * p.O[1] + o1) * p.O[2] + o2;
-        tb.valid[j / kStep] |= 1u << (j % kStep);
+        valid[j / kStep] |= 1u << (j % kStep);
       }
       if (++i2 == p.I[2]) {
         i2 = 0;
@@ -289,7 +306,7 @@ void pack_b(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t t, in
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t o0 = tb.opix[2 * q], o1 = tb.opix[2 * q + 1];
     bww_bf16_pairs_avx512(o0 >= 0 ? img + o0 * OC : nullptr, o1 >= 0 ? img + o1 * OC : nullptr,
-                       p.OCg, pl.OCp, tb.panel.get() + q * pl.OCp);
+                       p.OCg, pl.OCp, panel + q * pl.OCp);
   }
 }
 
@@ -337,7 +354,7 @@ void run_task(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, f
   const int64_t first = piece * pl.piece, last = std::min(p.N * pl.ipix, first + pl.piece);
   for (int64_t j0 = first; j0 < last; j0 += pl.chunk) {
     const int64_t len = std::min(pl.chunk, last - j0);
-    pack_b(pl, dy, g, t, j0, len, tb);
+    pack_b(pl, dy, g, t, j0, len, tb, tb.panel.get(), tb.valid);
     args.nks = (len + kStep - 1) / kStep;
     args.zero = j0 == first;
     for (int64_t icb = icb0; icb < icb1; ++icb) {
@@ -574,6 +591,85 @@ void run_task_fused(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t*
   }
 }
 
+// One input channel's sums of every tap (tap t's OCg at s + t * ld_tap)
+// rounded into its gradient row d (tap t at koff[t], channel stride so):
+// rows of channels where they are contiguous, else 16 taps (consecutive
+// outputs) x 16 channels transposed and each channel's taps written as one
+// row (element by element, HiFi-GAN's 512 -> 256 k16 took 3.3 ms to write
+// on one Zen 5 core, more than its products).
+void round_channel_taps(const float* s, int64_t ld_tap, int64_t T, const int64_t* koff,
+                        int64_t OCg, int64_t so, uint16_t* d, float* tile) {
+  if (so == 1) {
+    for (int64_t t = 0; t < T; ++t) f32_to_bf16_avx512(s + t * ld_tap, d + koff[t], OCg);
+    return;
+  }
+  uint16_t t16[16 * 16];
+  float* rows[16];
+  for (int64_t t0 = 0; t0 < T;) {
+    int64_t nt = 1;  // taps t0 .. t0 + nt written consecutively
+    while (nt < 16 && t0 + nt < T && koff[t0 + nt] == koff[t0] + nt) ++nt;
+    const float* const st = s + t0 * ld_tap;
+    for (int64_t oc0 = 0; oc0 < OCg; oc0 += 16) {
+      const int nc = static_cast<int>(std::min<int64_t>(16, OCg - oc0));
+      if (nt == 16 && nc == 16) {
+        transpose_block16_avx512(st + oc0, ld_tap, tile, 16);
+      } else {
+        for (int j = 0; j < nc; ++j) rows[j] = tile + 16 * j;
+        transpose_rows_avx512(st + oc0, ld_tap, static_cast<int>(nt), nc, rows);
+      }
+      f32_to_bf16_avx512(tile, t16, 16 * nc);
+      for (int j = 0; j < nc; ++j) std::memcpy(d + (oc0 + j) * so + koff[t0], t16 + 16 * j, 2 * nt);
+    }
+    t0 += nt;
+  }
+}
+
+// Per tap, its offset in a gradient row (the kernel indices in diff_w's strides).
+std::vector<int64_t> tap_offsets(const BwwPairsPlan& pl, const WeightsView& diff_w) {
+  std::vector<int64_t> koff(static_cast<size_t>(pl.T));
+  for (int64_t t = 0; t < pl.T; ++t)
+    koff[t] = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
+              pl.koff_k[2][t] * diff_w.sk[2];
+  return koff;
+}
+
+// A whole-reduction task (group g, input-channel block icb): every tap's sums
+// of its 32 channels into the thread's buffer (from zero: one chunk), then
+// rounded into the gradient. B: the shared panels (and their valid pixels)
+// of every (group, tap).
+void run_task_whole(const BwwPairsPlan& pl, const uint16_t* src, const uint32_t* panels,
+                    const uint32_t* valid, const int64_t* koff, WeightsView diff_w, int64_t task,
+                    TaskBufs& tb) {
+  const ConvProblem& p = pl.p;
+  const int64_t g = task / pl.ICB, icb = task % pl.ICB;
+  const int64_t panel = pl.chunk / 2 * pl.OCp, ld_tap = kBlock * pl.OCp;
+  float* const sums = tb.local.get();
+  BwwPairsBlockArgs args;
+  args.a = tb.a;
+  args.lda = tb.lda;
+  args.ldb = pl.OCp;
+  args.ldc = pl.OCp;
+  args.nks = ceil_div(p.N * pl.ipix, kStep);
+  args.zero = true;
+  for (int64_t t = 0; t < pl.T; ++t) {
+    const int64_t gt = g * pl.T + t;
+    std::memcpy(tb.valid, valid + gt * pl.steps, sizeof(uint32_t) * pl.steps);
+    pack_a(pl, src, g, icb, 0, args.nks, tb);
+    for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
+      args.b = panels + gt * panel + ocb * kBlock;
+      args.c = sums + t * ld_tap + ocb * kBlock;
+      args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
+      pl.k.block(&args);
+    }
+  }
+  uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
+  for (int64_t m = 0; m < std::min(kBlock, p.ICg - icb * kBlock); ++m) {
+    const int64_t gi = g * p.ICg + icb * kBlock + m;
+    round_channel_taps(sums + m * pl.OCp, ld_tap, pl.T, koff, p.OCg, diff_w.so,
+                       dw + gi * diff_w.si, tb.tile.get());
+  }
+}
+
 // The rounding pass of a gradient whose output channels are contiguous
 // (XOI, XIO), or of fused taps (few channels, any layout): per (group,
 // input channel) and tap, a row of OCg sums.
@@ -606,43 +702,17 @@ void round_channels_inner(const BwwPairsPlan& pl, const float* sc, WeightsView d
 }
 
 // The rounding pass of a per-tap plan's gradient with the taps nearer than
-// the output channels (IOX, OIX: the layout of torch's weights): per (group,
-// input channel), 16 x 16 blocks of (taps whose outputs are consecutive,
-// channels) transposed, then each channel's taps rounded as one row.
-// (Element by element, hifigan's 512 -> 256 k16 took 3.3 ms to write, more
-// than its products on one Zen 5 core.)
+// the output channels (IOX, OIX: the layout of torch's weights), per (group,
+// input channel): round_channel_taps.
 void round_taps_inner(const BwwPairsPlan& pl, const float* sc, WeightsView diff_w, TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
-  float* const tile = tb.tile.get();
-  uint16_t t16[16 * 16];
-  float* rows[16];
-  std::vector<int64_t> koff(static_cast<size_t>(pl.T));
-  for (int64_t t = 0; t < pl.T; ++t)
-    koff[t] = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
-              pl.koff_k[2][t] * diff_w.sk[2];
+  const std::vector<int64_t> koff = tap_offsets(pl, diff_w);
 #pragma omp for schedule(static)
   for (int64_t gi = 0; gi < p.G * p.ICg; ++gi) {
     const int64_t g = gi / p.ICg, ic = gi % p.ICg;
-    uint16_t* const d = dw + gi * diff_w.si;
-    for (int64_t t0 = 0; t0 < pl.T;) {
-      int64_t nt = 1;  // taps t0 .. t0 + nt written consecutively
-      while (nt < 16 && t0 + nt < pl.T && koff[t0 + nt] == koff[t0] + nt) ++nt;
-      const float* s = sc + ((g * pl.T + t0) * pl.ICp + ic) * pl.OCp;
-      for (int64_t oc0 = 0; oc0 < p.OCg; oc0 += 16) {
-        const int nc = static_cast<int>(std::min<int64_t>(16, p.OCg - oc0));
-        if (nt == 16 && nc == 16) {
-          transpose_block16_avx512(s + oc0, pl.ICp * pl.OCp, tile, 16);
-        } else {
-          for (int j = 0; j < nc; ++j) rows[j] = tile + 16 * j;
-          transpose_rows_avx512(s + oc0, pl.ICp * pl.OCp, static_cast<int>(nt), nc, rows);
-        }
-        f32_to_bf16_avx512(tile, t16, 16 * nc);
-        for (int j = 0; j < nc; ++j)
-          std::memcpy(d + (oc0 + j) * diff_w.so + koff[t0], t16 + 16 * j, 2 * nt);
-      }
-      t0 += nt;
-    }
+    round_channel_taps(sc + (g * pl.T * pl.ICp + ic) * pl.OCp, pl.ICp * pl.OCp, pl.T,
+                       koff.data(), p.OCg, diff_w.so, dw + gi * diff_w.si, tb.tile.get());
   }
 }
 
@@ -660,6 +730,24 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
                                  const uint16_t* dy_nxc, WeightsView diff_w, int nthreads) {
   if (!bww_bf16_pairs_applies(isa, p)) return false;
   const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
+  if (pl.whole) {
+    const int64_t gts = p.G * pl.T, panel = pl.chunk / 2 * pl.OCp;
+    AlignedBuf<uint32_t> panels = aligned_buffer<uint32_t>(gts * panel);
+    std::vector<uint32_t> valid(static_cast<size_t>(gts * pl.steps));
+    const std::vector<int64_t> koff = tap_offsets(pl, diff_w);
+#pragma omp parallel num_threads(nthreads)
+    {
+      TaskBufs tb(pl);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t gt = 0; gt < gts; ++gt)
+        pack_b(pl, dy_nxc, gt / pl.T, gt % pl.T, 0, p.N * pl.ipix, tb, panels.get() + gt * panel,
+               valid.data() + gt * pl.steps);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < pl.tasks; ++task)
+        run_task_whole(pl, src_cnx, panels.get(), valid.data(), koff.data(), diff_w, task, tb);
+    }
+    return true;
+  }
   const int64_t grad = pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp);
   AlignedBuf<float> scratch = aligned_buffer<float>(grad, 16);
   float* const sc = scratch.get();
@@ -699,12 +787,13 @@ std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int n
          " step=32 chunk=" + std::to_string(pl.chunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
-         " pieces=" + std::to_string(pl.pieces) +
+         " pieces=" + std::to_string(pl.pieces) + (pl.whole ? " whole=1" : "") +
          (pl.fused ? " fused_rows=" + std::to_string(pl.R) + "/" + std::to_string(pl.rows) +
                          " cols=" + std::to_string(pl.ldc) + (pl.runs ? " runs=1" : " runs=0")
                    : std::string()) +
          " scratch_bytes=" +
-         std::to_string(4 * pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp));
+         std::to_string(pl.whole ? 4 * p.G * pl.T * pl.chunk / 2 * pl.OCp  // the shared panels
+                                 : 4 * pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp));
 }
 
 }  // namespace x86
