@@ -365,7 +365,7 @@ void run_pairs_chunk(const Ctx& c, int64_t n0, int64_t n, const CallArgs& in, fl
 // (from channels-last data, or ATen's copy: one transpose; from NCX: its
 // planes moved), diff_dst as channels-last (in place, or transposed from
 // NCX into bbuf), the bf16 gradient into grad (each sum rounded once).
-void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
+void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, float* scratch, WeightsView grad) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
   const int64_t a_pix = sd.a_pixels(), b_pix = sd.b_pixels();
@@ -381,7 +381,7 @@ void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, WeightsView grad) {
     transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, u16_block(s.isa));
     b = bits16(bbuf);
   }
-  if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, s.nthreads))
+  if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, scratch, s.nthreads))
     throw std::logic_error("convert16: the pairs plan declined a problem it applied to");
 }
 
@@ -520,8 +520,8 @@ bool run_convert16(const Ctx& c) {
   float* const bbuf = cv.b_floats ? c.ws.buffer(kWideB, cv.b_floats) : nullptr;
   // Weights widened once (forward, backward-data; on the pair tiles not: the tiles'
   // packing reads the bf16 weights), or the f32 gradient and a second copy
-  // for the later chunks (backward-weights: the result is dense; none on the pair
-  // tiles, which write the bf16 gradient); then the bias.
+  // for the later chunks (backward-weights: the result is dense; on the pair
+  // tiles, which write the bf16 gradient, their scratch); then the bias.
   const int64_t wn = bww ? cv.w_floats : cv.pairs ? 0 : weights_span(p, c.args.w);
   const int64_t bias_n = c.args.bias ? p.OC() : 0;
   float* const wbuf =
@@ -560,7 +560,7 @@ bool run_convert16(const Ctx& c) {
     return x86::planar16(s.isa, s.dtype, p, c.forward(), c.args.a.data, in.w,
                          static_cast<const float*>(in.bias), c.args.b.data, s.nthreads);
   if (bww && cv.pairs) {
-    run_pairs_bww(c, abuf, bbuf, c.args.w);
+    run_pairs_bww(c, abuf, bbuf, wbuf, c.args.w);
     return true;
   }
   for (int64_t k = 0; k < cv.chunks; ++k) {

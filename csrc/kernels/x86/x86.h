@@ -90,12 +90,16 @@ bool run_prepared_conv(const PreparedConv& c, const float* in, WeightsView w, co
 // bwd_weights_bf16_common.cpp): src dense in
 // CNX order (C, N, X...: each channel's pixels of every image in a row) and
 // diff_dst dense channels-last, both bf16; the gradient, each f32 sum
-// rounded once, written into diff_w (bf16, any strides). False where it does
-// not apply (bww_bf16_pairs_applies: at least 32 channels per group on both
-// sides).
+// rounded once, written into diff_w (bf16, any strides); scratch: at least
+// bww_bf16_pairs_scratch_floats floats, 4-byte aligned (the caller keeps it
+// between calls). False where it does not apply (bww_bf16_pairs_applies: at
+// least 32 channels per group on both sides, or few output channels with
+// fused taps).
 bool bww_bf16_pairs_applies(Isa isa, const ConvProblem& p);
+int64_t bww_bf16_pairs_scratch_floats(Isa isa, const ConvProblem& p, int nthreads);
 bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* src_cnx,
-                                 const uint16_t* dy_nxc, WeightsView diff_w, int nthreads);
+                                 const uint16_t* dy_nxc, WeightsView diff_w, float* scratch,
+                                 int nthreads);
 std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int nthreads);
 // Share of the lanes that hold real columns in the GEMM register tiles that
 // forward_f32 / backward_data_f32 pick for ncol columns per group (17 columns
