@@ -16,11 +16,18 @@
 //   B (16 pixel pairs x 32 columns) from diff_dst in NXC order, each pair of
 //     rows interleaved into a panel per (chunk of 256 pixels, tap), shared
 //     by all input-channel blocks.
-// The f32 sums are kept in a scratch gradient [G][T][ICp][OCp] (tiles
-// loaded and stored per chunk of steps; the first chunk's start from zero,
-// so the scratch is never cleared), each element summed by one task in pixel
-// order: the same bits for any thread count (SPEC 5). The last pass rounds
-// each sum once into the bf16 gradient.
+// The f32 sums are kept in a scratch gradient [pieces][G][T][ICp][OCp] (the
+// caller's buffer; tiles loaded and stored per chunk of steps; the first
+// chunk's start from zero, so the scratch is never cleared), each element
+// summed by one task in pixel order: the same bits for any thread count
+// (SPEC 5). Pieces (VDPBF16PS, few (group, tap) GEMMs, e.g. 1x1 layers) cut
+// the pixels in parts of the problem, added in piece order at the end. The
+// last pass rounds each sum once into the bf16 gradient.
+//
+// Whole reductions (VDPBF16PS, every pixel in one chunk): B of every (group,
+// tap) packed once into the caller's buffer, shared, and a task per (group,
+// input-channel block) sums all its taps in its own buffer and rounds them
+// itself: no scratch gradient, no last pass.
 //
 // Fused taps (VDPBF16PS, fewer than 32 output channels, e.g. an RGB output
 // layer): one GEMM per run of tap rows instead of per tap, its columns the
