@@ -451,6 +451,31 @@ def test_pairs_bf16_backward_weights_exact(case, layout, isa):
     assert (BWW_KEY[isa] in lines[0]) == amx, lines[0][:400]
 
 
+def _bww_nonfinite_data(IC, OC, seed):
+    """k3 s1 p1 on 2 x IC x 9 x 10, bf16 values in 1..2: x, w, diff_dst."""
+    dt = torch.bfloat16
+    x = _ints((2, IC, 9, 10), dt, seed, 1, 3)
+    w = _ints((IC, OC, 3, 3), dt, seed + 1, 1, 3)
+    return x, w, _ints(_oracle("fwd", x, w, 2, 1, 1).shape, dt, seed + 2, 1, 3)
+
+
+def _bww_nonfinite_call(x, w, dy, t, idx, bad, isa):
+    """Our bwd_w with t[idx] = bad (channels-last); the f64 oracle's result with
+    t[idx] = 0 (base), and the gradient elements that value reaches (touched:
+    where a finite marker in its place changes the oracle's result)."""
+    S, s, p = 2, 1, 1
+    t[idx] = 0
+    base = _oracle("bwd_w", x, w, S, s, p, 1, dy)
+    t[idx] = 1
+    touched = _oracle("bwd_w", x, w, S, s, p, 1, dy) != base
+    t[idx] = bad
+    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
+             weights_shape=list(w.shape))
+    with P.use_isa(isa), tct.plans() as lines:
+        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
+    return got, base, touched, lines
+
+
 @pytest.mark.parametrize("isa", PAIR_ISAS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("where", ["src_border", "src_inside", "diff_dst"])
@@ -462,26 +487,15 @@ def test_pairs_bf16_backward_weights_nan_and_inf(where, bad, isa):
     # gradient elements the bad value contributes to (found by the f64 oracle
     # with a finite marker in its place) are NaN / Inf, the others exact.
     P.require_isa(isa)
-    dt, S, s, p = torch.bfloat16, 2, 1, 1
-    x = _ints((2, 40, 9, 10), dt, 24, 1, 3)
-    w = _ints((40, 48, 3, 3), dt, 25, 1, 3)
-    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 26, 1, 3)
+    x, w, dy = _bww_nonfinite_data(40, 48, 24)
     t, idx = (x, (1, 3, 0, 4)) if where == "src_border" else \
         (x, (1, 3, 4, 4)) if where == "src_inside" else (dy, (0, 5, 8, 9))
-    t[idx] = 0
-    base = _oracle("bwd_w", x, w, S, s, p, 1, dy)
-    t[idx] = 1
-    touched = _oracle("bwd_w", x, w, S, s, p, 1, dy) != base
-    t[idx] = bad
-    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
-             weights_shape=list(w.shape))
-    with P.use_isa(isa), tct.plans() as lines:
-        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
+    got, base, touched, lines = _bww_nonfinite_call(x, w, dy, t, idx, bad, isa)
     assert BWW_KEY[isa] in lines[0]
     assert touched.any() and not touched.all()
     check = torch.isnan if bad != bad else torch.isinf
     assert torch.equal(check(got), touched)
-    assert torch.equal(got[~touched], base.to(dt)[~touched])
+    assert torch.equal(got[~touched], base.to(got.dtype)[~touched])
 
 
 @pytest.mark.parametrize("isa", PAIR_ISAS)
@@ -562,26 +576,15 @@ def test_pairs_bf16_backward_weights_fused_taps_nan_and_inf(where, bad):
     # pixel's bad value meets zero B pairs at its taps outside, so it is
     # summed apart, tap by tap; only the taps inside see it.
     P.require_isa("avx512_bf16")
-    dt, S, s, p = torch.bfloat16, 2, 1, 1
-    x = _ints((2, 64, 9, 10), dt, 44, 1, 3)
-    w = _ints((64, 8, 3, 3), dt, 45, 1, 3)
-    dy = _ints(_oracle("fwd", x, w, S, s, p).shape, dt, 46, 1, 3)
+    x, w, dy = _bww_nonfinite_data(64, 8, 44)
     t, idx = {"src_border": (x, (1, 3, 0, 4)), "src_corner": (x, (0, 63, 8, 9)),
               "src_inside": (x, (1, 3, 4, 4)), "diff_dst": (dy, (0, 2, 8, 9))}[where]
-    t[idx] = 0
-    base = _oracle("bwd_w", x, w, S, s, p, 1, dy)
-    t[idx] = 1
-    touched = _oracle("bwd_w", x, w, S, s, p, 1, dy) != base
-    t[idx] = bad
-    a = dict(_attrs(S, s, p), groups=1, data_format="NXC", weights_format="IOX",
-             weights_shape=list(w.shape))
-    with P.use_isa("avx512_bf16"), tct.plans() as lines:
-        got = torch.ops.graph.conv_transpose_backward_weights(_nxc(x, S), _nxc(dy, S), **a)
+    got, base, touched, lines = _bww_nonfinite_call(x, w, dy, t, idx, bad, "avx512_bf16")
     assert " fused_rows=" in lines[0], lines[0][:600]
     assert touched.any() and not touched.all()
     check = torch.isnan if bad != bad else torch.isinf
     assert torch.equal(check(got), touched)
-    assert torch.equal(got[~touched], base.to(dt)[~touched])
+    assert torch.equal(got[~touched], base.to(got.dtype)[~touched])
 
 
 def test_pairs_bf16_backward_weights_fused_taps_same_bits_for_any_threads():
