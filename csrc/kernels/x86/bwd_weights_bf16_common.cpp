@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "../dispatch.h"
+#include "../types.h"
 #include "buffers.h"
 #include "conv_f32_kernels.h"
 #include "convert.h"
@@ -101,10 +102,9 @@ struct BwwPairsPlan {
   int64_t T = 0, ICB = 0, OCB = 0, ICp = 0, OCp = 0, ipix = 0, opix = 0;
   // Fused taps: tap rows (taps over the innermost kernel axis K2), R rows per
   // task in RG row groups; group rg's columns start at colbase[rg] of a
-  // scratch row of ldc floats (each group's padded to 16). runs: a tap row's
-  // (k2, oc) are consecutive diff_dst elements (dilation 1, one group).
+  // scratch row of ldc floats (each group's padded to 16).
   // pieces of piece pixels each (the last shorter), each its own sums.
-  bool fused = false, runs = false;
+  bool fused = false;
   int64_t K2 = 1, rows = 1, R = 1, RG = 1, ldc = 0, pieces = 1, piece = 0;
   // Whole reductions (per-tap, VDPBF16PS): every pixel in one chunk, every
   // (group, tap)'s B panel packed once and shared, a task per (group,
@@ -120,6 +120,15 @@ struct BwwPairsPlan {
   // Per axis a, kernel index k and src index i: the diff_dst index, or -1.
   std::vector<int64_t> omap[kAxes];
 };
+
+// Pieces of about kPiecePixels pixels (of all images), at most most (at least
+// one), each a whole number of steps; the last shorter.
+void set_pieces(BwwPairsPlan& pl, int64_t most) {
+  const int64_t pixels = pl.p.N * pl.ipix;
+  pl.pieces = std::clamp<int64_t>(std::min(ceil_div(pixels, kPiecePixels), most), 1, kMaxPieces);
+  pl.piece = round_up(ceil_div(pixels, pl.pieces), kStep);
+  pl.pieces = ceil_div(pixels, pl.piece);
+}
 
 BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
   BwwPairsPlan pl;
@@ -148,14 +157,10 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
     // (at most kFusedCols columns).
     pl.K2 = p.K[2];
     pl.rows = pl.T / pl.K2;
-    pl.runs = p.d[2] == 1 && p.G == 1;
     pl.R = std::clamp<int64_t>(kFusedCols / (pl.K2 * p.OCg), 1, pl.rows);
     pl.RG = ceil_div(pl.rows, pl.R);
     pl.R = ceil_div(pl.rows, pl.RG);  // groups of nearly equal rows
-    const int64_t pixels = p.N * p.src_spatial();
-    pl.pieces = std::clamp<int64_t>(ceil_div(pixels, kPiecePixels), 1, kMaxPieces);
-    pl.piece = round_up(ceil_div(pixels, pl.pieces), kStep);
-    pl.pieces = ceil_div(pixels, pl.piece);
+    set_pieces(pl, kMaxPieces);
     pl.colbase.assign(static_cast<size_t>(pl.RG + 1), 0);
     pl.OCp = 0;
     for (int64_t rg = 0; rg < pl.RG; ++rg) {
@@ -166,9 +171,7 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
     }
     pl.ldc = pl.colbase[pl.RG];
     pl.parts = std::clamp<int64_t>(ceil_div(2 * nthreads, pl.pieces * p.G * pl.RG), 1, pl.ICB);
-    pl.geom = BwwFusedGeom{pl.K2, p.OCg, p.d[2] * p.OC(), {}};
-    for (int64_t c = 0; c < std::min<int64_t>(32, pl.K2 * p.OCg); ++c)
-      pl.geom.window_at[c] = static_cast<uint16_t>((c / p.OCg) * pl.geom.tap_stride + c % p.OCg);
+    pl.geom = bww_fused_geom(pl.K2, p.OCg, p.d[2] * p.OC());
     pl.ka.resize(static_cast<size_t>(p.I[2]));
     pl.kb.resize(static_cast<size_t>(p.I[2]));
     const TapAxis ax = p.axis(2);
@@ -198,11 +201,7 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
       // again (GoogLeNet's 192 -> 480 1x1: 6 parts packed B 6 times, 27 % of
       // a one-core call); their copies of the sums within 4 MiB.
       const int64_t copy = p.G * pl.T * pl.ICp * pl.OCp * 4;
-      pl.pieces = std::clamp<int64_t>(
-          std::min({ceil_div(p.N * pl.ipix, kPiecePixels), kMaxPieces / gt, (4 << 20) / copy}), 1,
-          kMaxPieces);
-      pl.piece = round_up(ceil_div(p.N * pl.ipix, pl.pieces), kStep);
-      pl.pieces = ceil_div(p.N * pl.ipix, pl.piece);
+      set_pieces(pl, std::min(kMaxPieces / gt, (4 << 20) / copy));
       pl.parts = std::clamp<int64_t>(
           std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt * pl.pieces)), 1, pl.ICB);
       pl.steps = std::min(ceil_div(pl.piece, kStep), pl.steps);
@@ -422,10 +421,9 @@ void pack_b_fused(const BwwPairsPlan& pl, const uint16_t* dy, int64_t g, int64_t
   const BwwFusedGeom& geom = pl.geom;
   BwwFusedRow* const fr = tb.frows.data();
   const uint16_t** const rp = tb.rowp.data();
-  const int64_t nr = r1 - r0, run = K2 * OCg, step_px = p.s[2] * OC;
+  const int64_t nr = r1 - r0, step_px = p.s[2] * OC;
   auto interior = [&](int64_t i2) { return pl.ka[i2] == 0 && pl.kb[i2] == K2; };
-  const bool segments = geom.tap_stride == OCg ||
-                        (run <= 32 && (K2 - 1) * geom.tap_stride + OCg <= 64);
+  const bool segments = geom.tap_stride == OCg || geom.window;
   auto mark = [&](int64_t j, bool border) {
     tb.valid[j / kStep] |= 1u << (j % kStep);
     if (border) tb.border[j / kStep] |= 1u << (j % kStep);
@@ -536,13 +534,6 @@ void pack_a_fused(const BwwPairsPlan& pl, const uint16_t* src, int64_t g, int64_
   }
 }
 
-inline float bf16_value(uint16_t v) {
-  const uint32_t u = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 // The listed non-finite src elements' products, tap by tap, into group g's
 // sums of row group rg (c: its first column).
 void apply_fixups(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* dy, int64_t g,
@@ -551,7 +542,7 @@ void apply_fixups(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* d
   const int64_t OC = p.OC(), OCg = p.OCg, K2 = pl.K2, I2 = p.I[2];
   const int64_t r0 = rg * pl.R, r1 = std::min(pl.rows, r0 + pl.R);
   for (const auto& [ic, j] : tb.fixups) {
-    const float v = bf16_value(src[(g * p.ICg + ic) * p.N * pl.ipix + j]);
+    const float v = to_float(bf16{src[(g * p.ICg + ic) * p.N * pl.ipix + j]});
     const PixAt x = pix_at(pl, j);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t pix = row_pixel(pl, x, r);
@@ -559,7 +550,7 @@ void apply_fixups(const BwwPairsPlan& pl, const uint16_t* src, const uint16_t* d
       for (int64_t k2 = pl.ka[x.i2]; k2 < pl.kb[x.i2]; ++k2) {
         const uint16_t* y = dy + (pix + pl.omap[2][k2 * I2 + x.i2]) * OC + g * OCg;
         float* const out = c + ic * pl.ldc + ((r - r0) * K2 + k2) * OCg;
-        for (int64_t oc = 0; oc < OCg; ++oc) out[oc] += v * bf16_value(y[oc]);
+        for (int64_t oc = 0; oc < OCg; ++oc) out[oc] += v * to_float(bf16{y[oc]});
       }
     }
   }
@@ -686,27 +677,26 @@ void round_channels_inner(const BwwPairsPlan& pl, const float* sc, WeightsView d
   const ConvProblem& p = pl.p;
   uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
   uint16_t* const r16 = tb.row16.data();
+  const std::vector<int64_t> koff = tap_offsets(pl, diff_w);
 #pragma omp for schedule(static)
-    for (int64_t gi = 0; gi < p.G * p.ICg; ++gi) {
-      const int64_t g = gi / p.ICg, ic = gi % p.ICg;
-      for (int64_t t = 0; t < pl.T; ++t) {
-        const int64_t koff = pl.koff_k[0][t] * diff_w.sk[0] + pl.koff_k[1][t] * diff_w.sk[1] +
-                             pl.koff_k[2][t] * diff_w.sk[2];
-        const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
-        if (pl.fused) {
-          const int64_t r = t / pl.K2, rg = r / pl.R;
-          s = sc + (g * pl.ICp + ic) * pl.ldc + pl.colbase[rg] +
-              ((r - rg * pl.R) * pl.K2 + t % pl.K2) * p.OCg;
-        }
-        uint16_t* d = dw + gi * diff_w.si + koff;
-        if (diff_w.so == 1) {
-          f32_to_bf16_avx512(s, d, p.OCg);
-        } else {
-          f32_to_bf16_avx512(s, r16, p.OCg);
-          for (int64_t oc = 0; oc < p.OCg; ++oc) d[oc * diff_w.so] = r16[oc];
-        }
+  for (int64_t gi = 0; gi < p.G * p.ICg; ++gi) {
+    const int64_t g = gi / p.ICg, ic = gi % p.ICg;
+    for (int64_t t = 0; t < pl.T; ++t) {
+      const float* s = sc + ((g * pl.T + t) * pl.ICp + ic) * pl.OCp;
+      if (pl.fused) {
+        const int64_t r = t / pl.K2, rg = r / pl.R;
+        s = sc + (g * pl.ICp + ic) * pl.ldc + pl.colbase[rg] +
+            ((r - rg * pl.R) * pl.K2 + t % pl.K2) * p.OCg;
+      }
+      uint16_t* d = dw + gi * diff_w.si + koff[t];
+      if (diff_w.so == 1) {
+        f32_to_bf16_avx512(s, d, p.OCg);
+      } else {
+        f32_to_bf16_avx512(s, r16, p.OCg);
+        for (int64_t oc = 0; oc < p.OCg; ++oc) d[oc * diff_w.so] = r16[oc];
       }
     }
+  }
 }
 
 // The rounding pass of a per-tap plan's gradient with the taps nearer than
@@ -812,11 +802,10 @@ std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int n
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
          " pieces=" + std::to_string(pl.pieces) + (pl.whole ? " whole=1" : "") +
          (pl.fused ? " fused_rows=" + std::to_string(pl.R) + "/" + std::to_string(pl.rows) +
-                         " cols=" + std::to_string(pl.ldc) + (pl.runs ? " runs=1" : " runs=0")
+                         " cols=" + std::to_string(pl.ldc) +
+                         (pl.geom.tap_stride == p.OCg ? " runs=1" : " runs=0")
                    : std::string()) +
-         " scratch_bytes=" +
-         std::to_string(pl.whole ? 4 * p.G * pl.T * pl.chunk / 2 * pl.OCp  // the shared panels
-                                 : 4 * pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp));
+         " scratch_bytes=" + std::to_string(4 * scratch_floats(pl));
 }
 
 }  // namespace x86

@@ -341,8 +341,13 @@ struct BwwFusedRow {
 };
 struct BwwFusedGeom {
   int64_t K2, OCg, tap_stride;
+  // Taps not consecutive (tap_stride != OCg) whose columns (K2*OCg <= 32) one
+  // permute compacts from a window of K2 taps ((K2-1)*tap_stride + OCg <= 64).
+  bool window;
   uint16_t window_at[32];  // column c < K2*OCg <= 32: (c / OCg) * tap_stride + c % OCg
 };
+// The geometry of K2 taps of OCg channels, tap_stride elements apart.
+BwwFusedGeom bww_fused_geom(int64_t K2, int64_t OCg, int64_t tap_stride);
 // dst[r * K2*OCg + k2*OCg + oc] = (x0, x1), x_h pixel h's element of tap
 // row r, tap k2, channel oc, or zero outside its taps; then 16 zeros (past
 // the last row; dst has room for them). Reads only from the first channel
@@ -352,7 +357,7 @@ void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const B
 // Pairs q < npairs of consecutive pixels 2q, 2q + 1 of one src row, every
 // tap of theirs inside: pixel j's tap 0 of tap row r at rowp[r] + j*stride
 // (a null rowp[r]: zeros), its taps as bww_bf16_fused_pairs_avx512's (with
-// tap_stride != OCg: K2*OCg <= 32 and a window (K2-1)*tap_stride + OCg <= 64).
+// tap_stride != OCg: g.window).
 // dst + q*ldd as bww_bf16_fused_pairs_avx512 writes a pair row (pairs_avx512.cpp).
 void bww_bf16_fused_segment_avx512(const uint16_t* const* rowp, int64_t nrows,
                                    const BwwFusedGeom& g, int64_t stride, int64_t npairs,

@@ -5,6 +5,7 @@
 // they run on every CPU of either pair ISA. Contracts: conv_f32_kernels.h.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "conv_f32_kernels.h"
@@ -29,7 +30,33 @@ inline __m512i interleave16(__m512i a, __m512i b, int half = 0) {
       a, half ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, b);
 }
 
+// dst[j] = (s0[j], s1[j]) for j < n, zeros to the next multiple of 16 (every
+// s_h[j], j < n, readable).
+inline void pairs_of_runs(const uint16_t* s0, const uint16_t* s1, int64_t n, uint32_t* dst) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i x0 =
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + j)));
+    const __m512i x1 =
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + j)));
+    _mm512_storeu_si512(dst + j, interleave16(x0, x1));
+  }
+  if (j < n) {
+    const __mmask32 k = lanes32(n - j);
+    _mm512_storeu_si512(dst + j, interleave16(_mm512_maskz_loadu_epi16(k, s0 + j),
+                                              _mm512_maskz_loadu_epi16(k, s1 + j)));
+  }
+}
+
 }  // namespace
+
+BwwFusedGeom bww_fused_geom(int64_t K2, int64_t OCg, int64_t tap_stride) {
+  BwwFusedGeom g{K2, OCg, tap_stride, false, {}};
+  g.window = tap_stride != OCg && K2 * OCg <= 32 && (K2 - 1) * tap_stride + OCg <= 64;
+  for (int64_t c = 0; c < std::min<int64_t>(32, K2 * OCg); ++c)
+    g.window_at[c] = static_cast<uint16_t>((c / OCg) * tap_stride + c % OCg);
+  return g;
+}
 
 void bww_bf16_pairs_avx512(const uint16_t* r0, const uint16_t* r1, int64_t n, int64_t npad,
                         uint32_t* dst) {
@@ -54,25 +81,14 @@ void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const B
                                  uint32_t* dst) {
   const int64_t OCg = g.OCg, run = g.K2 * OCg, T = g.tap_stride;
   const __m512i zero = _mm512_setzero_si512();
-  // Dilated or grouped taps: the column (k2, oc) is window element
+  // Dilated or grouped taps (g.window): the column (k2, oc) is window element
   // (k2 - a) * T + oc of a window from tap a; compacted by one permute.
-  const bool window = T != OCg && run <= 32 && (g.K2 - 1) * T + OCg <= 64;
   const __m512i base_idx = _mm512_loadu_si512(g.window_at);
   for (int64_t r = 0; r < nrows; ++r, dst += run) {
     const BwwFusedRow& w = rows[r];
     if (T == OCg && w.p[0] && w.p[1] && (w.a[0] | w.a[1]) == 0 && w.b[0] == g.K2 &&
         w.b[1] == g.K2) {  // consecutive, every tap inside (most pixels)
-      int64_t j = 0;
-      for (; j + 16 <= run; j += 16) {
-        const __m512i x0 = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.p[0] + j)));
-        const __m512i x1 = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.p[1] + j)));
-        _mm512_storeu_si512(dst + j, interleave16(x0, x1));
-      }
-      if (j < run) {
-        const __mmask32 k = lanes32(run - j);
-        _mm512_storeu_si512(dst + j, interleave16(_mm512_maskz_loadu_epi16(k, w.p[0] + j),
-                                                  _mm512_maskz_loadu_epi16(k, w.p[1] + j)));
-      }
+      pairs_of_runs(w.p[0], w.p[1], run, dst);
     } else if (T == OCg) {  // consecutive: element j of the row at p - a*OCg + j
       for (int64_t j = 0; j < run; j += 16) {
         __m512i v[2];
@@ -83,7 +99,7 @@ void bww_bf16_fused_pairs_avx512(const BwwFusedRow* rows, int64_t nrows, const B
         }
         _mm512_storeu_si512(dst + j, interleave16(v[0], v[1]));
       }
-    } else if (window) {
+    } else if (g.window) {
       __m512i v[2];
       for (int h = 0; h < 2; ++h) {
         v[h] = zero;
@@ -145,8 +161,6 @@ void bww_bf16_fused_segment_avx512(const uint16_t* const* rowp, int64_t nrows,
     }
     return;
   }
-  const __mmask32 tail = lanes32(run % 16);
-  const int64_t whole = run / 16 * 16;
   for (int64_t q = 0; q < npairs; ++q, dst += ldd) {
     uint32_t* d = dst;
     for (int64_t r = 0; r < nrows; ++r, d += run) {
@@ -155,17 +169,7 @@ void bww_bf16_fused_segment_avx512(const uint16_t* const* rowp, int64_t nrows,
         continue;
       }
       const uint16_t* const s0 = rowp[r] + 2 * q * stride;
-      const uint16_t* const s1 = s0 + stride;
-      for (int64_t j = 0; j < whole; j += 16) {
-        const __m512i x0 =
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + j)));
-        const __m512i x1 =
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + j)));
-        _mm512_storeu_si512(d + j, interleave16(x0, x1));
-      }
-      if (tail)
-        _mm512_storeu_si512(d + whole, interleave16(_mm512_maskz_loadu_epi16(tail, s0 + whole),
-                                                    _mm512_maskz_loadu_epi16(tail, s1 + whole)));
+      pairs_of_runs(s0, s0 + stride, run, d);
     }
     _mm512_storeu_si512(d, zero);  // the padding
   }
