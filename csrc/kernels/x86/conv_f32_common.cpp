@@ -2287,20 +2287,21 @@ void list_line_taps(const Phase& ph, const LineItem& item, LineBufs& lb) {
   }
 }
 
-// Tiles along a line: (first position in jl, rows). GEMM tiles (which have
-// partial variants): the interior run in tiles from its start, then the
-// border positions gathered into pointer tiles; depthwise: tiles from
-// position 0.
+// Tiles along a line: (first position in jl, rows). jl: the interior run,
+// then the border positions. GEMM tiles (which have partial variants): the
+// run in tiles from its start, then the border positions gathered into
+// pointer tiles; depthwise (no partial variants): jl cut in tiles of MR
+// from its start, so that the run's last tile is filled up by border
+// positions (one pointer tile, not a row tile and a pointer tile, each
+// partly dummy rows: 5 -> 4 tiles a line of 32 at k4 s2 p1).
 void cut_line_tiles(const ConvPlan& pl, const AxisMap& a2, LineBufs& lb) {
   const int64_t MR = pl.MR, R2 = a2.rows;
   lb.jl.clear();
   lb.tiles.clear();
   int64_t lo = 0, hi = 0;
-  if (!pl.dw) {
-    while (lo < R2 && !a2.interior[lo]) ++lo;
-    hi = lo;
-    while (hi < R2 && a2.interior[hi]) ++hi;
-  }
+  while (lo < R2 && !a2.interior[lo]) ++lo;
+  hi = lo;
+  while (hi < R2 && a2.interior[hi]) ++hi;
   // Runs of positions cut into tiles of MR rows (depthwise: the last one
   // filled up with dummy rows) or, GEMM, into tiles of near-equal size
   // (no tile of one or two rows, whose weight loads serve few FMAs).
@@ -2313,11 +2314,14 @@ void cut_line_tiles(const ConvPlan& pl, const AxisMap& a2, LineBufs& lb) {
     }
   };
   for (int64_t j = lo; j < hi; ++j) lb.jl.push_back(j);
-  cut(0, hi - lo);
-  const int64_t nb0 = static_cast<int64_t>(lb.jl.size());
   for (int64_t j = 0; j < R2; ++j)
     if (j < lo || j >= hi) lb.jl.push_back(j);
-  cut(nb0, R2 - nb0);
+  if (pl.dw) {
+    cut(0, R2);
+    return;
+  }
+  cut(0, hi - lo);
+  cut(hi - lo, R2 - (hi - lo));
 }
 
 // One strip: the tile of `real` positions at jl[tj] in every line of the

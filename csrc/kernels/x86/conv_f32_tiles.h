@@ -317,45 +317,72 @@ constexpr void fill_dot16(ConvTileFn* dot16, std::integer_sequence<int, I...>) {
   ((dot16[I + 1] = dot_tile_fn<V, ROWS[I + 1], I + 1, KIND>), ...);
 }
 
-// Depthwise: elementwise multiply-adds over the channels. The R rows share
-// each weight load; R rows x 2 vectors = 2R independent FMA chains.
-// IN: the inputs' storage, 0 f32, 1 bf16, 2 f16 (the pointers in a / rows
-// then point at 16-bit elements, converted as they are loaded: route
-// convert16 with in16, no f32 copy of the activations).
-template <class V, int R, int IN = 0>
-void dw_tile(const ConvTileArgs* args) {
+// The 2W-channel blocks of dw_tile, the way of finding each row's input
+// fixed: ROWS (rows[m] + tapoff[t], copied to registers once) or a[t*R + m];
+// PF: prefetch set. bf16 inputs (IN 1) load by pair-splitting (V::split_bf16):
+// the accumulators, weights and bias hold the even and the odd channels of
+// the block, put back in order before the stores (the same multiply-adds in
+// the same order: the same bits).
+template <class V, int R, int IN, bool ROWS, bool PF>
+inline __attribute__((always_inline)) int64_t dw_blocks(const ConvTileArgs* args) {
   using Reg = typename V::Reg;
   using T16 = std::conditional_t<IN == 0, float, uint16_t>;
   constexpr int W = V::W;
-  const int64_t C = args->ncols, T = args->ntaps;
+  const int64_t C = args->ncols, T = args->ntaps, pf = args->prefetch;
+  const T16* rp[R];
+  if constexpr (ROWS) {
+    const auto* const* rows = reinterpret_cast<const T16* const*>(args->rows);
+#pragma GCC unroll 16
+    for (int m = 0; m < R; ++m) rp[m] = rows[m];
+  }
   const auto* const* a = reinterpret_cast<const T16* const*>(args->a);
-  const auto* const* rows = reinterpret_cast<const T16* const*>(args->rows);  // rows[m] + tapoff[t]
-  const int64_t* tapoff = args->tapoff;
-  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
-  const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
-  auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
+  const int64_t* const tapoff = args->tapoff;
+  const int32_t* const wtap = args->wtap;  // (null: tap t's weights are row t)
+  const float* const wb = args->w;
   int64_t c = 0;
   for (; c + 2 * W <= C; c += 2 * W) {
     Reg acc[R][2];
-    const Reg b0 = V::loadu(args->bias + c), b1 = V::loadu(args->bias + c + W);
+    Reg b0 = V::loadu(args->bias + c), b1 = V::loadu(args->bias + c + W);
+    if constexpr (IN == 1) {
+      const Reg e = V::evens(b0, b1);
+      b1 = V::odds(b0, b1);
+      b0 = e;
+    }
 #pragma GCC unroll 16
     for (int m = 0; m < R; ++m) {
       acc[m][0] = b0;
       acc[m][1] = b1;
     }
     for (int64_t t = 0; t < T; ++t) {
-      const float* w = wrow(t) + c;
-      const Reg w0 = V::loadu(w), w1 = V::loadu(w + W);
+      const float* w = wb + (wtap ? wtap[t] : t) * C + c;
+      Reg w0 = V::loadu(w), w1 = V::loadu(w + W);
+      if constexpr (IN == 1) {
+        const Reg e = V::evens(w0, w1);
+        w1 = V::odds(w0, w1);
+        w0 = e;
+      }
+      const int64_t off = ROWS ? tapoff[t] + c : c;
 #pragma GCC unroll 16
       for (int m = 0; m < R; ++m) {
-        const T16* x = in(t, m) + c;
-        if (args->prefetch)  // (as an integer: the next tile may lie past the tensor)
+        const T16* x = (ROWS ? rp[m] : a[t * R + m]) + off;
+        if constexpr (PF)  // (as an integer: the next tile may lie past the tensor)
           _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(x) +
-                                                     args->prefetch * sizeof(T16)),
+                                                     pf * sizeof(T16)),
                        _MM_HINT_T0);
-        acc[m][0] = V::fmadd(load_in<V, IN>(x), w0, acc[m][0]);
-        acc[m][1] = V::fmadd(load_in<V, IN>(x + W), w1, acc[m][1]);
+        if constexpr (IN == 1) {
+          Reg xe, xo;
+          V::split_bf16(x, xe, xo);
+          acc[m][0] = V::fmadd(xe, w0, acc[m][0]);
+          acc[m][1] = V::fmadd(xo, w1, acc[m][1]);
+        } else {
+          acc[m][0] = V::fmadd(load_in<V, IN>(x), w0, acc[m][0]);
+          acc[m][1] = V::fmadd(load_in<V, IN>(x + W), w1, acc[m][1]);
+        }
       }
+    }
+    if constexpr (IN == 1) {
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m) V::interleave(acc[m][0], acc[m][1], acc[m][0], acc[m][1]);
     }
     if (args->out16) {  // a 16-bit result, rounded once (route convert16, direct)
 #pragma GCC unroll 16
@@ -382,6 +409,35 @@ void dw_tile(const ConvTileArgs* args) {
         V::storeu(o + W, acc[m][1]);
       }
     }
+  }
+  return c;
+}
+
+// Depthwise: elementwise multiply-adds over the channels. The R rows share
+// each weight load; R rows x 2 vectors = 2R independent FMA chains.
+// IN: the inputs' storage, 0 f32, 1 bf16, 2 f16 (the pointers in a / rows
+// then point at 16-bit elements, converted as they are loaded: route
+// convert16 with in16, no f32 copy of the activations).
+template <class V, int R, int IN = 0>
+void dw_tile(const ConvTileArgs* args) {
+  using Reg = typename V::Reg;
+  using T16 = std::conditional_t<IN == 0, float, uint16_t>;
+  constexpr int W = V::W;
+  const int64_t C = args->ncols, T = args->ntaps;
+  const auto* const* a = reinterpret_cast<const T16* const*>(args->a);
+  const auto* const* rows = reinterpret_cast<const T16* const*>(args->rows);  // rows[m] + tapoff[t]
+  const int64_t* tapoff = args->tapoff;
+  auto in = [&](int64_t t, int m) { return rows ? rows[m] + tapoff[t] : a[t * R + m]; };
+  const int32_t* wtap = args->wtap;  // (null: tap t's weights are row t)
+  auto wrow = [&](int64_t t) { return args->w + (wtap ? wtap[t] : t) * C; };
+  int64_t c = 0;
+  if (C >= 2 * W) {
+    if (rows)
+      c = args->prefetch ? dw_blocks<V, R, IN, true, true>(args)
+                         : dw_blocks<V, R, IN, true, false>(args);
+    else
+      c = args->prefetch ? dw_blocks<V, R, IN, false, true>(args)
+                         : dw_blocks<V, R, IN, false, false>(args);
   }
   // The last channels: where C >= W, whole vectors, the last one ending at C
   // (it recomputes some channels of the one before it with the same FMAs in

@@ -88,6 +88,26 @@ struct VecAvx2 {
     if constexpr (KIND == 2) return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(*p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi16(static_cast<short>(*p)), 16));
   }
+  // Pair-split bf16 loads, evens / odds and interleave: as VecAvx512.
+  static inline void split_bf16(const uint16_t* p, Reg& even, Reg& odd) {
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    __asm__("" : "+x"(x));  // (one load, as VecAvx512)
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  // (shufps picks 0 2 | 8 10 | 4 6 | 12 14 by 64-bit pairs; the permute
+  // puts the pairs in order)
+  static inline Reg evens(Reg a, Reg b) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+  }
+  static inline Reg odds(Reg a, Reg b) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+  }
+  static inline void interleave(Reg even, Reg odd, Reg& lo, Reg& hi) {
+    const Reg l = _mm256_unpacklo_ps(even, odd), h = _mm256_unpackhi_ps(even, odd);
+    lo = _mm256_permute2f128_ps(l, h, 0x20);
+    hi = _mm256_permute2f128_ps(l, h, 0x31);
+  }
   // bcast4 over 16-bit elements: p[0..4) widened, in each 128-bit lane.
   template <int KIND>
   static inline Reg bcast4_16(const uint16_t* p) {

@@ -95,6 +95,31 @@ struct VecAvx512 {
     if constexpr (KIND == 2) return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16(static_cast<short>(*p)), 16));
   }
+  // Pair-split bf16 loads (the depthwise tiles): the 2W bf16 values at p as
+  // floats in two vectors, even = elements 0, 2, .., 2W-2 and odd = 1, 3, ..,
+  // 2W-1 (one load, a shift and an and, where two widening loads take two
+  // shuffles and two shifts). evens / odds put two natural vectors' floats
+  // (a = elements 0..W-1, b = W..2W-1) in that order; interleave undoes it.
+  static inline void split_bf16(const uint16_t* p, Reg& even, Reg& odd) {
+    __m512i x = _mm512_loadu_si512(p);
+    __asm__("" : "+v"(x));  // (one load: else both uses fold a load each)
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static inline Reg evens(Reg a, Reg b) {
+    return _mm512_permutex2var_ps(
+        a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+  }
+  static inline Reg odds(Reg a, Reg b) {
+    return _mm512_permutex2var_ps(
+        a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+  }
+  static inline void interleave(Reg even, Reg odd, Reg& lo, Reg& hi) {
+    lo = _mm512_permutex2var_ps(
+        even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
+    hi = _mm512_permutex2var_ps(
+        even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
+  }
   // bcast4 over 16-bit elements: p[0..4) widened, in each 128-bit lane.
   template <int KIND>
   static inline Reg bcast4_16(const uint16_t* p) {
