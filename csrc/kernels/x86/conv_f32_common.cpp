@@ -2497,6 +2497,54 @@ inline __attribute__((always_inline)) void next_row(int64_t R1, int64_t R2, int6
   }
 }
 
+// Row-mode tiles from `tile` on while each lies whole inside the current
+// line (axis 2) and every row of it is interior on every axis (the common
+// case): one base per line, no carries, each tile's rows known real.
+// Returns the tiles built; (j0, j1, j2) stepped past them. Not inlined: in
+// build_rows' loop its locals would be spilled.
+template <class TA, class TO>
+__attribute__((noinline)) int64_t row_mode_run(const BlockRows<TA, TO>& b, RowBufs<TA, TO>& bufs,
+                                               int64_t tile, int64_t ntiles, bool fuse,
+                                               int64_t& j0, int64_t& j1, int64_t& j2) {
+  const int64_t mr = b.mr, T2 = b.T2, R1 = b.R1, R2 = b.R2;
+  if (!b.int0[j0] || !b.int1[j1]) return 0;
+  // whole tiles only: rows [r0 + t*mr, r0 + (t+1)*mr) inside the block
+  const int64_t whole = std::min(ntiles, (b.prows - b.r0) / mr);
+  int64_t k = 0;
+  while (tile + k < whole && j2 + (k + 1) * mr <= R2) {
+    bool in = true;
+    for (int64_t m = 0; m < mr; ++m) in &= b.int2[j2 + k * mr + m] != 0;
+    if (!in) break;
+    ++k;
+  }
+  if (k == 0) return 0;
+  const TA* const ib = b.in_base + b.in0[j0 * b.T0] + b.in1[j1 * b.T1];
+  TO* const ob = b.out_base + b.oo0[j0] + b.oo1[j1];
+  const TA** const rb = bufs.row_base.data() + tile * mr;
+  TO** const op = b.outpp + tile * mr;
+  const int64_t* const i2 = b.in2 + j2 * T2;
+  const int64_t* const o2 = b.oo2 + j2;
+  for (int64_t r = 0; r < k * mr; ++r) {
+    rb[r] = ib + i2[r * T2];
+    op[r] = ob + o2[r];
+  }
+  for (int64_t t = tile; t < tile + k; ++t) {
+    bufs.tile_rowmode[t] = 1;
+    bufs.tile_fused[t] = fuse;  // every axis-2 tap is inside
+    bufs.tile_pad[t] = 0;
+    bufs.tile_real[t] = static_cast<int>(mr);
+  }
+  j2 += k * mr;
+  if (j2 == R2) {  // (as next_row after the line's last row)
+    j2 = 0;
+    if (++j1 == R1) {
+      j1 = 0;
+      ++j0;
+    }
+  }
+  return k;
+}
+
 // Row mode when every real row of the tile is interior on every axis: one
 // base pointer per row, no indirection to build. False (and nothing
 // stepped) when some row is not.
@@ -2505,6 +2553,7 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA, TO>
                                                          int64_t tile, bool fuse, int64_t& j0,
                                                          int64_t& j1, int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
+  const TA** rb = bufs.row_base.data() + tile * mr;
   bool all = true;
   int64_t k0 = j0, k1 = j1, k2 = j2;
   for (int64_t m = 0; m < mr && all; ++m) {
@@ -2513,7 +2562,6 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA, TO>
     next_row(R1, R2, k0, k1, k2);
   }
   if (!all) return false;
-  const TA** rb = bufs.row_base.data() + tile * mr;
   for (int64_t m = 0; m < mr; ++m) {
     if (r0 + tile * mr + m >= prows) {  // dummy row: row 0's inputs, scratch out
       rb[m] = rb[0];
@@ -2625,6 +2673,7 @@ void finish_tiles(const ConvPlan& pl, const BlockRows<TA, TO>& b, RowBufs<TA, TO
   const int64_t mr = b.mr, Tp = b.Tp;
   const TA* const zp = b.zp;
   for (int64_t tile = 0; tile < ntiles; ++tile) {
+    if (bufs.tile_real[tile] >= 0) continue;  // (known: row_mode_run)
     int real = 0;
     while (real < mr && b.outpp[tile * mr + real] != b.scr) ++real;
     bufs.tile_real[tile] = real;
@@ -2704,7 +2753,15 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bu
   int64_t j2 = b.r0 % R2, j1 = (b.r0 / R2) % R1, j0 = b.r0 / (R2 * R1);
   if (lz) j2 = 0, j1 = line % R1, j0 = line / R1;
   const bool rows_ok = !ph.tapoff.empty(), fuse = pl.fuse;
+  for (int64_t tile = 0; tile < ntiles; ++tile) bufs.tile_real[tile] = -1;
   for (int64_t tile = 0; tile < ntiles; ++tile) {
+    if (rows_ok && !b.perm) {
+      const int64_t k = row_mode_run(b, bufs, tile, ntiles, fuse, j0, j1, j2);
+      if (k > 0) {
+        tile += k - 1;
+        continue;
+      }
+    }
     bufs.tile_rowmode[tile] = 0;
     if (rows_ok && row_mode_tile(b, bufs, tile, fuse, j0, j1, j2)) continue;
     if (fuse && fused_tile(b, bufs, tile, j0, j1, j2)) continue;
