@@ -12,7 +12,8 @@
 // results rounded once with out16), MR rows x NR = 16 * NV columns, init
 // (bias or the f32 outputs) loaded into the accumulators first (so a
 // denormal bias or partial sum is flushed, see below; the AMX tiles add init
-// after the reduction). An odd
+// after the reduction); prefetch as the f32 GEMM tiles (each tap, per row,
+// the line prefetch elements on; the AMX tiles ignore it). An odd
 // reduction's last pair takes its one input alone (a 16-bit load): the
 // element after it may be another group's channel or past the tensor, and
 // a NaN there times the pair's zero weight would be a NaN.
@@ -89,6 +90,12 @@ inline __attribute__((always_inline)) void gemm_block(const ConvTileArgs* args, 
     const uint16_t* p[M];
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) p[m] = input_row<MR>(args, t, m);
+    if (args->prefetch)  // (as an integer: a later tile's input may lie past the tensor)
+#pragma GCC unroll 16
+      for (int m = 0; m < M; ++m)
+        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p[m]) +
+                                                   2 * args->prefetch),
+                     _MM_HINT_T0);
     // One pair step: weights pair row wr, row m's input pair from in(p[m]).
     auto step = [&](const float* wr, auto in) __attribute__((always_inline)) {
       __m512i wv[NV];
