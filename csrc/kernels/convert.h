@@ -31,10 +31,19 @@ void narrow_rows_from_f32(Isa isa, DType dt, const float* src, int64_t ld_src, v
 // block32: a vector kernel for whole 32 x 32 blocks (dst[c*ldd + r] =
 // src[r*lds + c]), or null (scalar loops).
 using Transpose16Block = void (*)(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+// few: a vector kernel for sources of 2 to 4 rows (channels) into a dense
+// destination, dst[j * rows + i] = src[i * lds + j] for i < rows, j < n, or
+// null (scalar loops).
+using Transpose16Few = void (*)(const uint16_t* src, int64_t lds, int rows, int64_t n, uint16_t* dst);
+struct Transpose16Kernels {
+  Transpose16Kernels(Transpose16Block b = nullptr, Transpose16Few f = nullptr) : block32(b), few(f) {}
+  Transpose16Block block32;
+  Transpose16Few few;
+};
 // src_ld / dst_ld: the row strides when not dense (default cols / rows; batch
 // 1 only), e.g. a slab of each channel plane.
 void transpose_u16(const uint16_t* src, uint16_t* dst, int64_t batch, int64_t rows, int64_t cols,
-                   int nthreads, Transpose16Block block32 = nullptr, int64_t src_ld = -1,
+                   int nthreads, Transpose16Kernels k = {}, int64_t src_ld = -1,
                    int64_t dst_ld = -1);
 // (N, C, X) -> (C, N, X) of 16-bit elements (both dense): dst[c][n][x] = src[n][c][x].
 void ncx_to_cnx_u16(const uint16_t* src, uint16_t* dst, int64_t n, int64_t c, int64_t x,

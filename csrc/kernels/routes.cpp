@@ -296,11 +296,12 @@ ActView dense_view(void* data, int64_t c, const std::array<int64_t, kAxes>& x, b
 
 uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 
-// The 32 x 32 16-bit transpose block of a call's vector ISA (AVX-512: the
-// pair tiles' routes and ncx16; AVX2: ncx16). Every 16-bit layout change
-// takes its block from here.
-Transpose16Block u16_block(Isa isa) {
-  return isa == Isa::Avx2 ? x86::transpose_u16_block32_avx2 : x86::transpose_u16_block32_avx512;
+// The 16-bit transpose kernels of a call's vector ISA (AVX-512: the pair
+// tiles' routes and ncx16; AVX2: ncx16): the 32 x 32 block, and on AVX-512
+// the 2-4 row one. Every 16-bit layout change takes its kernels from here.
+Transpose16Kernels u16_block(Isa isa) {
+  if (isa == Isa::Avx2) return {x86::transpose_u16_block32_avx2};
+  return {x86::transpose_u16_block32_avx512, x86::transpose_u16_few_avx512};
 }
 
 // n images of the 16-bit activation a, dense NCX, into channels-last at dst;
@@ -396,7 +397,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
   const bool forward = c.forward(), ncx = cv.pairs_ncx;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
-  const Transpose16Block block = u16_block(s.isa);
+  const Transpose16Kernels block = u16_block(s.isa);
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   uint16_t* const b16buf = cv.b16_floats ? bits16(c.ws.buffer(kOutput, cv.b16_floats)) : nullptr;

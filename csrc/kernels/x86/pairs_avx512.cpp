@@ -245,5 +245,40 @@ void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* ds
   }
 }
 
+void transpose_u16_few_avx512(const uint16_t* src, int64_t lds, int rows, int64_t n, uint16_t* dst) {
+  // Per 32 columns the rows' vectors x0..x3 give rows * 32 destination
+  // elements, vector k's element t being e = 32k + t: row e % rows, column
+  // e / rows. Rows 0 / 1 by one two-source permute, rows 2 / 3 by another,
+  // blended by the row.
+  const int r = rows;
+  alignas(64) uint16_t ia[4][32], ib[4][32];
+  __mmask32 hi[4] = {0, 0, 0, 0};
+  for (int k = 0; k < r; ++k)
+    for (int t = 0; t < 32; ++t) {
+      const int e = 32 * k + t, i = e % r, j = e / r;
+      ia[k][t] = static_cast<uint16_t>(j + (i == 1 ? 32 : 0));
+      ib[k][t] = static_cast<uint16_t>(j + (i == 3 ? 32 : 0));
+      if (i >= 2) hi[k] |= __mmask32{1} << t;
+    }
+  __m512i va[4], vb[4];
+  for (int k = 0; k < r; ++k) {
+    va[k] = _mm512_load_si512(ia[k]);
+    vb[k] = _mm512_load_si512(ib[k]);
+  }
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m512i x0 = _mm512_loadu_si512(src + j), x1 = _mm512_loadu_si512(src + lds + j);
+    const __m512i x2 = r > 2 ? _mm512_loadu_si512(src + 2 * lds + j) : _mm512_setzero_si512();
+    const __m512i x3 = r > 3 ? _mm512_loadu_si512(src + 3 * lds + j) : _mm512_setzero_si512();
+    for (int k = 0; k < r; ++k) {
+      __m512i v = _mm512_permutex2var_epi16(x0, va[k], x1);
+      if (r > 2) v = _mm512_mask_blend_epi16(hi[k], v, _mm512_permutex2var_epi16(x2, vb[k], x3));
+      _mm512_storeu_si512(dst + j * r + 32 * k, v);
+    }
+  }
+  for (; j < n; ++j)
+    for (int i = 0; i < r; ++i) dst[j * r + i] = src[i * lds + j];
+}
+
 }  // namespace x86
 }  // namespace tct

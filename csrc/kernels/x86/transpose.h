@@ -17,6 +17,9 @@ void transpose_block16_avx2(const float* src, int64_t src_stride, float* dst, in
 // needs AVX-512 BW, pairs_avx512.cpp).
 void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
 void transpose_u16_block32_avx2(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd);
+// dst[j * rows + i] = src[i * lds + j] for i < rows (2 to 4), j < n (AVX-512 BW:
+// two-source word permutes per 32 destination elements).
+void transpose_u16_few_avx512(const uint16_t* src, int64_t lds, int rows, int64_t n, uint16_t* dst);
 
 // dst[j][i] = src[i * src_stride + j] for i < rows, j < cols (rows, cols <= 16):
 // each destination row j at its own pointer (rows floats written). Nothing

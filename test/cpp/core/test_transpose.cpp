@@ -79,6 +79,38 @@ TEST(Transpose, U16BlocksMatchNaive) {
   }
 }
 
+// The AVX-512 kernel for 2-4 source rows (channels) into a dense
+// channels-last destination, alone (row strides past the columns, tails of
+// every length mod 32, a guard after the destination) and in the driver.
+TEST(Transpose, U16FewRowsMatchNaive) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(9);
+  for (int rows = 2; rows <= 4; ++rows)
+    for (int64_t n : {int64_t{32}, int64_t{33}, int64_t{63}, int64_t{64}, int64_t{95}, int64_t{200}}) {
+      const int64_t lds = n + rng() % 5;
+      std::vector<uint16_t> src(static_cast<size_t>(rows * lds)), dst(static_cast<size_t>(rows * n + 8), 0xBEEF);
+      for (auto& v : src) v = static_cast<uint16_t>(rng());
+      x86::transpose_u16_few_avx512(src.data(), lds, rows, n, dst.data());
+      for (int64_t j = 0; j < n; ++j)
+        for (int i = 0; i < rows; ++i)
+          ASSERT_EQ(dst[j * rows + i], src[i * lds + j]) << rows << " rows, n " << n << " at " << j << "," << i;
+      for (size_t i = static_cast<size_t>(rows * n); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+    }
+  const Transpose16Kernels k(x86::transpose_u16_block32_avx512, x86::transpose_u16_few_avx512);
+  for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{2, 3, 5000}, {3, 4, 70},
+                                   {1, 2, 9001}, {2, 4, 31}}) {
+    std::vector<uint16_t> src(static_cast<size_t>(batch * rows * cols)), dst(src.size() + 16, 0xBEEF);
+    for (auto& v : src) v = static_cast<uint16_t>(rng());
+    transpose_u16(src.data(), dst.data(), batch, rows, cols, 2, k);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
+              << batch << "x" << rows << "x" << cols;
+    for (size_t i = src.size(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+  }
+}
+
 TEST(Transpose, StridedSourceMatchesNaive) {
   const Isa before = active_isa();
   for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
