@@ -245,25 +245,44 @@ void transpose_u16_block32_avx512(const uint16_t* src, int64_t lds, uint16_t* ds
   }
 }
 
+namespace {
+// transpose_u16_few_avx512's permute indices and blend masks per row count
+// r = 2..4 and destination vector k: element t of vector k is e = 32k + t,
+// row e % r, column e / r (computed once, at compile time: per call they
+// cost more than a short run's permutes).
+struct FewIdx {
+  alignas(64) uint16_t a[3][4][32], b[3][4][32];
+  uint32_t hi[3][4];
+};
+constexpr FewIdx make_few_idx() {
+  FewIdx f{};
+  for (int r = 2; r <= 4; ++r)
+    for (int k = 0; k < 4; ++k) {
+      f.hi[r - 2][k] = 0;
+      for (int t = 0; t < 32; ++t) {
+        const int e = 32 * k + t, i = e % r, j = e / r;
+        f.a[r - 2][k][t] = static_cast<uint16_t>(j + (i == 1 ? 32 : 0));
+        f.b[r - 2][k][t] = static_cast<uint16_t>(j + (i == 3 ? 32 : 0));
+        if (i >= 2) f.hi[r - 2][k] |= uint32_t{1} << t;
+      }
+    }
+  return f;
+}
+constexpr FewIdx kFewIdx = make_few_idx();
+}  // namespace
+
 void transpose_u16_few_avx512(const uint16_t* src, int64_t lds, int rows, int64_t n, uint16_t* dst) {
   // Per 32 columns the rows' vectors x0..x3 give rows * 32 destination
-  // elements, vector k's element t being e = 32k + t: row e % rows, column
-  // e / rows. Rows 0 / 1 by one two-source permute, rows 2 / 3 by another,
-  // blended by the row.
+  // elements (kFewIdx): rows 0 / 1 by one two-source permute, rows 2 / 3 by
+  // another, blended by the row.
   const int r = rows;
-  alignas(64) uint16_t ia[4][32], ib[4][32];
-  __mmask32 hi[4] = {0, 0, 0, 0};
-  for (int k = 0; k < r; ++k)
-    for (int t = 0; t < 32; ++t) {
-      const int e = 32 * k + t, i = e % r, j = e / r;
-      ia[k][t] = static_cast<uint16_t>(j + (i == 1 ? 32 : 0));
-      ib[k][t] = static_cast<uint16_t>(j + (i == 3 ? 32 : 0));
-      if (i >= 2) hi[k] |= __mmask32{1} << t;
-    }
+  const FewIdx& f = kFewIdx;
+  __mmask32 hi[4];
+  for (int k = 0; k < 4; ++k) hi[k] = f.hi[r - 2][k];
   __m512i va[4], vb[4];
   for (int k = 0; k < r; ++k) {
-    va[k] = _mm512_load_si512(ia[k]);
-    vb[k] = _mm512_load_si512(ib[k]);
+    va[k] = _mm512_loadu_si512(f.a[r - 2][k]);
+    vb[k] = _mm512_loadu_si512(f.b[r - 2][k]);
   }
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
