@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -43,6 +44,21 @@ TEST(Transpose, MatchesNaiveOnEveryIsaAndShape) {
   set_active_isa(before);
 }
 
+// The batched 16-bit driver with kernels k against the naive transpose, a
+// guard after the destination.
+void check_u16_driver(const Transpose16Kernels& k, int64_t batch, int64_t rows, int64_t cols,
+                      std::mt19937& rng, const std::string& what) {
+  std::vector<uint16_t> src(static_cast<size_t>(batch * rows * cols)), dst(src.size() + 16, 0xBEEF);
+  for (auto& v : src) v = static_cast<uint16_t>(rng());
+  transpose_u16(src.data(), dst.data(), batch, rows, cols, 2, k);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
+            << what << " " << batch << "x" << rows << "x" << cols;
+  for (size_t i = src.size(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+}
+
 // Sources with their own row and batch strides (a slab of each channel plane).
 // The 16-bit 32 x 32 blocks (ncx16's and the pair tiles' layout changes) of
 // each ISA the CPU has, alone (strides not multiples of anything, a guard
@@ -66,15 +82,8 @@ TEST(Transpose, U16BlocksMatchNaive) {
     }
     for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{2, 64, 96}, {3, 37, 40},
                                      {1, 100, 33}, {2, 5, 70}}) {
-      std::vector<uint16_t> src(static_cast<size_t>(batch * rows * cols)), dst(src.size() + 16, 0xBEEF);
-      for (auto& v : src) v = static_cast<uint16_t>(rng());
-      transpose_u16(src.data(), dst.data(), batch, rows, cols, 2, block);
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < cols; ++j)
-            ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
-                << isa_name(isa) << " " << batch << "x" << rows << "x" << cols;
-      for (size_t i = src.size(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+      check_u16_driver(block, batch, rows, cols, rng, isa_name(isa));
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -99,15 +108,8 @@ TEST(Transpose, U16FewRowsMatchNaive) {
   const Transpose16Kernels k(x86::transpose_u16_block32_avx512, x86::transpose_u16_few_avx512);
   for (auto [batch, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{2, 3, 5000}, {3, 4, 70},
                                    {1, 2, 9001}, {2, 4, 31}}) {
-    std::vector<uint16_t> src(static_cast<size_t>(batch * rows * cols)), dst(src.size() + 16, 0xBEEF);
-    for (auto& v : src) v = static_cast<uint16_t>(rng());
-    transpose_u16(src.data(), dst.data(), batch, rows, cols, 2, k);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j)
-          ASSERT_EQ(dst[(b * cols + j) * rows + i], src[(b * rows + i) * cols + j])
-              << batch << "x" << rows << "x" << cols;
-    for (size_t i = src.size(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xBEEF) << "past the end";
+    check_u16_driver(k, batch, rows, cols, rng, "few rows");
+    if (HasFatalFailure()) return;
   }
 }
 
