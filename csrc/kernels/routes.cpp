@@ -299,7 +299,7 @@ uint16_t* bits16(void* p) { return static_cast<uint16_t*>(p); }
 // The 16-bit transpose kernels of a call's vector ISA (AVX-512: the pair
 // tiles' routes and ncx16; AVX2: ncx16): the 32 x 32 block, and on AVX-512
 // the 2-4 row one. Every 16-bit layout change takes its kernels from here.
-Transpose16Kernels u16_block(Isa isa) {
+Transpose16Kernels u16_kernels(Isa isa) {
   if (isa == Isa::Avx2) return {x86::transpose_u16_block32_avx2};
   return {x86::transpose_u16_block32_avx512, x86::transpose_u16_few_avx512};
 }
@@ -310,13 +310,13 @@ Transpose16Kernels u16_block(Isa isa) {
 void a_chunk_to_nxc16(const Ctx& c, const uint16_t* a, uint16_t* dst, int64_t n) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
-  transpose_u16(a, dst, n, sd.a_c, sd.a_pixels(), s.nthreads, u16_block(s.isa));
+  transpose_u16(a, dst, n, sd.a_c, sd.a_pixels(), s.nthreads, u16_kernels(s.isa));
 }
 
 void b_chunk_to_ncx16(const Ctx& c, const uint16_t* y, uint16_t* dst, int64_t n) {
   const CallSpec& s = c.plan.spec;
   const ActSides sd = act_sides(s.pass, s.p);
-  transpose_u16(y, dst, n, sd.b_pixels(), sd.b_c, s.nthreads, u16_block(s.isa));
+  transpose_u16(y, dst, n, sd.b_pixels(), sd.b_c, s.nthreads, u16_kernels(s.isa));
 }
 
 // Images [n0, n0 + n) of a Convert16 plan on the pair tiles: the bf16 activation a,
@@ -375,11 +375,11 @@ void run_pairs_bww(const Ctx& c, float* abuf, float* bbuf, float* scratch, Weigh
   if (c.plan.spec.a.ncx) {
     ncx_to_cnx_u16(a, bits16(abuf), s.p.N, sd.a_c, a_pix, s.nthreads);
   } else {  // (N*X, C) -> (C, N*X)
-    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads, u16_block(s.isa));
+    transpose_u16(a, bits16(abuf), 1, s.p.N * a_pix, sd.a_c, s.nthreads, u16_kernels(s.isa));
   }
   a = bits16(abuf);
   if (bbuf) {
-    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, u16_block(s.isa));
+    transpose_u16(b, bits16(bbuf), s.p.N, sd.b_c, b_pix, s.nthreads, u16_kernels(s.isa));
     b = bits16(bbuf);
   }
   if (!x86::backward_weights_bf16_pairs(s.bf16, s.p, a, b, grad, scratch, s.nthreads))
@@ -397,7 +397,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
   const bool forward = c.forward(), ncx = cv.pairs_ncx;
   const SlabSides g = slab_sides(p, forward);
   const int64_t in_c = g.in_c, out_c = g.out_c;
-  const Transpose16Kernels block = u16_block(s.isa);
+  const Transpose16Kernels kern = u16_kernels(s.isa);
   uint16_t* const abuf = ncx ? bits16(c.ws.buffer(kWideA, cv.a_floats)) : nullptr;
   float* const bbuf = c.ws.buffer(kWideB, std::max<int64_t>(1, cv.b_floats));
   uint16_t* const b16buf = cv.b16_floats ? bits16(c.ws.buffer(kOutput, cv.b16_floats)) : nullptr;
@@ -411,7 +411,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
       const int64_t qin = g.in_positions(q), qout = g.out_positions(q);
       const uint16_t* a = a16 + g.in_offset(n, lo, !ncx);
       if (ncx) {
-        transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, block, g.in_pixels);
+        transpose_u16(a, abuf, 1, in_c, qin, s.nthreads, kern, g.in_pixels);
         a = abuf;
       }
       uint16_t* const b = b16 + g.out_offset(n, o0, !ncx);
@@ -426,7 +426,7 @@ bool run_pairs_slabs(const Ctx& c, const CallArgs& in) {
         narrow_from_f32(s.isa, s.dtype, bbuf, dst, qout * out_c, s.nthreads);
         y16 = dst;
       }
-      if (ncx) transpose_u16(y16, b, 1, qout, out_c, s.nthreads, block, -1, g.out_pixels);
+      if (ncx) transpose_u16(y16, b, 1, qout, out_c, s.nthreads, kern, -1, g.out_pixels);
     }
   return true;
 }

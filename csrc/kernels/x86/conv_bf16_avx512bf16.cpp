@@ -94,7 +94,7 @@ inline __attribute__((always_inline)) void gemm_block(const ConvTileArgs* args, 
 #pragma GCC unroll 16
       for (int m = 0; m < M; ++m)
         _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p[m]) +
-                                                   2 * args->prefetch),
+                                                   sizeof(uint16_t) * args->prefetch),
                      _MM_HINT_T0);
     // One pair step: weights pair row wr, row m's input pair from in(p[m]).
     auto step = [&](const float* wr, auto in) __attribute__((always_inline)) {

@@ -2537,14 +2537,8 @@ __attribute__((noinline)) int64_t row_mode_run(const BlockRows<TA, TO>& b, RowBu
     bufs.tile_pad[t] = 0;
     bufs.tile_real[t] = static_cast<int>(mr);
   }
-  j2 += k * mr;
-  if (j2 == R2) {  // (as next_row after the line's last row)
-    j2 = 0;
-    if (++j1 == R1) {
-      j1 = 0;
-      ++j0;
-    }
-  }
+  j2 += k * mr - 1;  // the run's last row (inside the line), then one step on
+  next_row(R1, R2, j0, j1, j2);
   return k;
 }
 
@@ -2556,7 +2550,6 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA, TO>
                                                          int64_t tile, bool fuse, int64_t& j0,
                                                          int64_t& j1, int64_t& j2) {
   const int64_t mr = b.mr, r0 = b.r0, prows = b.prows, R1 = b.R1, R2 = b.R2;
-  const TA** rb = bufs.row_base.data() + tile * mr;
   bool all = true;
   int64_t k0 = j0, k1 = j1, k2 = j2;
   for (int64_t m = 0; m < mr && all; ++m) {
@@ -2565,6 +2558,7 @@ inline __attribute__((always_inline)) bool row_mode_tile(const BlockRows<TA, TO>
     next_row(R1, R2, k0, k1, k2);
   }
   if (!all) return false;
+  const TA** rb = bufs.row_base.data() + tile * mr;
   for (int64_t m = 0; m < mr; ++m) {
     if (r0 + tile * mr + m >= prows) {  // dummy row: row 0's inputs, scratch out
       rb[m] = rb[0];
@@ -2756,7 +2750,6 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bu
   int64_t j2 = b.r0 % R2, j1 = (b.r0 / R2) % R1, j0 = b.r0 / (R2 * R1);
   if (lz) j2 = 0, j1 = line % R1, j0 = line / R1;
   const bool rows_ok = !ph.tapoff.empty(), fuse = pl.fuse;
-  for (int64_t tile = 0; tile < ntiles; ++tile) bufs.tile_real[tile] = -1;
   for (int64_t tile = 0; tile < ntiles; ++tile) {
     if (rows_ok && !b.perm) {
       const int64_t k = row_mode_run(b, bufs, tile, ntiles, fuse, j0, j1, j2);
@@ -2766,6 +2759,7 @@ int64_t build_rows(const ConvPlan& pl, const ConvCall& call, RowBufs<TA, TO>& bu
       }
     }
     bufs.tile_rowmode[tile] = 0;
+    bufs.tile_real[tile] = -1;  // (finish_tiles finds it)
     if (rows_ok && row_mode_tile(b, bufs, tile, fuse, j0, j1, j2)) continue;
     if (fuse && fused_tile(b, bufs, tile, j0, j1, j2)) continue;
     pointer_tile(b, bufs, tile, j0, j1, j2);
