@@ -422,6 +422,7 @@ BWW_PAIR_CASES = [  # (S, N, IC, OC, spatial, K, s, p, groups)
     (2, 3, 64, 48, (25, 40), 1, 1, 0, 1),     # 1x1, 3000 pixels: pieces (VDPBF16PS)
     (2, 2, 64, 40, (20, 21), 3, 1, 1, 1),     # 840 pixels, 9 taps: chunks, a scratch gradient
     (2, 37, 50, 33, (1, 1), 4, 1, 0, 1),      # one-pixel src: steps across images
+    (2, 2, 490, 520, (10, 15), 2, 2, 0, 1),   # 300 pixels, 490 channels: whole, 2 chunks
     (1, 1, 33, 40, (37,), 16, 8, 4, 1),       # 1D
     (3, 2, 32, 40, (3, 4, 5), 2, 2, 0, 1),    # 3D
     (2, 2, 16, 40, (8, 8), 3, 1, 1, 1),       # 16 input channels: the f32 kernels

@@ -24,10 +24,11 @@
 // the pixels in parts of the problem, added in piece order at the end. The
 // last pass rounds each sum once into the bf16 gradient.
 //
-// Whole reductions (VDPBF16PS, every pixel in one chunk): B of every (group,
-// tap) packed once into the caller's buffer, shared, and a task per (group,
-// input-channel block) sums all its taps in its own buffer and rounds them
-// itself: no scratch gradient, no last pass.
+// Whole reductions (VDPBF16PS; every pixel in one chunk, or a few chunks
+// whose panels take no more memory than the sums would): B of every (group,
+// tap, chunk) packed once into the caller's buffer, shared, and a task per
+// (group, input-channel block) sums all its taps in its own buffer, chunk by
+// chunk, and rounds them itself: no scratch gradient, no last pass.
 //
 // Fused taps (VDPBF16PS, fewer than 32 output channels, e.g. an RGB output
 // layer): one GEMM per run of tap rows instead of per tap, its columns the
@@ -111,6 +112,7 @@ struct BwwPairsPlan {
   // input-channel block) summing all taps in its own buffer and rounding
   // them itself: no scratch gradient.
   bool whole = false;
+  int64_t nchunks = 1;  // whole reductions: chunks of steps, each panel packed once
   std::vector<int64_t> colbase;
   std::vector<int64_t> ka, kb;  // per innermost src index: its taps inside, [ka, kb)
   BwwFusedGeom geom{};          // the B panels' packing
@@ -205,9 +207,23 @@ BwwPairsPlan plan_bww_pairs(Isa isa, const ConvProblem& p, int nthreads) {
       pl.parts = std::clamp<int64_t>(
           std::max(ceil_div(pl.ICB, icbs), ceil_div(4 * nthreads, gt * pl.pieces)), 1, pl.ICB);
       pl.steps = std::min(ceil_div(pl.piece, kStep), pl.steps);
-      // Whole: one chunk, a task's sums of all taps within kWholeSums.
-      if (pl.steps * kStep >= p.N * pl.ipix && pl.T * kBlock * pl.OCp * 4 <= kWholeSums) {
+      // Whole: a task's sums of all taps within kWholeSums, and one chunk,
+      // or several whose panels (of all taps) take at most half the memory
+      // of the per-tap plan's sums (a reduction short against the input
+      // channels). U-Net's 1024 -> 512 k2 s2 on 23x30 (3 MiB of panels, 8
+      // MiB of sums): each of 8 parts packed every panel again, 12 % of the
+      // call, and the rounding pass read the sums back; one Zen 5 core
+      // 9.2-9.9 -> 8.4-9.0 ms. With panels as large as the sums (512 -> 256
+      // k4 s2 on 32x32, 3D U-Net's k3), each task streaming them all ran no
+      // faster. The panels are packed once and shared, a task's sums stay
+      // in L2 from chunk to chunk, and each element is still summed chunk by
+      // chunk in pixel order (the same bits as the per-tap plan).
+      const int64_t nchunks = ceil_div(p.N * pl.ipix, pl.steps * kStep);
+      const int64_t panels = nchunks * pl.steps * kStep / 2 * pl.OCp;  // per (group, tap)
+      if (pl.T * kBlock * pl.OCp * 4 <= kWholeSums &&
+          (nchunks == 1 || 2 * panels <= pl.pieces * pl.ICp * pl.OCp)) {
         pl.whole = true;
+        pl.nchunks = nchunks;
         pl.pieces = 1;
         pl.piece = round_up(p.N * pl.ipix, kStep);
         pl.parts = pl.ICB;
@@ -633,32 +649,36 @@ std::vector<int64_t> tap_offsets(const BwwPairsPlan& pl, const WeightsView& diff
 }
 
 // A whole-reduction task (group g, input-channel block icb): every tap's sums
-// of its 32 channels into the thread's buffer (from zero: one chunk), then
-// rounded into the gradient. B: the shared panels (and their valid pixels)
-// of every (group, tap).
+// of its 32 channels into the thread's buffer, chunk by chunk (the first from
+// zero), then rounded into the gradient. B: the shared panels (and their
+// valid pixels) of every (group, tap, chunk).
 void run_task_whole(const BwwPairsPlan& pl, const uint16_t* src, const uint32_t* panels,
                     const uint32_t* valid, const int64_t* koff, WeightsView diff_w, int64_t task,
                     TaskBufs& tb) {
   const ConvProblem& p = pl.p;
   const int64_t g = task / pl.ICB, icb = task % pl.ICB;
   const int64_t panel = pl.chunk / 2 * pl.OCp, ld_tap = kBlock * pl.OCp;
+  const int64_t pixels = p.N * pl.ipix;
   float* const sums = tb.local.get();
   BwwPairsBlockArgs args;
   args.a = tb.a;
   args.lda = tb.lda;
   args.ldb = pl.OCp;
   args.ldc = pl.OCp;
-  args.nks = ceil_div(p.N * pl.ipix, kStep);
-  args.zero = true;
-  for (int64_t t = 0; t < pl.T; ++t) {
-    const int64_t gt = g * pl.T + t;
-    std::memcpy(tb.valid, valid + gt * pl.steps, sizeof(uint32_t) * pl.steps);
-    pack_a(pl, src, g, icb, 0, args.nks, tb);
-    for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
-      args.b = panels + gt * panel + ocb * kBlock;
-      args.c = sums + t * ld_tap + ocb * kBlock;
-      args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
-      pl.k.block(&args);
+  for (int64_t ch = 0; ch < pl.nchunks; ++ch) {
+    const int64_t j0 = ch * pl.chunk;
+    args.nks = ceil_div(std::min(pl.chunk, pixels - j0), kStep);
+    args.zero = ch == 0;
+    for (int64_t t = 0; t < pl.T; ++t) {
+      const int64_t gtc = (g * pl.T + t) * pl.nchunks + ch;
+      std::memcpy(tb.valid, valid + gtc * pl.steps, sizeof(uint32_t) * pl.steps);
+      pack_a(pl, src, g, icb, j0, args.nks, tb);
+      for (int64_t ocb = 0; ocb < pl.OCB; ++ocb) {
+        args.b = panels + gtc * panel + ocb * kBlock;
+        args.c = sums + t * ld_tap + ocb * kBlock;
+        args.ncols = std::min(kBlock, p.OCg - ocb * kBlock);
+        pl.k.block(&args);
+      }
     }
   }
   uint16_t* const dw = static_cast<uint16_t*>(diff_w.data);
@@ -718,7 +738,7 @@ void round_taps_inner(const BwwPairsPlan& pl, const float* sc, WeightsView diff_
 // pairs), else the f32 sums of every piece.
 int64_t scratch_floats(const BwwPairsPlan& pl) {
   const ConvProblem& p = pl.p;
-  if (pl.whole) return p.G * pl.T * (pl.chunk / 2) * pl.OCp;
+  if (pl.whole) return p.G * pl.T * pl.nchunks * (pl.chunk / 2) * pl.OCp;
   return pl.pieces * p.G * pl.ICp * (pl.fused ? pl.ldc : pl.T * pl.OCp);
 }
 
@@ -745,17 +765,20 @@ bool backward_weights_bf16_pairs(Isa isa, const ConvProblem& p, const uint16_t* 
   const BwwPairsPlan pl = plan_bww_pairs(isa, p, nthreads);
   scratch = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
   if (pl.whole) {
-    const int64_t gts = p.G * pl.T, panel = pl.chunk / 2 * pl.OCp;
+    const int64_t gtcs = p.G * pl.T * pl.nchunks, panel = pl.chunk / 2 * pl.OCp;
+    const int64_t pixels = p.N * pl.ipix;
     uint32_t* const panels = reinterpret_cast<uint32_t*>(scratch);
-    std::vector<uint32_t> valid(static_cast<size_t>(gts * pl.steps));
+    std::vector<uint32_t> valid(static_cast<size_t>(gtcs * pl.steps));
     const std::vector<int64_t> koff = tap_offsets(pl, diff_w);
 #pragma omp parallel num_threads(nthreads)
     {
       TaskBufs tb(pl);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t gt = 0; gt < gts; ++gt)
-        pack_b(pl, dy_nxc, gt / pl.T, gt % pl.T, 0, p.N * pl.ipix, tb, panels + gt * panel,
-               valid.data() + gt * pl.steps);
+      for (int64_t gtc = 0; gtc < gtcs; ++gtc) {
+        const int64_t gt = gtc / pl.nchunks, j0 = gtc % pl.nchunks * pl.chunk;
+        pack_b(pl, dy_nxc, gt / pl.T, gt % pl.T, j0, std::min(pl.chunk, pixels - j0), tb,
+               panels + gtc * panel, valid.data() + gtc * pl.steps);
+      }
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < pl.tasks; ++task)
         run_task_whole(pl, src_cnx, panels, valid.data(), koff.data(), diff_w, task, tb);
@@ -800,7 +823,7 @@ std::string describe_bwd_weights_bf16_pairs(Isa isa, const ConvProblem& p, int n
          " step=32 chunk=" + std::to_string(pl.chunk) +
          " icb=" + std::to_string(pl.ICB) + " ocb=" + std::to_string(pl.OCB) +
          " parts=" + std::to_string(pl.parts) + " tasks=" + std::to_string(pl.tasks) +
-         " pieces=" + std::to_string(pl.pieces) + (pl.whole ? " whole=1" : "") +
+         " pieces=" + std::to_string(pl.pieces) + (pl.whole ? " whole=" + std::to_string(pl.nchunks) : "") +
          (pl.fused ? " fused_rows=" + std::to_string(pl.R) + "/" + std::to_string(pl.rows) +
                          " cols=" + std::to_string(pl.ldc) +
                          (pl.geom.tap_stride == p.OCg ? " runs=1" : " runs=0")
